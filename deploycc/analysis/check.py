@@ -1,0 +1,219 @@
+"""`deploycc check`: every node judged against every requested target, all refusals listed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.analysis.graphs import all_graphs, dynamic_dims, node_label
+from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from deploycc.legality.conversion_target import CONDITIONAL, ILLEGAL, ConversionTarget, NodeVerdict
+from deploycc.results import Result
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from deploycc.targets.schema import Target
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+NARROWING_READ_LIMIT = 1 << 20  # int64 initializers up to this many elements are range-checked
+
+
+@dataclass
+class NodeGroup:
+    """Nodes of one op that share a verdict reason: one row of `op | count | reason | nodes`."""
+
+    op: str
+    count: int
+    category: str
+    reason: str
+    nodes: list[str]
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GraphFinding:
+    severity: str  # "illegal" or "note"
+    category: str
+    message: str
+
+
+@dataclass
+class TargetVerdict:
+    target: str
+    backend: str
+    backend_version: str
+    jetpack: str | None
+    op_table: str
+    legal: bool
+    counts: dict[str, int]
+    illegal: list[NodeGroup]
+    conditional: list[NodeGroup]
+    graph_findings: list[GraphFinding]
+    dla: dict[str, list[str]] | None = None
+
+
+@dataclass
+class CheckReport(Result):
+    path: str
+    node_count: int
+    opset_imports: dict[str, int]
+    notes: list[str]
+    targets: list[TargetVerdict]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if all(t.legal for t in self.targets) else EXIT_FINDINGS
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["legal"] = all(t.legal for t in self.targets)
+        return data
+
+
+def _group(verdicts: list[NodeVerdict], status: str) -> list[NodeGroup]:
+    groups: dict[tuple[str, str, str], NodeGroup] = {}
+    for verdict in verdicts:
+        if verdict.status != status:
+            continue
+        label = verdict.node if verdict.graph == "main" else f"{verdict.graph}/{verdict.node}"
+        items = ([(r.category, r.summary, r.detail) for r in verdict.reasons] if status == ILLEGAL
+                 else [("condition", c, "") for c in verdict.conditions])
+        for category, summary, detail in items:
+            key = (verdict.op, category, summary)
+            group = groups.setdefault(key, NodeGroup(verdict.op, 0, category, summary, []))
+            group.count += 1
+            group.nodes.append(label)
+            if detail:
+                group.details.append(f"{label}: {detail}")
+    return sorted(groups.values(), key=lambda g: (-g.count, g.op, g.reason))
+
+
+def _judge_graphs(model: ir.Model, judge: ConversionTarget) -> list[NodeVerdict]:
+    opsets = {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
+    verdicts = []
+    for graph in all_graphs(model.graph):
+        graph_label = "main" if graph is model.graph else (graph.name or "subgraph")
+        for node in graph:
+            verdicts.append(judge.judge(node, opsets, graph_label))
+    return verdicts
+
+
+def graph_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
+    findings: list[GraphFinding] = []
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if opset is not None and not target.opset.contains(opset):
+        direction = "down" if opset > target.opset.max else "up"
+        findings.append(GraphFinding(
+            "note", "opset",
+            f"model opset {opset} is outside {target.name}'s range "
+            f"{target.opset.min}..{target.opset.max}; legalize converts it {direction} to "
+            f"{target.opset.preferred}"))
+    graph = model.graph
+    dynamic_inputs = []
+    for value in graph.inputs:
+        if value.name in graph.initializers:
+            continue
+        dims = dynamic_dims(value)
+        if dims:
+            dynamic_inputs.append(f"{value.name}[{', '.join(f'{i}:{d}' for i, d in dims)}]")
+    if dynamic_inputs:
+        if target.shapes.policy == "static":
+            findings.append(GraphFinding(
+                "illegal", "dynamic_shape",
+                f"{target.name} needs static shapes, but inputs are dynamic: "
+                f"{'; '.join(dynamic_inputs)} (fix them with --shape NAME:DIMS or --batch N)"))
+        elif target.backend.kind == "tensorrt":
+            findings.append(GraphFinding(
+                "note", "dynamic_shape",
+                f"dynamic inputs need a TensorRT optimization profile (min/opt/max): "
+                f"{'; '.join(dynamic_inputs)}"))
+    findings.extend(_narrowing_findings(model, target))
+    return findings
+
+
+def _narrowing_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
+    """int64 carried as int32 (TensorRT 8.x): legal only where every value fits."""
+    if target.dtypes.computed_as_dtype("int64") != "int32":
+        return []
+    import numpy as np
+
+    overflowing, unchecked, count = [], [], 0
+    for graph in all_graphs(model.graph):
+        for name, value in graph.initializers.items():
+            tensor = value.const_value
+            if tensor is None or tensor.dtype.name != "INT64":
+                continue
+            count += 1
+            if tensor.size > NARROWING_READ_LIMIT:
+                unchecked.append(name)
+                continue
+            array = tensor.numpy()
+            if array.size and (array.min() < INT32_MIN or array.max() > INT32_MAX):
+                overflowing.append(f"{name} [{int(np.min(array))}, {int(np.max(array))}]")
+    findings = []
+    if overflowing:
+        findings.append(GraphFinding(
+            "illegal", "dtype",
+            f"{target.name} carries int64 as int32; these int64 initializers hold values outside "
+            f"int32 and would be clamped: {'; '.join(overflowing)}"))
+    if count:
+        findings.append(GraphFinding(
+            "note", "dtype",
+            f"{count} int64 initializer(s) will be carried as int32 by {target.backend.kind} "
+            f"{target.backend.version}" + (f"; not range-checked (too large): {', '.join(unchecked)}"
+                                           if unchecked else "")))
+    return findings
+
+
+def judge_model(model: ir.Model, target: Target, *, dla: bool = False) -> TargetVerdict:
+    """One target's verdict on an already loaded (and shape-inferred) model."""
+    judge = ConversionTarget(target, dla=dla)
+    verdicts = _judge_graphs(model, judge)
+    findings = graph_findings(model, target)
+    counts = {"legal": 0, "conditional": 0, "illegal": 0}
+    for verdict in verdicts:
+        counts[verdict.status] += 1
+    dla_split = None
+    if judge.with_dla:
+        dla_split = {"dla": [], "gpu-fallback": [], "uncertain": []}
+        for verdict in verdicts:
+            if verdict.dla is not None:
+                dla_split[verdict.dla].append(verdict.node)
+    return TargetVerdict(
+        target=target.name,
+        backend=target.backend.kind,
+        backend_version=target.backend.version,
+        jetpack=target.jetpack.release if target.jetpack else None,
+        op_table=target.ops.name,
+        legal=counts["illegal"] == 0 and not any(f.severity == "illegal" for f in findings),
+        counts=counts,
+        illegal=_group(verdicts, ILLEGAL),
+        conditional=_group(verdicts, CONDITIONAL),
+        graph_findings=findings,
+        dla=dla_split,
+    )
+
+
+def check_model(path: str | Path, targets: list[Target], *, dla: bool = False) -> CheckReport:
+    from deploycc import io
+    from deploycc.analysis.shapes import infer_shapes
+
+    loaded = io.load(path)
+    model = loaded.model
+    notes = []
+    note = infer_shapes(model)
+    if note:
+        notes.append(note)
+    node_count = sum(len(g) for g in all_graphs(model.graph))
+    return CheckReport(
+        path=str(loaded.path),
+        node_count=node_count,
+        opset_imports={(k or "ai.onnx"): v for k, v in sorted(model.opset_imports.items())},
+        notes=notes,
+        targets=[judge_model(model, target, dla=dla) for target in targets],
+    )
+
+
+__all__ = ["CheckReport", "NodeGroup", "TargetVerdict", "check_model", "judge_model", "node_label"]

@@ -1,0 +1,69 @@
+"""Small graph helpers shared by the analyses: walking subgraphs, describing values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from deploycc.dtypes import type_name
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+SUBGRAPH_OPS = ("If", "Loop", "Scan")
+
+
+def all_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
+    """The graph and every subgraph nested in its nodes' attributes, depth first."""
+    yield graph
+    for node in graph:
+        for attr in node.attributes.values():
+            subgraphs = []
+            if attr.type.name == "GRAPH":
+                subgraphs = [attr.value]
+            elif attr.type.name == "GRAPHS":
+                subgraphs = list(attr.value)
+            for sub in subgraphs:
+                yield from all_graphs(sub)
+
+
+def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
+    for sub in all_graphs(graph):
+        yield from sub
+
+
+def dims_of(value: ir.Value) -> list[int | str] | None:
+    """Dims as ints, symbolic names, or '?' for unknown; None when even the rank is unknown."""
+    if value.shape is None:
+        return None
+    dims: list[int | str] = []
+    for dim in value.shape:
+        if isinstance(dim, int):
+            dims.append(dim)
+        else:
+            dims.append(dim.value if getattr(dim, "value", None) else "?")
+    return dims
+
+
+def dynamic_dims(value: ir.Value) -> list[tuple[int, str]]:
+    dims = dims_of(value)
+    if dims is None:
+        return [(-1, "unknown rank")]
+    return [(i, str(d)) for i, d in enumerate(dims) if not isinstance(d, int)]
+
+
+def node_label(node: ir.Node) -> str:
+    return node.name or f"<{node.op_type}>"
+
+
+def describe_value(value: ir.Value) -> dict[str, object]:
+    return {"name": value.name, "dtype": type_name(value), "dims": dims_of(value)}
+
+
+def opset_of(model: ir.Model, domain: str) -> int | None:
+    imports = model.opset_imports
+    if domain in imports:
+        return imports[domain]
+    if domain in ("", "ai.onnx"):
+        return imports.get("", imports.get("ai.onnx"))
+    return None

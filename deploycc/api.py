@@ -1,0 +1,100 @@
+"""The public Python API. The CLI is a thin shell over these functions.
+
+Heavy modules (onnx, onnx-ir, and above all onnxruntime, openvino, tensorrt) are imported
+inside the functions, so `import deploycc` stays cheap and backend-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploycc.results import Result
+
+if TYPE_CHECKING:
+    from deploycc.analysis.check import CheckReport
+    from deploycc.analysis.inspect import InspectReport
+    from deploycc.targets.schema import Target
+
+
+@dataclass
+class TargetSummary:
+    name: str
+    description: str
+    aliases: list[str]
+    backend: str
+    backend_version: str
+    device: str
+    opset_min: int
+    opset_max: int
+    opset_preferred: int
+    op_table: str
+    supported_ops: int
+    jetpack: str | None
+    jetpack_available: list[str]
+    dla_cores: int
+    source_file: str
+
+
+@dataclass
+class TargetListing(Result):
+    targets: list[TargetSummary]
+
+
+def summarize(target: Target) -> TargetSummary:
+    return TargetSummary(
+        name=target.name,
+        description=target.description,
+        aliases=list(target.aliases),
+        backend=target.backend.kind,
+        backend_version=target.backend.version,
+        device=target.device.kind,
+        opset_min=target.opset.min,
+        opset_max=target.opset.max,
+        opset_preferred=target.opset.preferred,
+        op_table=target.ops.name,
+        supported_ops=target.ops.count_supported(),
+        jetpack=target.jetpack.release if target.jetpack else None,
+        jetpack_available=list(target.jetpack.available) if target.jetpack else [],
+        dla_cores=target.dla.cores if target.dla else 0,
+        source_file=target.source_file,
+    )
+
+
+def get_target(spec: str = "ort-cpu", *, jetpack: str | None = None) -> Target:
+    """A target by name, alias or TOML path (optionally at another JetPack release)."""
+    from deploycc.targets import registry
+
+    return registry.resolve(spec, jetpack)
+
+
+def list_targets() -> TargetListing:
+    from deploycc.targets import registry
+
+    return TargetListing([summarize(t) for t in registry.list_targets()])
+
+
+def inspect(model: str | Path) -> InspectReport:
+    """IR version, opsets, I/O, op histogram, parameters, external data and redundancy."""
+    from deploycc.analysis.inspect import inspect_model
+
+    return inspect_model(model)
+
+
+def check(
+    model: str | Path,
+    targets: Sequence[str | Target] = ("ort-cpu",),
+    *,
+    jetpack: str | None = None,
+    dla: bool = False,
+) -> CheckReport:
+    """Judge every node of `model` against each target; list every illegal node and why."""
+    from deploycc.analysis.check import check_model
+    from deploycc.errors import OptionError
+
+    if not targets:
+        raise OptionError("no target given", hint="pass at least one --target")
+    resolved = [t if not isinstance(t, str) else get_target(t, jetpack=jetpack) for t in targets]
+    return check_model(model, resolved, dla=dla)

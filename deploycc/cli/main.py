@@ -1,0 +1,84 @@
+"""`deploycc` entry point: the command group, lazy subcommands, errors and exit codes.
+
+Exit codes: 0 success; 1 findings (illegal nodes, failed verification); 2 unusable input or
+options; 3 an internal error (a bug: rerun with --debug and report it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from deploycc.errors import EXIT_USAGE, DeployccError
+
+EXIT_INTERNAL = 3
+
+# name -> "module:attribute"; modules are imported only when their command runs, so
+# `deploycc --help` stays fast and loads no backend.
+COMMANDS = {
+    "targets": ("deploycc.cli.targets_cmd:targets", "List deployment targets, or show one in full."),
+    "inspect": ("deploycc.cli.inspect_cmd:inspect_command", "Look inside an ONNX model."),
+    "check": ("deploycc.cli.check_cmd:check_command", "Judge every node of a model against targets."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module_name, attribute = COMMANDS[cmd_name][0].split(":")
+        return getattr(importlib.import_module(module_name), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Exit codes: 0 ok, 1 findings (illegal/failed), 2 bad input or options, "
+                    "3 internal error.")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.version_option(package_name="deploycc")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """deploycc: a target-aware deployment compiler driver for ONNX models."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> Any:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        code = cli.main(args=args, prog_name="deploycc", standalone_mode=False)
+    except DeployccError as error:
+        if debug:
+            raise
+        click.echo(f"deploycc: error: {error}", err=True)
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        click.echo("deploycc: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        if debug:
+            raise
+        click.echo(f"deploycc: error: {error.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except KeyboardInterrupt:
+        click.echo("deploycc: interrupted", err=True)
+        sys.exit(130)
+    except Exception as error:
+        if debug:
+            raise
+        first = str(error).splitlines()[0] if str(error) else ""
+        click.echo(f"deploycc: internal error: {type(error).__name__}: {first} "
+                   "(rerun with --debug and report it)", err=True)
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,39 @@
+"""The errors deploycc reports to a user, each with the exit code the CLI turns it into.
+
+Exit codes (documented in the README and `deploycc --help`):
+  0  success (everything legal / built / verified)
+  1  the model was judged and found wanting (illegal nodes, failed verification)
+  2  unusable input or options (missing file, malformed model or target file, bad flag)
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
+
+class DeployccError(Exception):
+    """An error with a one-line message meant for the user, and a hint on what to do next."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message} ({self.hint})"
+
+
+class ModelInputError(DeployccError):
+    """The model file is missing, unreadable, malformed or unsafe to read."""
+
+
+class TargetError(DeployccError):
+    """A target name is unknown or a target file is malformed."""
+
+
+class OptionError(DeployccError):
+    """A command-line option or API argument is invalid."""

@@ -1,0 +1,261 @@
+"""ConversionTarget: judge one node against one target, the MLIR way.
+
+A node is *legal*, *illegal*, or *conditional* (legal only because a named condition held:
+a vendor restriction checked by a predicate, expansion into an ONNX function body, or vendor
+data marked uncertain). Every illegal verdict carries a category and a reason naming what is
+wrong; the reasons' `summary` is the same for every node that fails the same way, so reports
+can group them (`op | count | reason | nodes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from deploycc.dtypes import type_name
+from deploycc.legality import predicates, schemas
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from deploycc.targets.schema import OpSupport, Target
+
+# The fixed taxonomy of reasons a node is refused (audits reuse it).
+CATEGORIES = ("unsupported_op", "opset", "dtype", "dynamic_shape", "restriction")
+
+LEGAL = "legal"
+ILLEGAL = "illegal"
+CONDITIONAL = "conditional"
+
+
+@dataclass(frozen=True)
+class Reason:
+    category: str
+    summary: str  # the same for every node failing the same way
+    detail: str = ""  # what is wrong at this node
+
+
+@dataclass
+class NodeVerdict:
+    node: str
+    op: str
+    domain: str
+    graph: str
+    status: str = LEGAL
+    reasons: list[Reason] = field(default_factory=list)
+    conditions: list[str] = field(default_factory=list)
+    dla: str | None = None
+
+    def refuse(self, category: str, summary: str, detail: str = "") -> None:
+        self.status = ILLEGAL
+        self.reasons.append(Reason(category, summary, detail))
+
+    def allow_if(self, condition: str) -> None:
+        self.conditions.append(condition)
+        if self.status == LEGAL:
+            self.status = CONDITIONAL
+
+
+def _values_bound(node: ir.Node, schema: Any, constraint: str) -> list[ir.Value]:
+    """The node's inputs and outputs whose formal parameter uses type constraint `constraint`."""
+    bound: list[ir.Value] = []
+    bindings = schemas.constraint_bindings(schema).get(constraint, [])
+    for kind, index in bindings:
+        values = node.inputs if kind == "input" else node.outputs
+        if schemas.is_variadic(schema, kind, index):
+            bound.extend(v for v in values[index:] if v is not None)
+        elif index < len(values) and values[index] is not None:
+            bound.append(values[index])
+    return bound
+
+
+class ConversionTarget:
+    """What one target accepts, as judgments on nodes."""
+
+    def __init__(self, target: Target, *, dla: bool = False) -> None:
+        self.target = target
+        self.table = target.ops
+        self.with_dla = dla and target.dla is not None and target.dla.table is not None
+        self.product = f"{self.table.product} {self.table.product_version}".strip()
+
+    # ----------------------------------------------------------------- the judgment
+
+    def judge(self, node: ir.Node, model_opsets: dict[str, int], graph: str = "main") -> NodeVerdict:
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        verdict = NodeVerdict(node=node.name or f"<{node.op_type}>", op=node.op_type,
+                              domain=domain, graph=graph)
+        model_opset = model_opsets.get(domain, model_opsets.get("ai.onnx" if not domain else domain))
+        opset = model_opset if model_opset is not None else 1
+        version: int | None = None
+        if domain in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
+            if domain == "" and opset > self.target.opset.max:
+                born = schemas.first_version(node.op_type, domain)
+                if born is not None and born > self.target.opset.max:
+                    verdict.refuse(
+                        "opset",
+                        f"{node.op_type} first appears at opset {born}, after the target's "
+                        f"maximum opset {self.target.opset.max}",
+                    )
+                    return verdict
+                opset = self.target.opset.max  # the opset converter will bring it down
+            version = schemas.op_version(node.op_type, domain, opset)
+        schema = schemas.get_schema(node.op_type, domain, opset) if version is not None else None
+        entry = self._entry(node, domain, version, opset, verdict)
+        if entry is not None:
+            self._check_dtypes(node, schema, entry, verdict)
+            self._check_predicates(node, schema, entry, verdict)
+        self._check_carried_dtypes(node, verdict)
+        self._check_static_shapes(node, verdict)
+        if self.with_dla:
+            verdict.dla = self._dla_status(node)
+        return verdict
+
+    def _entry(self, node: ir.Node, domain: str, version: int | None, opset: int,
+               verdict: NodeVerdict) -> OpSupport | None:
+        label = node.op_type if not domain else f"{domain}::{node.op_type}"
+        entry, problem = self._lookup(node.op_type, domain, version)
+        if problem is None:
+            if entry is not None and entry.status == "uncertain":
+                verdict.allow_if(f"vendor data uncertain: {entry.note or 'sources disagree'}")
+            return entry
+        # Runtimes expand function ops of the default domain only (ORT: "ai.onnx.preview:...
+        # is not a registered function/op").
+        if (self.table.function_expansion and domain == ""
+                and schemas.has_function_body(node.op_type, domain, opset)):
+            blocked = self._body_blocker(node.op_type, domain, opset, depth=0)
+            if blocked is None:
+                verdict.allow_if("expanded into its ONNX function body by the runtime")
+            else:
+                verdict.refuse("unsupported_op",
+                               f"{label} has no implementation in {self.product} and its function "
+                               f"body needs {blocked}, which has none either")
+            return None
+        category, summary = problem
+        verdict.refuse(category, summary.format(label=label, product=self.product),
+                       entry.note if entry is not None and entry.note else "")
+        return None
+
+    def _lookup(self, op: str, domain: str,
+                version: int | None) -> tuple[OpSupport | None, tuple[str, str] | None]:
+        """The table entry covering op at `version`, or (entry or None, (category, summary))."""
+        entries = self.table.lookup(domain, op)
+        if not entries:
+            return None, ("unsupported_op", "{label} is not supported by {product}")
+        usable = [e for e in entries if e.status != "unsupported"]
+        if not usable:
+            return entries[0], ("unsupported_op", "{label} is listed as unsupported by {product}")
+        if version is not None and any(e.since is not None or e.until is not None for e in usable):
+            covering = [e for e in usable if self._covers(e, op, domain, version)]
+            if not covering:
+                ranges = ", ".join(f"{e.since or 1}..{e.until if e.until is not None else ''}"
+                                   for e in usable)
+                return None, ("opset", f"{{label}}-{version} has no implementation in {{product}} "
+                                       f"(it implements versions {ranges})")
+            usable = covering
+        return usable[-1], None
+
+    def _covers(self, entry: OpSupport, op: str, domain: str, version: int) -> bool:
+        if entry.until is None and entry.since is not None and \
+                self.table.open_range == "next_schema_version":
+            following = schemas.next_version_after(op, domain, entry.since)
+            if following is not None and version >= following:
+                return False
+        return entry.covers(version)
+
+    def _body_blocker(self, op: str, domain: str, opset: int, depth: int) -> str | None:
+        """The first op in op's function body the target cannot run (expanding nested bodies)."""
+        body = schemas.function_body_ops(op, domain, opset)
+        if body is None or depth > 4:
+            return None  # a context-dependent body cannot be listed; give the runtime the benefit
+        for inner_domain, inner_op in body:
+            version = schemas.op_version(inner_op, inner_domain, opset)
+            _, problem = self._lookup(inner_op, inner_domain, version)
+            if problem is None:
+                continue
+            if schemas.has_function_body(inner_op, inner_domain, opset):
+                deeper = self._body_blocker(inner_op, inner_domain, opset, depth + 1)
+                if deeper is None:
+                    continue
+                return deeper
+            return f"{inner_op}-{version}" if version is not None else inner_op
+        return None
+
+    def _check_dtypes(self, node: ir.Node, schema: Any, entry: OpSupport, verdict: NodeVerdict) -> None:
+        mode = self.table.dtype_mode
+        if mode == "primary" and entry.dtypes is not None:
+            if schema is not None:
+                formals = schema.inputs or schema.outputs
+                if not formals:
+                    return
+                constraint = formals[0].type_str
+                values = (_values_bound(node, schema, constraint)
+                          if not constraint.startswith("tensor(") else [])
+            else:
+                values = [v for v in node.inputs[:1] if v is not None]
+            self._require(values, entry.dtypes, node, verdict)
+        elif mode == "constraints" and entry.type_constraints and schema is not None:
+            for constraint, allowed in entry.type_constraints:
+                values = _values_bound(node, schema, constraint)
+                self._require(values, allowed, node, verdict)
+
+    def _require(self, values: list[ir.Value], allowed: tuple[str, ...], node: ir.Node,
+                 verdict: NodeVerdict) -> None:
+        for value in values:
+            found = type_name(value)
+            if found is None:
+                continue
+            carried = self.target.dtypes.computed_as_dtype(found)
+            if carried not in allowed and found not in allowed:
+                verdict.refuse(
+                    "dtype",
+                    f"{node.op_type} on {found} is not supported by {self.product} "
+                    f"(supports {', '.join(allowed)})",
+                    f"'{value.name}' is {found}",
+                )
+                return
+
+    def _check_predicates(self, node: ir.Node, schema: Any, entry: OpSupport,
+                          verdict: NodeVerdict) -> None:
+        for ref in entry.predicates:
+            problem = predicates.REGISTRY[ref.name].check(node, ref, schema)
+            if problem:
+                verdict.refuse("restriction", f"{node.op_type}: {problem}", ref.describe())
+            else:
+                verdict.allow_if(ref.describe())
+
+    def _check_carried_dtypes(self, node: ir.Node, verdict: NodeVerdict) -> None:
+        banned = set(self.target.dtypes.unsupported)
+        if not banned:
+            return
+        for value in [*node.inputs, *node.outputs]:
+            if value is None:
+                continue
+            found = type_name(value)
+            if found in banned:
+                verdict.refuse("dtype", f"{found} tensors cannot be carried by {self.target.name}",
+                               f"'{value.name}' is {found}")
+                return
+
+    def _check_static_shapes(self, node: ir.Node, verdict: NodeVerdict) -> None:
+        if self.target.shapes.policy != "static":
+            return
+        from deploycc.analysis.graphs import dynamic_dims
+
+        for value in node.inputs:
+            if value is None or value.const_value is not None:
+                continue
+            dynamic = dynamic_dims(value)
+            if dynamic:
+                dims = ", ".join(f"dim {i} '{d}'" if i >= 0 else d for i, d in dynamic)
+                verdict.refuse("dynamic_shape",
+                               f"{self.target.name} needs static shapes; fix them with --shape",
+                               f"'{value.name}' has {dims}")
+                return
+
+    def _dla_status(self, node: ir.Node) -> str:
+        assert self.target.dla is not None and self.target.dla.table is not None
+        entries = self.target.dla.table.lookup("", node.op_type)
+        if not entries:
+            return "gpu-fallback"
+        status = entries[0].status
+        return {"supported": "dla", "unsupported": "gpu-fallback"}.get(status, "uncertain")

@@ -1,0 +1,198 @@
+"""Named predicates: the conditions under which an op is legal on a target.
+
+Target files refer to these by name (`predicates = [{ name = "input_is_constant", input = "axes" }]`);
+a target file cannot add code, and an unknown name is a load error. Each predicate returns
+None when the node satisfies it, or a sentence saying what is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from deploycc.targets.schema import PredicateRef
+
+
+@dataclass(frozen=True)
+class Predicate:
+    name: str
+    params: frozenset[str]
+    required: frozenset[str]
+    check: Callable[[ir.Node, PredicateRef, Any], str | None]
+    summary: str
+
+
+REGISTRY: dict[str, Predicate] = {}
+
+
+def predicate(name: str, summary: str, params: tuple[str, ...] = (), required: tuple[str, ...] = ()):
+    def register(func: Callable[[ir.Node, PredicateRef, Any], str | None]):
+        REGISTRY[name] = Predicate(name, frozenset(params), frozenset(required), func, summary)
+        return func
+
+    return register
+
+
+def validate(name: str, args: dict[str, Any]) -> str | None:
+    """Why a predicate reference from a data file is invalid, or None if it is fine."""
+    if name not in REGISTRY:
+        return f"unknown predicate {name!r} (known: {', '.join(sorted(REGISTRY))})"
+    spec = REGISTRY[name]
+    unknown = set(args) - spec.params
+    if unknown:
+        return f"predicate {name!r} takes no argument {sorted(unknown)[0]!r}"
+    missing = spec.required - set(args)
+    if missing:
+        return f"predicate {name!r} needs argument {sorted(missing)[0]!r}"
+    return None
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _input(node: ir.Node, ref: PredicateRef, schema: Any) -> tuple[int | None, ir.Value | None]:
+    from deploycc.legality.schemas import input_index
+
+    key = ref.arg("input", 0)
+    index = input_index(schema, key) if schema is not None else (key if isinstance(key, int) else None)
+    if index is None or index >= len(node.inputs):
+        return index, None
+    return index, node.inputs[index]
+
+
+def constant_array(value: ir.Value | None) -> Any | None:
+    """The value's contents when it is an initializer or the output of a Constant node."""
+    if value is None:
+        return None
+    if value.const_value is not None:
+        return value.const_value.numpy()
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+        for attr in producer.attributes.values():
+            if attr.name == "value" and attr.value is not None:
+                return attr.value.numpy()
+            if attr.name in ("value_int", "value_float"):
+                return attr.value
+            if attr.name in ("value_ints", "value_floats"):
+                return list(attr.value)
+    return None
+
+
+def is_constant(value: ir.Value | None) -> bool:
+    if value is None:
+        return True
+    if value.const_value is not None:
+        return True
+    producer = value.producer()
+    return producer is not None and producer.op_type == "Constant"
+
+
+def _label(node: ir.Node, index: int | None, ref: PredicateRef) -> str:
+    return f"input '{ref.arg('input', index)}'"
+
+
+# ------------------------------------------------------------------------- predicates
+
+
+@predicate("input_is_constant", "the given input is an initializer or Constant", ("input",), ("input",))
+def _input_is_constant(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    index, value = _input(node, ref, schema)
+    if value is None or is_constant(value):
+        return None
+    return f"{_label(node, index, ref)} must be a constant (initializer), but is computed at run time"
+
+
+@predicate("input_is_zero", "the given input is absent or a constant of zeros", ("input",), ("input",))
+def _input_is_zero(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    import numpy as np
+
+    index, value = _input(node, ref, schema)
+    if value is None:
+        return None
+    array = constant_array(value)
+    if array is None:
+        return f"{_label(node, index, ref)} must be a constant zero, but is computed at run time"
+    if np.any(np.asarray(array, dtype=np.float64) != 0):
+        return f"{_label(node, index, ref)} must be zero"
+    return None
+
+
+def _rank(value: ir.Value | None) -> int | None:
+    if value is None or value.shape is None:
+        return None
+    return len(value.shape)
+
+
+@predicate("spatial_rank_in", "input 0 has this many spatial dims (rank - 2)", ("ranks",), ("ranks",))
+def _spatial_rank_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    rank = _rank(node.inputs[0] if node.inputs else None)
+    allowed = list(ref.arg("ranks"))
+    if rank is None or rank - 2 in allowed:
+        return None
+    return f"{rank - 2}D {node.op_type} (only {'/'.join(f'{r}D' for r in allowed)} supported)"
+
+
+@predicate("input_rank_in", "the given input has one of these ranks", ("input", "ranks"), ("ranks",))
+def _input_rank_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    index, value = _input(node, ref, schema)
+    rank = _rank(value)
+    allowed = list(ref.arg("ranks"))
+    if rank is None or rank in allowed:
+        return None
+    return f"{_label(node, index, ref)} has rank {rank} (supported ranks: {allowed})"
+
+
+@predicate("output_unused", "the given output is not consumed", ("output",), ("output",))
+def _output_unused(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    index = int(ref.arg("output"))
+    if index >= len(node.outputs):
+        return None
+    value = node.outputs[index]
+    if value.uses() or value.is_graph_output():
+        return f"output {index} ('{value.name}') is used, but the target cannot produce it"
+    return None
+
+
+@predicate("static_input_shapes", "every input has a fully static shape")
+def _static_input_shapes(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    for value in node.inputs:
+        if value is None:
+            continue
+        if value.shape is None or not all(isinstance(d, int) for d in value.shape):
+            return f"input '{value.name}' has a dynamic shape ({value.shape}); static shapes required"
+    return None
+
+
+@predicate("einsum_no_ellipsis_or_diagonal", "Einsum without '...' or repeated subscripts")
+def _einsum_plain(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    attr = node.attributes.get("equation")
+    equation = str(attr.value) if attr is not None else ""
+    if "..." in equation:
+        return f"Einsum equation {equation!r} uses an ellipsis"
+    for operand in equation.split("->")[0].split(","):
+        letters = operand.strip()
+        if len(set(letters)) != len(letters):
+            return f"Einsum equation {equation!r} takes a diagonal (repeated subscript)"
+    return None
+
+
+@predicate(
+    "attribute_in",
+    "a string attribute takes one of the listed values",
+    ("attribute", "values", "default"),
+    ("attribute", "values"),
+)
+def _attribute_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    name = ref.arg("attribute")
+    attr = node.attributes.get(name)
+    value = attr.value if attr is not None else ref.arg("default")
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    allowed = list(ref.arg("values"))
+    if value is None or value in allowed:
+        return None
+    return f"{name}={value!r} is not supported (supported: {', '.join(map(str, allowed))})"

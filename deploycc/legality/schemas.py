@@ -1,0 +1,92 @@
+"""ONNX operator schemas: which version of an op a model uses, and its formal parameters."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import onnx.defs
+
+
+@lru_cache(maxsize=4096)
+def get_schema(op: str, domain: str, opset: int) -> Any | None:
+    """The schema in force for `op` in a model importing `domain` at `opset`, or None."""
+    try:
+        return onnx.defs.get_schema(op, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def op_version(op: str, domain: str, opset: int) -> int | None:
+    """The version of `op` a model at `opset` uses (its schema's since_version)."""
+    schema = get_schema(op, domain, opset)
+    return None if schema is None else int(schema.since_version)
+
+
+@lru_cache(maxsize=4096)
+def first_version(op: str, domain: str) -> int | None:
+    """The opset in which `op` first appeared in `domain`, or None if ONNX does not know it."""
+    for opset in range(1, onnx.defs.onnx_opset_version() + 1):
+        if get_schema(op, domain, opset) is not None:
+            return opset
+    return None
+
+
+def input_index(schema: Any, name: str | int) -> int | None:
+    """Position of a formal input given by name (e.g. 'axes') or by index."""
+    if isinstance(name, int):
+        return name
+    for index, formal in enumerate(schema.inputs):
+        if formal.name == name:
+            return index
+    return None
+
+
+def constraint_bindings(schema: Any) -> dict[str, list[tuple[str, int]]]:
+    """Type-constraint name -> [('input'|'output', index)] it binds, variadics included."""
+    bindings: dict[str, list[tuple[str, int]]] = {}
+    for kind, formals in (("input", schema.inputs), ("output", schema.outputs)):
+        for index, formal in enumerate(formals):
+            bindings.setdefault(formal.type_str, []).append((kind, index))
+    return bindings
+
+
+def is_variadic(schema: Any, kind: str, index: int) -> bool:
+    formals = schema.inputs if kind == "input" else schema.outputs
+    if not formals:
+        return False
+    last = formals[-1]
+    return index >= len(formals) - 1 and last.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+
+
+def has_function_body(op: str, domain: str, opset: int) -> bool:
+    schema = get_schema(op, domain, opset)
+    if schema is None:
+        return False
+    return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def next_version_after(op: str, domain: str, version: int) -> int | None:
+    """The first opset after `version` at which ONNX changed `op`, or None if it never did."""
+    for opset in range(version + 1, onnx.defs.onnx_opset_version() + 1):
+        newer = op_version(op, domain, opset)
+        if newer is not None and newer > version:
+            return newer
+    return None
+
+
+def function_body_ops(op: str, domain: str, opset: int) -> list[tuple[str, str]] | None:
+    """(domain, op) of each node in the op's ONNX function body at `opset`.
+
+    None when the body is built per node (context-dependent) and so cannot be listed here.
+    """
+    schema = get_schema(op, domain, opset)
+    if schema is None or not schema.has_function:
+        return None
+    body = schema.get_function_with_opset_version(opset) if hasattr(
+        schema, "get_function_with_opset_version") else None
+    if body is None:
+        body = schema.function_body
+    if isinstance(body, bytes):  # onnx returns the FunctionProto serialized
+        body = onnx.FunctionProto.FromString(body)
+    return [(("" if n.domain == "ai.onnx" else n.domain), n.op_type) for n in body.node]

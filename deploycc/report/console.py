@@ -1,0 +1,191 @@
+"""Tables for people (rich). Machines get `--json`, rendered from the same result objects."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from deploycc.analysis.check import CheckReport, NodeGroup, TargetVerdict
+    from deploycc.analysis.inspect import InspectReport
+    from deploycc.api import TargetListing
+    from deploycc.targets.schema import Target
+
+MAX_NODES_SHOWN = 6
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _nodes(names: list[str]) -> str:
+    shown = ", ".join(names[:MAX_NODES_SHOWN])
+    return shown + (f", … (+{len(names) - MAX_NODES_SHOWN})" if len(names) > MAX_NODES_SHOWN else "")
+
+
+def render_targets(listing: TargetListing) -> None:
+    table = Table(title="deployment targets")
+    for column in ("name", "backend", "version", "device", "opsets", "ops", "JetPack", "DLA"):
+        table.add_column(column)
+    for t in listing.targets:
+        table.add_row(t.name, t.backend, t.backend_version, t.device,
+                      f"{t.opset_min}..{t.opset_max} (pref {t.opset_preferred})",
+                      str(t.supported_ops), t.jetpack or "-", str(t.dla_cores or "-"))
+    _console().print(table)
+
+
+def render_target(target: Target) -> None:
+    out = _console()
+    out.print(f"[bold]{target.name}[/bold]: {target.description}")
+    if target.aliases:
+        out.print(f"  aliases      {', '.join(target.aliases)}")
+    out.print(f"  backend      {target.backend.kind} {target.backend.version}")
+    device = f"{target.device.kind} {target.device.name}"
+    if target.device.compute_capability:
+        device += f" (compute capability {target.device.compute_capability})"
+    out.print(f"  device       {device}")
+    out.print(f"  opsets       {target.opset.min}..{target.opset.max}, preferred {target.opset.preferred}"
+              + (f"  [{target.opset.statement}]" if target.opset.statement else ""))
+    out.print(f"  op table     {target.ops.name}: {target.ops.count_supported()} supported ops "
+              f"({target.ops.product} {target.ops.product_version})")
+    src = target.ops.source
+    if src.repo or src.url:
+        out.print(f"  source       {src.repo or ''} {src.path or ''} @ {src.commit or src.tag_or_branch or '?'}")
+    if target.dtypes.unsupported:
+        out.print(f"  no dtypes    {', '.join(target.dtypes.unsupported)}")
+    for source, carried in target.dtypes.computed_as:
+        out.print(f"  computes     {source} as {carried}")
+    out.print(f"  shapes       {target.shapes.policy}" + (f" ({target.shapes.note})" if target.shapes.note else ""))
+    out.print(f"  precisions   {', '.join(target.precision.supported)} (default {target.precision.default})")
+    if target.memory.budget_mb or target.memory.workspace_mb:
+        out.print(f"  memory       budget {target.memory.budget_mb or '-'} MB, "
+                  f"workspace {target.memory.workspace_mb or '-'} MB")
+    if target.dla is not None:
+        dla_ops = target.dla.table.count_supported() if target.dla.table else 0
+        out.print(f"  DLA          {target.dla.cores} cores, {', '.join(target.dla.precisions)}, "
+                  f"{dla_ops} ops ({target.dla.table.name if target.dla.table else 'no table'})")
+    if target.jetpack is not None:
+        facts = ", ".join(f"{k}={v}" for k, v in target.jetpack.facts)
+        out.print(f"  JetPack      {target.jetpack.release} ({facts}); "
+                  f"available: {', '.join(target.jetpack.available)}")
+    out.print(f"  spec hash    {target.spec_hash[:16]}")
+    out.print(f"  file         {target.source_file}")
+    restricted = [e for e in target.ops.entries if e.restrictions or e.status != "supported"]
+    if restricted:
+        table = Table(title="ops with restrictions or without support")
+        for column in ("op", "status", "restriction / note"):
+            table.add_column(column)
+        for entry in restricted:
+            label = entry.op if not entry.domain else f"{entry.domain}::{entry.op}"
+            text = "; ".join(entry.restrictions) or entry.note or ""
+            table.add_row(label, entry.status, text)
+        out.print(table)
+
+
+def render_inspect(report: InspectReport) -> None:
+    out = _console()
+    out.print(f"[bold]{report.path}[/bold]  ({_size(report.file_size_bytes)})")
+    opsets = ", ".join(f"{k} {v}" for k, v in report.opset_imports.items())
+    out.print(f"  IR version {report.ir_version}; opsets {opsets}; producer {report.producer or '-'}")
+    io_table = Table(title="inputs and outputs")
+    for column in ("", "name", "dtype", "dims"):
+        io_table.add_column(column)
+    for kind, values in (("in", report.inputs), ("out", report.outputs)):
+        for value in values:
+            dims = value["dims"]
+            io_table.add_row(kind, str(value["name"]), str(value["dtype"]),
+                             "?" if dims is None else "x".join(str(d) for d in dims) or "scalar")
+    out.print(io_table)
+    out.print(f"  nodes {report.node_count} ({report.main_graph_node_count} in the main graph, "
+              f"{report.subgraph_count} subgraphs)"
+              + (f"; control flow {report.control_flow_nodes}" if report.control_flow_nodes else ""))
+    out.print(f"  parameters {report.parameter_count:,} in {report.initializer_count} initializers "
+              f"({_size(report.parameter_bytes)})")
+    for item in report.external_data:
+        out.print(f"  external data {item['location']}: {_size(item['size_bytes'])}, "
+                  f"{item['tensors']} tensors")
+    histogram = Table(title="op histogram")
+    histogram.add_column("op")
+    histogram.add_column("count", justify="right")
+    for op, count in report.op_histogram.items():
+        histogram.add_row(op, str(count))
+    out.print(histogram)
+    if report.findings:
+        findings = Table(title="redundancy")
+        for column in ("finding", "count", "what", "nodes"):
+            findings.add_column(column)
+        for finding in report.findings:
+            findings.add_row(finding.kind, str(finding.count), finding.detail, _nodes(finding.nodes))
+        out.print(findings)
+    else:
+        out.print("  no redundancy found")
+    for note in report.notes:
+        out.print(f"  [yellow]note[/yellow]: {note}")
+
+
+def _group_table(title: str, groups: list[NodeGroup]) -> Table:
+    table = Table(title=title)
+    for column in ("op", "count", "reason", "nodes"):
+        table.add_column(column)
+    for group in groups:
+        table.add_row(group.op, str(group.count), group.reason, _nodes(group.nodes))
+    return table
+
+
+def _render_verdict(out: Console, verdict: TargetVerdict) -> None:
+    status = "[green]legal[/green]" if verdict.legal else "[red]illegal[/red]"
+    jetpack = f", JetPack {verdict.jetpack}" if verdict.jetpack else ""
+    counts = verdict.counts
+    out.print(f"[bold]{verdict.target}[/bold] ({verdict.backend} {verdict.backend_version}{jetpack}): "
+              f"{status}: {counts['legal']} legal, {counts['conditional']} conditional, "
+              f"{counts['illegal']} illegal")
+    if verdict.illegal:
+        out.print(_group_table(f"illegal on {verdict.target}", verdict.illegal))
+    for finding in verdict.graph_findings:
+        colour = "red" if finding.severity == "illegal" else "yellow"
+        out.print(f"  [{colour}]{finding.severity}[/{colour}] ({finding.category}): {finding.message}")
+    if verdict.dla is not None:
+        out.print(f"  DLA: {len(verdict.dla['dla'])} nodes on DLA, "
+                  f"{len(verdict.dla['gpu-fallback'])} fall back to the GPU, "
+                  f"{len(verdict.dla['uncertain'])} uncertain")
+
+
+def render_check(report: CheckReport) -> None:
+    out = _console()
+    out.print(f"[bold]{report.path}[/bold]: {report.node_count} nodes, opsets "
+              + ", ".join(f"{k} {v}" for k, v in report.opset_imports.items()))
+    for note in report.notes:
+        out.print(f"  [yellow]note[/yellow]: {note}")
+    if len(report.targets) > 1:
+        out.print(_matrix(report))
+    for verdict in report.targets:
+        _render_verdict(out, verdict)
+
+
+def _matrix(report: CheckReport) -> Table:
+    """op × target: how many nodes of the op each target refuses ('ok' when none)."""
+    ops: dict[str, dict[str, int]] = {}
+    for verdict in report.targets:
+        for group in verdict.illegal:
+            ops.setdefault(group.op, {})
+            ops[group.op][verdict.target] = ops[group.op].get(verdict.target, 0) + group.count
+    table = Table(title="illegal nodes per op and target")
+    table.add_column("op")
+    for verdict in report.targets:
+        table.add_column(verdict.target, justify="center")
+    for op in sorted(ops):
+        table.add_row(op, *[str(ops[op].get(v.target, "ok")) for v in report.targets])
+    table.add_row("[bold]verdict[/bold]",
+                  *["[green]legal[/green]" if v.legal else "[red]illegal[/red]" for v in report.targets])
+    return table

@@ -1,0 +1,400 @@
+"""Find, load and validate targets: built-in files, DEPLOYCC_TARGET_PATH folders, user files.
+
+Resolution order for a name: folders in DEPLOYCC_TARGET_PATH (left to right), then the
+built-in targets. A spec that ends in `.toml` or contains a path separator is a file.
+Op tables named by a target (`[ops] table = "onnx-tensorrt-8.5"`) are looked up in the
+`tables/` folder beside the target file first, then among the built-in tables.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import sys
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from deploycc.dtypes import KNOWN_DTYPES
+from deploycc.errors import TargetError
+from deploycc.legality import predicates
+from deploycc.targets.schema import (
+    BACKEND_KINDS,
+    DEVICE_KINDS,
+    DTYPE_MODES,
+    OP_STATUSES,
+    OPEN_RANGES,
+    PRECISIONS,
+    SHAPE_POLICIES,
+    Backend,
+    Device,
+    Dla,
+    DtypePolicy,
+    JetPack,
+    Memory,
+    OpSupport,
+    OpsetRange,
+    OpTable,
+    Precision,
+    PredicateRef,
+    Provenance,
+    Reader,
+    ShapePolicy,
+    Target,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+DEFAULT_TARGET = "ort-cpu"
+TARGET_PATH_ENV = "DEPLOYCC_TARGET_PATH"
+TARGET_KEYS = {
+    "schema", "name", "description", "aliases", "backend", "device", "opset", "ops", "op",
+    "dtypes", "shapes", "precision", "memory", "dla", "jetpack", "provenance", "restrict",
+}
+
+
+def builtin_dir() -> Path:
+    """Where the shipped target files are: inside the wheel, or at the top of a checkout."""
+    packaged = Path(__file__).resolve().parent.parent / "_builtin_targets"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "targets"
+
+
+def search_dirs() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get(TARGET_PATH_ENV, "").split(os.pathsep) if p]
+    return [*extra, builtin_dir()]
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise TargetError(f"target file not found: {path}") from None
+    except IsADirectoryError:
+        raise TargetError(f"target file is a directory: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise TargetError(f"{path}: not valid TOML: {error}") from None
+    except UnicodeDecodeError:
+        raise TargetError(f"{path}: not valid TOML: not UTF-8 text") from None
+
+
+def target_files() -> dict[str, Path]:
+    """name -> file for every target reachable by name (earlier search dirs win)."""
+    found: dict[str, Path] = {}
+    for folder in search_dirs():
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.toml")):
+            found.setdefault(path.stem, path)
+    return found
+
+
+def _aliases() -> dict[str, str]:
+    aliases: dict[str, str] = {}
+    for name, path in target_files().items():
+        try:
+            for alias in read_toml(path).get("aliases", []):
+                if isinstance(alias, str):
+                    aliases.setdefault(alias, name)
+        except TargetError:
+            continue  # a broken file is reported when it is asked for by name
+    return aliases
+
+
+def resolve(spec: str = DEFAULT_TARGET, jetpack: str | None = None) -> Target:
+    """A target by name, alias or file path, resolved (at a JetPack release if given)."""
+    if spec.endswith(".toml") or os.sep in spec or (os.altsep and os.altsep in spec):
+        return load_target_file(Path(spec), jetpack)
+    files = target_files()
+    if spec in files:
+        return load_target_file(files[spec], jetpack)
+    aliases = _aliases()
+    if spec in aliases:
+        return load_target_file(files[aliases[spec]], jetpack)
+    candidates = sorted(files) + sorted(aliases)
+    close = difflib.get_close_matches(spec, candidates, n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'?" if close else "run 'deploycc targets' to list them"
+    raise TargetError(f"unknown target '{spec}'", hint=hint)
+
+
+def list_targets() -> list[Target]:
+    return [load_target_file(path) for _, path in sorted(target_files().items())]
+
+
+@lru_cache(maxsize=64)
+def _load_cached(path: str, mtime: float, jetpack: str | None) -> Target:
+    return _build_target(Path(path), jetpack)
+
+
+def load_target_file(path: Path, jetpack: str | None = None) -> Target:
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        raise TargetError(f"target file not found: {path}") from None
+    return _load_cached(str(path.resolve()), mtime, jetpack)
+
+
+# ------------------------------------------------------------------------------ op tables
+
+
+def find_table(name: str, near: Path) -> Path:
+    if "/" in name or name.endswith(".toml"):
+        candidate = (near.parent / name).resolve()
+        if candidate.is_file():
+            return candidate
+    for folder in (near.parent / "tables", *[d / "tables" for d in search_dirs()]):
+        candidate = folder / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    raise TargetError(f"{near}: key 'ops.table': no op table named {name!r}",
+                      hint="tables live in targets/tables/ or a tables/ folder beside the target")
+
+
+@lru_cache(maxsize=32)
+def load_table(path: Path) -> OpTable:
+    data = read_toml(path)
+    reader = Reader(data, path)
+    return OpTable(
+        name=reader.str("name", required=True),
+        product=reader.str("product", default=""),
+        product_version=reader.str("product_version", default=""),
+        dtype_mode=reader.choice("dtype_mode", DTYPE_MODES, default="none"),
+        function_expansion=reader.bool("function_expansion", False),
+        source=_provenance(reader.table("source")),
+        entries=tuple(_op_entry(row) for row in reader.tables("op")),
+        type_notes=reader.strings("type_notes"),
+        open_range=reader.choice("open_range", OPEN_RANGES, default="latest"),
+        general_restrictions=reader.strings("general_restrictions"),
+    )
+
+
+def _provenance(reader: Reader | None) -> Provenance:
+    if reader is None:
+        return Provenance()
+    fields = ("repo", "path", "commit", "tag_or_branch", "url", "retrieved", "provenance_note")
+    return Provenance(**{key: reader.str(key) for key in fields})
+
+
+def _op_entry(row: Reader) -> OpSupport:
+    row.reject_unknown({"op", "domain", "status", "since", "until", "dtypes", "type_constraints",
+                        "restrictions", "predicates", "note"})
+    domain = row.str("domain", default="")
+    dtypes = row.strings("dtypes", KNOWN_DTYPES) if "dtypes" in row.data else None
+    constraints = row.table("type_constraints")
+    type_constraints = None
+    if constraints is not None:
+        type_constraints = tuple(
+            (key, constraints.strings(key)) for key in sorted(constraints.data)
+        )
+    refs = []
+    raw_predicates = row.data.get("predicates", [])
+    if not isinstance(raw_predicates, list):
+        raise row.fail("predicates", "must be a list")
+    for index, item in enumerate(raw_predicates):
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise row.fail(f"predicates[{index}]", "must be a name or a table with 'name'")
+        args = {k: v for k, v in item.items() if k != "name"}
+        problem = predicates.validate(item["name"], args)
+        if problem:
+            raise row.fail(f"predicates[{index}]", problem)
+        refs.append(PredicateRef(item["name"], tuple(sorted((k, _freeze(v)) for k, v in args.items()))))
+    return OpSupport(
+        op=row.str("op", required=True),
+        domain="" if domain == "ai.onnx" else domain,
+        status=row.choice("status", OP_STATUSES, default="supported"),
+        since=row.int("since"),
+        until=row.int("until"),
+        dtypes=dtypes,
+        type_constraints=type_constraints,
+        restrictions=row.strings("restrictions"),
+        predicates=tuple(refs),
+        note=row.str("note"),
+    )
+
+
+def _add_restrictions(entries: tuple[OpSupport, ...], overlays: list[Reader]) -> tuple[OpSupport, ...]:
+    """`[[restrict]]` adds predicates and notes to a table's entries for one op, keeping the rest."""
+    extra: dict[tuple[str, str], OpSupport] = {}
+    for overlay in overlays:
+        parsed = _op_entry(overlay)
+        if not parsed.predicates and not parsed.restrictions:
+            raise overlay.fail("predicates", "a [[restrict]] entry needs predicates or restrictions")
+        extra[(parsed.domain, parsed.op)] = parsed
+    updated = []
+    for entry in entries:
+        add = extra.get((entry.domain, entry.op))
+        if add is not None:
+            entry = replace(entry, predicates=entry.predicates + add.predicates,
+                            restrictions=entry.restrictions + add.restrictions)
+        updated.append(entry)
+    return tuple(updated)
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+# -------------------------------------------------------------------------------- targets
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        # An empty table in an override clears the base table (e.g. no int64 narrowing on TRT 10).
+        if isinstance(value, dict) and value and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _apply_jetpack(data: dict[str, Any], path: Path, requested: str | None) -> tuple[dict, JetPack | None]:
+    section = data.get("jetpack")
+    if section is None:
+        if requested is not None:
+            raise TargetError(f"target '{data.get('name', path.stem)}' is not a Jetson target; "
+                              "--jetpack applies only to targets with a [jetpack] section")
+        return data, None
+    reader = Reader(section, path, "jetpack.")
+    reader.reject_unknown({"default", "releases"})
+    releases = reader.table("releases", required=True)
+    assert releases is not None
+    available = tuple(sorted(releases.data))
+    release = requested or reader.str("default", required=True)
+    if release not in releases.data:
+        raise TargetError(
+            f"target '{data.get('name', path.stem)}' has no data for JetPack {release}",
+            hint=f"available: {', '.join(available)}",
+        )
+    override = releases.data[release]
+    if not isinstance(override, dict):
+        raise reader.fail(f"releases.{release}", "must be a table")
+    merged = _deep_merge({k: v for k, v in data.items() if k != "jetpack"}, override)
+    facts = _jetpack_facts(release, path)
+    return merged, JetPack(release=release, available=available, facts=facts)
+
+
+def _jetpack_facts(release: str, near: Path) -> tuple[tuple[str, Any], ...]:
+    table = read_toml(find_table("jetpack", near))
+    for row in table.get("release", []):
+        if row.get("jetpack") == release:
+            keep = ("jetson_linux_l4t", "tensorrt", "cuda", "cudnn", "dla_sw", "max_onnx_opset",
+                    "all_citations_official")
+            return tuple((k, row[k]) for k in keep if k in row)
+    raise TargetError(f"{near}: key 'jetpack.releases.{release}': JetPack {release} is not in "
+                      "the JetPack map (targets/tables/jetpack.toml)")
+
+
+def _build_target(path: Path, jetpack: str | None) -> Target:
+    raw = read_toml(path)
+    data, jetpack_info = _apply_jetpack(raw, path, jetpack)
+    top = Reader(data, path)
+    top.reject_unknown(TARGET_KEYS - {"jetpack"})
+    if top.int("schema", default=1) != 1:
+        raise top.fail("schema", "only schema 1 is understood by this deploycc")
+
+    backend_r = top.table("backend", required=True)
+    device_r = top.table("device", required=True)
+    opset_r = top.table("opset", required=True)
+    ops_r = top.table("ops", required=True)
+    assert backend_r and device_r and opset_r and ops_r
+    backend_r.reject_unknown({"kind", "version", "execution_provider", "performance_hint"})
+    device_r.reject_unknown({"kind", "name", "compute_capability", "memory_mb"})
+    opset_r.reject_unknown({"min", "max", "preferred", "statement"})
+    ops_r.reject_unknown({"table", "function_expansion"})
+
+    table_name = ops_r.str("table", required=True)
+    table = load_table(find_table(table_name, path))
+    inline = tuple(_op_entry(row) for row in top.tables("op"))
+    if inline:
+        replaced = {(e.domain, e.op) for e in inline}
+        kept = tuple(e for e in table.entries if (e.domain, e.op) not in replaced)
+        table = replace(table, entries=kept + inline, name=f"{table.name}+{path.stem}")
+    restrictions = top.tables("restrict")
+    if restrictions:
+        table = replace(table, entries=_add_restrictions(table.entries, restrictions))
+    if "function_expansion" in ops_r.data:
+        table = replace(table, function_expansion=ops_r.bool("function_expansion"))
+
+    low = opset_r.int("min", default=1)
+    high = opset_r.int("max", required=True)
+    preferred = opset_r.int("preferred", default=high)
+    if not low <= preferred <= high:
+        raise opset_r.fail("preferred", f"{preferred} is outside [{low}, {high}]")
+
+    dtypes_r = top.table("dtypes") or Reader({}, path, "dtypes.")
+    dtypes_r.reject_unknown({"unsupported", "computed_as", "notes"})
+    computed_r = dtypes_r.table("computed_as") or Reader({}, path, "dtypes.computed_as.")
+    computed = []
+    for source in sorted(computed_r.data):
+        if source not in KNOWN_DTYPES:
+            raise computed_r.fail(source, "unknown dtype")
+        computed.append((source, computed_r.choice(source, tuple(sorted(KNOWN_DTYPES)))))
+
+    shapes_r = top.table("shapes", required=True)
+    precision_r = top.table("precision", required=True)
+    assert shapes_r and precision_r
+    supported_precisions = precision_r.strings("supported", PRECISIONS)
+    if not supported_precisions:
+        raise precision_r.fail("supported", "must list at least one precision")
+    default_precision = precision_r.choice("default", supported_precisions)
+    memory_r = top.table("memory") or Reader({}, path, "memory.")
+    memory_r.reject_unknown({"budget_mb", "workspace_mb", "note"})
+
+    dla = None
+    dla_r = top.table("dla")
+    if dla_r is not None:
+        dla_r.reject_unknown({"cores", "precisions", "table", "shape_policy"})
+        dla_table_name = dla_r.str("table")
+        dla = Dla(
+            cores=dla_r.int("cores", required=True),
+            precisions=dla_r.strings("precisions", PRECISIONS),
+            table=load_table(find_table(dla_table_name, path)) if dla_table_name else None,
+            shape_policy=dla_r.choice("shape_policy", SHAPE_POLICIES, default="static"),
+        )
+
+    provenance_r = top.table("provenance") or Reader({}, path, "provenance.")
+    return Target(
+        name=top.str("name", required=True),
+        description=top.str("description", default=""),
+        aliases=top.strings("aliases"),
+        backend=Backend(
+            kind=backend_r.choice("kind", BACKEND_KINDS),
+            version=backend_r.str("version", required=True),
+            execution_provider=backend_r.str("execution_provider"),
+            performance_hint=backend_r.str("performance_hint"),
+        ),
+        device=Device(
+            kind=device_r.choice("kind", DEVICE_KINDS),
+            name=device_r.str("name", default=""),
+            compute_capability=device_r.str("compute_capability"),
+            memory_mb=device_r.int("memory_mb"),
+        ),
+        opset=OpsetRange(min=low, max=high, preferred=preferred, statement=opset_r.str("statement")),
+        ops=table,
+        dtypes=DtypePolicy(
+            unsupported=dtypes_r.strings("unsupported", KNOWN_DTYPES),
+            computed_as=tuple(computed),
+            notes=dtypes_r.strings("notes"),
+        ),
+        shapes=ShapePolicy(policy=shapes_r.choice("policy", SHAPE_POLICIES), note=shapes_r.str("note")),
+        precision=Precision(supported=supported_precisions, default=default_precision),
+        memory=Memory(
+            budget_mb=memory_r.int("budget_mb"),
+            workspace_mb=memory_r.int("workspace_mb"),
+            note=memory_r.str("note"),
+        ),
+        dla=dla,
+        jetpack=jetpack_info,
+        source_file=str(path),
+        provenance=tuple((k, str(v)) for k, v in sorted(provenance_r.data.items())),
+    )

@@ -1,0 +1,320 @@
+"""The shape of a deployment target, as frozen dataclasses validated from TOML.
+
+A target file (`targets/<name>.toml`) is data only. It names a backend, a device, the opset
+range, an op support table (shipped in `targets/tables/`, optionally overridden inline), the
+dtypes the target cannot carry, the shape policy, precisions, memory budget and DLA support.
+`Reader` does the validation: every error names the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deploycc.dtypes import KNOWN_DTYPES
+from deploycc.errors import TargetError
+
+BACKEND_KINDS = ("onnxruntime", "openvino", "tensorrt")
+DEVICE_KINDS = ("CPU", "GPU", "DLA")
+SHAPE_POLICIES = ("static", "dynamic")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8", "int4")
+OP_STATUSES = ("supported", "unsupported", "uncertain")
+DTYPE_MODES = ("primary", "constraints", "none")
+OPEN_RANGES = ("latest", "next_schema_version")
+
+
+@dataclass(frozen=True)
+class PredicateRef:
+    """A named check from the fixed predicate registry, with its arguments from the data."""
+
+    name: str
+    args: tuple[tuple[str, Any], ...] = ()
+
+    def arg(self, key: str, default: Any = None) -> Any:
+        return dict(self.args).get(key, default)
+
+    def describe(self) -> str:
+        if not self.args:
+            return self.name
+        inner = ", ".join(f"{k}={v}" for k, v in self.args)
+        return f"{self.name}({inner})"
+
+
+@dataclass(frozen=True)
+class OpSupport:
+    """One row of an op table: an op (in a domain) over an opset range, and what it accepts."""
+
+    op: str
+    domain: str = ""
+    status: str = "supported"
+    since: int | None = None
+    until: int | None = None
+    # dtype_mode "primary": dtypes allowed for the op's main type constraint (input 0's).
+    dtypes: tuple[str, ...] | None = None
+    # dtype_mode "constraints": allowed dtypes per ONNX type-constraint name (T, T1, ...).
+    type_constraints: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    restrictions: tuple[str, ...] = ()
+    predicates: tuple[PredicateRef, ...] = ()
+    note: str | None = None
+
+    def covers(self, version: int) -> bool:
+        low = self.since if self.since is not None else 0
+        high = self.until if self.until is not None else 10**6
+        return low <= version <= high
+
+
+@dataclass(frozen=True)
+class Provenance:
+    repo: str | None = None
+    path: str | None = None
+    commit: str | None = None
+    tag_or_branch: str | None = None
+    url: str | None = None
+    retrieved: str | None = None
+    provenance_note: str | None = None
+
+
+@dataclass(frozen=True)
+class OpTable:
+    name: str
+    product: str
+    product_version: str
+    dtype_mode: str
+    function_expansion: bool
+    source: Provenance
+    entries: tuple[OpSupport, ...]
+    type_notes: tuple[str, ...] = ()
+    # How an entry without `until` is read: "latest" covers every later op version;
+    # "next_schema_version" covers op versions up to the next ONNX change of the op.
+    open_range: str = "latest"
+    general_restrictions: tuple[str, ...] = ()
+
+    def lookup(self, domain: str, op: str) -> tuple[OpSupport, ...]:
+        return self._index().get((domain, op), ())
+
+    def _index(self) -> dict[tuple[str, str], tuple[OpSupport, ...]]:
+        cached = self.__dict__.get("_index_cache")
+        if cached is None:
+            grouped: dict[tuple[str, str], list[OpSupport]] = {}
+            for entry in self.entries:
+                grouped.setdefault((entry.domain, entry.op), []).append(entry)
+            cached = {key: tuple(rows) for key, rows in grouped.items()}
+            object.__setattr__(self, "_index_cache", cached)
+        return cached
+
+    def count_supported(self) -> int:
+        return len({(e.domain, e.op) for e in self.entries if e.status == "supported"})
+
+
+@dataclass(frozen=True)
+class Backend:
+    kind: str
+    version: str
+    execution_provider: str | None = None
+    performance_hint: str | None = None
+
+
+@dataclass(frozen=True)
+class Device:
+    kind: str
+    name: str
+    compute_capability: str | None = None
+    memory_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class OpsetRange:
+    min: int
+    max: int
+    preferred: int
+    statement: str | None = None
+
+    def contains(self, version: int) -> bool:
+        return self.min <= version <= self.max
+
+
+@dataclass(frozen=True)
+class DtypePolicy:
+    # dtypes no tensor may have on this target (e.g. float64 on TensorRT)
+    unsupported: tuple[str, ...] = ()
+    # dtypes the backend computes as another: TensorRT 8.x int64 -> int32 (values must fit);
+    # ORT float16 -> float32 where an op has no float16 kernel (it inserts Casts)
+    computed_as: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def computed_as_dtype(self, dtype: str) -> str:
+        return dict(self.computed_as).get(dtype, dtype)
+
+
+@dataclass(frozen=True)
+class ShapePolicy:
+    policy: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Precision:
+    supported: tuple[str, ...]
+    default: str
+
+
+@dataclass(frozen=True)
+class Memory:
+    budget_mb: int | None = None
+    workspace_mb: int | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Dla:
+    cores: int
+    precisions: tuple[str, ...]
+    table: OpTable | None = None
+    shape_policy: str = "static"
+
+
+@dataclass(frozen=True)
+class JetPack:
+    """The JetPack release a Jetson target is resolved at, with the facts the map gives."""
+
+    release: str
+    available: tuple[str, ...]
+    facts: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    aliases: tuple[str, ...]
+    backend: Backend
+    device: Device
+    opset: OpsetRange
+    ops: OpTable
+    dtypes: DtypePolicy
+    shapes: ShapePolicy
+    precision: Precision
+    memory: Memory
+    dla: Dla | None
+    jetpack: JetPack | None
+    source_file: str
+    provenance: tuple[tuple[str, str], ...] = field(default=())
+
+    def to_dict(self, with_ops: bool = False) -> dict[str, Any]:
+        data = asdict(self)
+        data["ops"] = _table_summary(self.ops, with_ops)
+        if self.dla is not None and self.dla.table is not None:
+            data["dla"]["table"] = _table_summary(self.dla.table, with_ops)
+        data["spec_hash"] = self.spec_hash
+        return _jsonable(data)
+
+    @property
+    def spec_hash(self) -> str:
+        """sha256 of the fully resolved target, op tables included: the cache key part."""
+        cached = self.__dict__.get("_spec_hash")
+        if cached is None:
+            data = _jsonable(asdict(self))
+            data.pop("source_file", None)
+            blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+            cached = hashlib.sha256(blob).hexdigest()
+            object.__setattr__(self, "_spec_hash", cached)
+        return cached
+
+
+def _table_summary(table: OpTable, with_ops: bool) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "name": table.name,
+        "product": table.product,
+        "product_version": table.product_version,
+        "supported_ops": table.count_supported(),
+        "entries": len(table.entries),
+        "source": asdict(table.source),
+    }
+    if with_ops:
+        summary["op"] = [asdict(e) for e in table.entries]
+    return summary
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items() if not k.startswith("_")}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+class Reader:
+    """Typed access to one TOML document; every error names the file and the dotted key."""
+
+    def __init__(self, data: Mapping[str, Any], file: Path | str, prefix: str = "") -> None:
+        self.data = data
+        self.file = str(file)
+        self.prefix = prefix
+
+    def fail(self, key: str, problem: str) -> TargetError:
+        return TargetError(
+            f"{self.file}: key '{self.prefix}{key}': {problem}",
+            hint="see targets/README.md for the target file format",
+        )
+
+    def _get(self, key: str, kind: type | tuple[type, ...], required: bool, default: Any) -> Any:
+        if key not in self.data:
+            if required:
+                raise self.fail(key, "is required")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) and kind in (int, (int,)):
+            raise self.fail(key, f"must be an integer, not {value!r}")
+        if not isinstance(value, kind):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.fail(key, f"must be {names}, not {type(value).__name__} {value!r}")
+        return value
+
+    def str(self, key: str, default: str | None = None, required: bool = False) -> Any:
+        return self._get(key, str, required, default)
+
+    def int(self, key: str, default: int | None = None, required: bool = False) -> Any:
+        return self._get(key, int, required, default)
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        return bool(self._get(key, bool, False, default))
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> Any:
+        value = self.str(key, default, required=default is None)
+        if value not in choices:
+            raise self.fail(key, f"must be one of {', '.join(choices)}, not {value!r}")
+        return value
+
+    def strings(self, key: str, choices: frozenset[str] | tuple[str, ...] | None = None) -> tuple:
+        values = self._get(key, list, False, [])
+        for index, item in enumerate(values):
+            if not isinstance(item, str):
+                raise self.fail(f"{key}[{index}]", f"must be a string, not {item!r}")
+            if choices is not None and item not in choices:
+                raise self.fail(f"{key}[{index}]", f"unknown value {item!r}")
+        return tuple(values)
+
+    def table(self, key: str, required: bool = False) -> Reader | None:
+        value = self._get(key, dict, required, None)
+        return None if value is None else Reader(value, self.file, f"{self.prefix}{key}.")
+
+    def tables(self, key: str) -> list[Reader]:
+        rows = self._get(key, list, False, [])
+        readers = []
+        for index, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise self.fail(f"{key}[{index}]", "must be a table")
+            readers.append(Reader(row, self.file, f"{self.prefix}{key}[{index}]."))
+        return readers
+
+    def reject_unknown(self, allowed: set[str]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                raise self.fail(key, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
