@@ -175,7 +175,7 @@ def judge_model(model: ir.Model, target: Target, *, dla: bool = False) -> Target
     counts = {"legal": 0, "conditional": 0, "illegal": 0}
     for verdict in verdicts:
         counts[verdict.status] += 1
-    dla_split = None
+    dla_split: dict[str, list[str]] | None = None
     if judge.with_dla:
         dla_split = {"dla": [], "gpu-fallback": [], "uncertain": []}
         for verdict in verdicts:

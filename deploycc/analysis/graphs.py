@@ -41,7 +41,8 @@ def dims_of(value: ir.Value) -> list[int | str] | None:
         if isinstance(dim, int):
             dims.append(dim)
         else:
-            dims.append(dim.value if getattr(dim, "value", None) else "?")
+            name = getattr(dim, "value", None)
+            dims.append(name if isinstance(name, str) and name else "?")
     return dims
 
 

@@ -64,8 +64,10 @@ def _values_bound(node: ir.Node, schema: Any, constraint: str) -> list[ir.Value]
         values = node.inputs if kind == "input" else node.outputs
         if schemas.is_variadic(schema, kind, index):
             bound.extend(v for v in values[index:] if v is not None)
-        elif index < len(values) and values[index] is not None:
-            bound.append(values[index])
+        elif index < len(values):
+            value = values[index]
+            if value is not None:
+                bound.append(value)
     return bound
 
 

@@ -61,12 +61,14 @@ def render_target(target: Target) -> None:
               f"({target.ops.product} {target.ops.product_version})")
     src = target.ops.source
     if src.repo or src.url:
-        out.print(f"  source       {src.repo or ''} {src.path or ''} @ {src.commit or src.tag_or_branch or '?'}")
+        pinned = src.commit or src.tag_or_branch or "?"
+        out.print(f"  source       {src.repo or ''} {src.path or ''} @ {pinned}")
     if target.dtypes.unsupported:
         out.print(f"  no dtypes    {', '.join(target.dtypes.unsupported)}")
     for source, carried in target.dtypes.computed_as:
         out.print(f"  computes     {source} as {carried}")
-    out.print(f"  shapes       {target.shapes.policy}" + (f" ({target.shapes.note})" if target.shapes.note else ""))
+    shape_note = f" ({target.shapes.note})" if target.shapes.note else ""
+    out.print(f"  shapes       {target.shapes.policy}{shape_note}")
     out.print(f"  precisions   {', '.join(target.precision.supported)} (default {target.precision.default})")
     if target.memory.budget_mb or target.memory.workspace_mb:
         out.print(f"  memory       budget {target.memory.budget_mb or '-'} MB, "

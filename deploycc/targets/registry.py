@@ -34,8 +34,8 @@ from deploycc.targets.schema import (
     DtypePolicy,
     JetPack,
     Memory,
-    OpSupport,
     OpsetRange,
+    OpSupport,
     OpTable,
     Precision,
     PredicateRef,
@@ -162,11 +162,11 @@ def load_table(path: Path) -> OpTable:
     data = read_toml(path)
     reader = Reader(data, path)
     return OpTable(
-        name=reader.str("name", required=True),
-        product=reader.str("product", default=""),
-        product_version=reader.str("product_version", default=""),
+        name=reader.text("name", required=True),
+        product=reader.text("product", default=""),
+        product_version=reader.text("product_version", default=""),
         dtype_mode=reader.choice("dtype_mode", DTYPE_MODES, default="none"),
-        function_expansion=reader.bool("function_expansion", False),
+        function_expansion=reader.flag("function_expansion", False),
         source=_provenance(reader.table("source")),
         entries=tuple(_op_entry(row) for row in reader.tables("op")),
         type_notes=reader.strings("type_notes"),
@@ -179,13 +179,13 @@ def _provenance(reader: Reader | None) -> Provenance:
     if reader is None:
         return Provenance()
     fields = ("repo", "path", "commit", "tag_or_branch", "url", "retrieved", "provenance_note")
-    return Provenance(**{key: reader.str(key) for key in fields})
+    return Provenance(**{key: reader.text(key) for key in fields})
 
 
 def _op_entry(row: Reader) -> OpSupport:
     row.reject_unknown({"op", "domain", "status", "since", "until", "dtypes", "type_constraints",
                         "restrictions", "predicates", "note"})
-    domain = row.str("domain", default="")
+    domain = row.text("domain", default="")
     dtypes = row.strings("dtypes", KNOWN_DTYPES) if "dtypes" in row.data else None
     constraints = row.table("type_constraints")
     type_constraints = None
@@ -208,16 +208,16 @@ def _op_entry(row: Reader) -> OpSupport:
             raise row.fail(f"predicates[{index}]", problem)
         refs.append(PredicateRef(item["name"], tuple(sorted((k, _freeze(v)) for k, v in args.items()))))
     return OpSupport(
-        op=row.str("op", required=True),
+        op=row.text("op", required=True),
         domain="" if domain == "ai.onnx" else domain,
         status=row.choice("status", OP_STATUSES, default="supported"),
-        since=row.int("since"),
-        until=row.int("until"),
+        since=row.integer("since"),
+        until=row.integer("until"),
         dtypes=dtypes,
         type_constraints=type_constraints,
         restrictions=row.strings("restrictions"),
         predicates=tuple(refs),
-        note=row.str("note"),
+        note=row.text("note"),
     )
 
 
@@ -269,7 +269,7 @@ def _apply_jetpack(data: dict[str, Any], path: Path, requested: str | None) -> t
     releases = reader.table("releases", required=True)
     assert releases is not None
     available = tuple(sorted(releases.data))
-    release = requested or reader.str("default", required=True)
+    release = requested or reader.text("default", required=True)
     if release not in releases.data:
         raise TargetError(
             f"target '{data.get('name', path.stem)}' has no data for JetPack {release}",
@@ -299,7 +299,7 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
     data, jetpack_info = _apply_jetpack(raw, path, jetpack)
     top = Reader(data, path)
     top.reject_unknown(TARGET_KEYS - {"jetpack"})
-    if top.int("schema", default=1) != 1:
+    if top.integer("schema", default=1) != 1:
         raise top.fail("schema", "only schema 1 is understood by this deploycc")
 
     backend_r = top.table("backend", required=True)
@@ -312,7 +312,7 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
     opset_r.reject_unknown({"min", "max", "preferred", "statement"})
     ops_r.reject_unknown({"table", "function_expansion"})
 
-    table_name = ops_r.str("table", required=True)
+    table_name = ops_r.text("table", required=True)
     table = load_table(find_table(table_name, path))
     inline = tuple(_op_entry(row) for row in top.tables("op"))
     if inline:
@@ -323,11 +323,11 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
     if restrictions:
         table = replace(table, entries=_add_restrictions(table.entries, restrictions))
     if "function_expansion" in ops_r.data:
-        table = replace(table, function_expansion=ops_r.bool("function_expansion"))
+        table = replace(table, function_expansion=ops_r.flag("function_expansion"))
 
-    low = opset_r.int("min", default=1)
-    high = opset_r.int("max", required=True)
-    preferred = opset_r.int("preferred", default=high)
+    low = opset_r.integer("min", default=1)
+    high = opset_r.integer("max", required=True)
+    preferred = opset_r.integer("preferred", default=high)
     if not low <= preferred <= high:
         raise opset_r.fail("preferred", f"{preferred} is outside [{low}, {high}]")
 
@@ -354,9 +354,9 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
     dla_r = top.table("dla")
     if dla_r is not None:
         dla_r.reject_unknown({"cores", "precisions", "table", "shape_policy"})
-        dla_table_name = dla_r.str("table")
+        dla_table_name = dla_r.text("table")
         dla = Dla(
-            cores=dla_r.int("cores", required=True),
+            cores=dla_r.integer("cores", required=True),
             precisions=dla_r.strings("precisions", PRECISIONS),
             table=load_table(find_table(dla_table_name, path)) if dla_table_name else None,
             shape_policy=dla_r.choice("shape_policy", SHAPE_POLICIES, default="static"),
@@ -364,34 +364,34 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
 
     provenance_r = top.table("provenance") or Reader({}, path, "provenance.")
     return Target(
-        name=top.str("name", required=True),
-        description=top.str("description", default=""),
+        name=top.text("name", required=True),
+        description=top.text("description", default=""),
         aliases=top.strings("aliases"),
         backend=Backend(
             kind=backend_r.choice("kind", BACKEND_KINDS),
-            version=backend_r.str("version", required=True),
-            execution_provider=backend_r.str("execution_provider"),
-            performance_hint=backend_r.str("performance_hint"),
+            version=backend_r.text("version", required=True),
+            execution_provider=backend_r.text("execution_provider"),
+            performance_hint=backend_r.text("performance_hint"),
         ),
         device=Device(
             kind=device_r.choice("kind", DEVICE_KINDS),
-            name=device_r.str("name", default=""),
-            compute_capability=device_r.str("compute_capability"),
-            memory_mb=device_r.int("memory_mb"),
+            name=device_r.text("name", default=""),
+            compute_capability=device_r.text("compute_capability"),
+            memory_mb=device_r.integer("memory_mb"),
         ),
-        opset=OpsetRange(min=low, max=high, preferred=preferred, statement=opset_r.str("statement")),
+        opset=OpsetRange(min=low, max=high, preferred=preferred, statement=opset_r.text("statement")),
         ops=table,
         dtypes=DtypePolicy(
             unsupported=dtypes_r.strings("unsupported", KNOWN_DTYPES),
             computed_as=tuple(computed),
             notes=dtypes_r.strings("notes"),
         ),
-        shapes=ShapePolicy(policy=shapes_r.choice("policy", SHAPE_POLICIES), note=shapes_r.str("note")),
+        shapes=ShapePolicy(policy=shapes_r.choice("policy", SHAPE_POLICIES), note=shapes_r.text("note")),
         precision=Precision(supported=supported_precisions, default=default_precision),
         memory=Memory(
-            budget_mb=memory_r.int("budget_mb"),
-            workspace_mb=memory_r.int("workspace_mb"),
-            note=memory_r.str("note"),
+            budget_mb=memory_r.integer("budget_mb"),
+            workspace_mb=memory_r.integer("workspace_mb"),
+            note=memory_r.text("note"),
         ),
         dla=dla,
         jetpack=jetpack_info,

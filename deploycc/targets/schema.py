@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploycc.dtypes import KNOWN_DTYPES
 from deploycc.errors import TargetError
 
 BACKEND_KINDS = ("onnxruntime", "openvino", "tensorrt")
@@ -277,17 +276,17 @@ class Reader:
             raise self.fail(key, f"must be {names}, not {type(value).__name__} {value!r}")
         return value
 
-    def str(self, key: str, default: str | None = None, required: bool = False) -> Any:
+    def text(self, key: str, default: str | None = None, required: bool = False) -> Any:
         return self._get(key, str, required, default)
 
-    def int(self, key: str, default: int | None = None, required: bool = False) -> Any:
+    def integer(self, key: str, default: int | None = None, required: bool = False) -> Any:
         return self._get(key, int, required, default)
 
-    def bool(self, key: str, default: bool = False) -> bool:
+    def flag(self, key: str, default: bool = False) -> bool:
         return bool(self._get(key, bool, False, default))
 
     def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> Any:
-        value = self.str(key, default, required=default is None)
+        value = self.text(key, default, required=default is None)
         if value not in choices:
             raise self.fail(key, f"must be one of {', '.join(choices)}, not {value!r}")
         return value

@@ -1,0 +1,3 @@
+from deploycc.cli.main import main
+
+main()

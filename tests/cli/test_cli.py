@@ -1,0 +1,126 @@
+"""The CLI: exit codes, one-line errors without tracebacks, JSON identical to the API's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+import deploycc
+from tests.conftest import REPO
+
+GOOD = """
+<ir_version: 10, opset_import: ["" : 20]>
+g (float[N,8] x) => (float[N,8] y) { y = Gelu(x) }
+"""
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploycc.cli", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, cwd=REPO)
+
+
+def test_check_exit_codes(write_model):
+    path = str(write_model(GOOD))
+    assert run("check", path, "-t", "ort-cpu").returncode == 0
+    assert run("check", path, "-t", "jetson-xavier").returncode == 1
+
+
+def test_json_output_is_the_api_result(write_model):
+    path = str(write_model(GOOD))
+    out = run("check", path, "-t", "jetson-xavier", "-t", "ort-cpu", "--json")
+    assert json.loads(out.stdout) == deploycc.check(path, ["jetson-xavier", "ort-cpu"]).to_dict()
+    out = run("inspect", path, "--json")
+    assert json.loads(out.stdout) == deploycc.inspect(path).to_dict()
+    out = run("targets", "--json")
+    assert json.loads(out.stdout) == deploycc.list_targets().to_dict()
+    out = run("targets", "show", "jetson-xavier", "--json")
+    assert json.loads(out.stdout)["spec_hash"] == deploycc.get_target("jetson-xavier").spec_hash
+
+
+def test_tables_for_people(write_model):
+    path = str(write_model(GOOD))
+    out = run("check", path, "-t", "jetson-xavier", "-t", "ort-cpu")
+    assert "Gelu" in out.stdout and "verdict" in out.stdout
+    assert "ort-cpu" in run("targets").stdout
+    shown = run("targets", "show", "xavier", "--jetpack", "4.6.1")
+    assert "8.2.1" in shown.stdout and "32.7.1" in shown.stdout
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, list[str]]:
+    good = tmp_path / "good.onnx"
+    onnx.save(onnx.parser.parse_model(GOOD), good)
+    zero = tmp_path / "zero.onnx"
+    zero.write_bytes(b"")
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(good.read_bytes()[:40])
+    noise = tmp_path / "noise.onnx"
+    noise.write_bytes(os.urandom(4096))
+    not_a_model = tmp_path / "graph.onnx"
+    not_a_model.write_bytes(onnx.parser.parse_graph("g (float x) => (float y) { y = Relu(x) }")
+                            .SerializeToString())
+    unchecked = onnx.parser.parse_model(GOOD)
+    unchecked.graph.node[0].input[0] = "nowhere"
+    invalid = tmp_path / "invalid.onnx"
+    invalid.write_bytes(unchecked.SerializeToString())
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_text("name = ")
+    return {
+        "missing file": ["check", str(tmp_path / "absent.onnx")],
+        "directory": ["inspect", str(tmp_path)],
+        "zero bytes": ["check", str(zero)],
+        "truncated": ["inspect", str(truncated)],
+        "random bytes": ["check", str(noise)],
+        "not a model": ["check", str(not_a_model)],
+        "fails the checker": ["check", str(invalid)],
+        "unknown target": ["check", str(good), "-t", "jetson-xaviar"],
+        "malformed target toml": ["check", str(good), "-t", str(bad_toml)],
+        "unknown option": ["check", str(good), "--frobnicate"],
+        "unknown jetpack": ["targets", "show", "jetson-nano", "--jetpack", "9.9"],
+    }
+
+
+def test_bad_input_gets_one_line_and_exit_2(tmp_path: Path):
+    messages = set()
+    for label, args in _bad_inputs(tmp_path).items():
+        result = run(*args)
+        assert result.returncode == 2, (label, result.stderr)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1, (label, result.stderr)
+        assert lines[0].startswith("deploycc: error: "), (label, lines[0])
+        assert "Traceback" not in result.stderr
+        messages.add(lines[0])
+    assert len(messages) == len(_bad_inputs(tmp_path))  # each names its own problem
+    assert any("did you mean 'jetson-xavier'" in m for m in messages)
+
+
+def test_debug_shows_the_traceback(tmp_path: Path):
+    result = run("--debug", "check", str(tmp_path / "absent.onnx"))
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize("argv", [["-c", "import deploycc"],
+                                  ["-m", "deploycc.cli", "--help"],
+                                  ["-m", "deploycc.cli", "targets"]])
+def test_no_backend_is_imported_by_import_or_help(argv: list[str]):
+    code = (
+        "import sys, atexit\n"
+        "def report():\n"
+        "    heavy = [m for m in ('onnxruntime', 'openvino', 'tensorrt') if m in sys.modules]\n"
+        "    sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+        "atexit.register(report)\n"
+    )
+    if argv[0] == "-c":
+        code += argv[1] + "\n"
+    else:
+        code += (f"sys.argv = ['deploycc', *{argv[2:]!r}]\n"
+                 "from deploycc.cli.main import main\n"
+                 "try:\n    main()\nexcept SystemExit:\n    pass\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert "HEAVY=\n" in result.stderr, result.stderr

@@ -1,0 +1,181 @@
+"""Targets are data: the six built-ins load, user files and search paths work, errors name key."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploycc.errors import TargetError
+from deploycc.targets import registry
+from tests.conftest import REPO, SHARED_CAPABILITIES
+
+BUILTIN = ["gpu-trt10", "jetson-nano", "jetson-orin", "jetson-xavier", "openvino-cpu", "ort-cpu"]
+
+
+def test_the_six_builtin_targets_load_with_their_backends():
+    targets = {t.name: t for t in registry.list_targets()}
+    assert sorted(targets) == BUILTIN
+    assert targets["ort-cpu"].backend.kind == "onnxruntime"
+    assert targets["openvino-cpu"].backend.kind == "openvino"
+    assert targets["jetson-nano"].backend.version.startswith("8.2")
+    assert targets["jetson-xavier"].backend.version == "8.5.2"
+    assert targets["jetson-xavier"].dla is not None and targets["jetson-xavier"].dla.cores == 2
+    assert targets["jetson-orin"].dla is not None
+    assert targets["gpu-trt10"].backend.version.startswith("10.")
+    assert targets["jetson-xavier"].opset.max == 17 and targets["jetson-nano"].opset.max == 13
+    assert "float64" in targets["gpu-trt10"].dtypes.unsupported
+    assert targets["jetson-xavier"].dtypes.computed_as_dtype("int64") == "int32"
+    assert targets["gpu-trt10"].dtypes.computed_as_dtype("int64") == "int64"
+
+
+def test_default_target_is_ort_cpu():
+    assert registry.resolve().name == "ort-cpu"
+
+
+def test_op_tables_keep_their_provenance():
+    for target in registry.list_targets():
+        source = target.ops.source
+        assert source.repo, target.name
+        assert source.url or source.path, target.name
+    assert registry.resolve("jetson-xavier").ops.source.commit == "7583da4c62475e84b7be31f4b8fb0c101873d434"
+
+
+def test_aliases_resolve():
+    assert registry.resolve("xavier").name == "jetson-xavier"
+    assert registry.resolve("ov").name == "openvino-cpu"
+
+
+def test_unknown_target_suggests_the_nearest():
+    with pytest.raises(TargetError, match="did you mean 'jetson-orin'"):
+        registry.resolve("jetson-orinn")
+
+
+def test_jetpack_release_switches_tensorrt_opset_and_op_table():
+    default = registry.resolve("jetson-xavier")
+    older = registry.resolve("jetson-xavier", jetpack="4.6.1")
+    assert default.jetpack is not None and default.jetpack.release == "5.1.2"
+    assert older.backend.version == "8.2.1"
+    assert older.opset.max == 13
+    assert older.ops.name == "onnx-tensorrt-8.2"
+    assert dict(older.jetpack.facts)["jetson_linux_l4t"] == "32.7.1"
+    assert older.spec_hash != default.spec_hash
+    orin_trt10 = registry.resolve("jetson-orin", jetpack="6.2")
+    assert orin_trt10.ops.name == "onnx-tensorrt-10"
+    assert orin_trt10.dtypes.computed_as_dtype("int64") == "int64"  # TRT 10 carries int64
+
+
+def test_unknown_jetpack_release_is_refused_with_the_available_ones():
+    with pytest.raises(TargetError, match=r"available: .*5\.1\.2"):
+        registry.resolve("jetson-xavier", jetpack="3.0")
+    with pytest.raises(TargetError, match="not a Jetson target"):
+        registry.resolve("ort-cpu", jetpack="5.1.2")
+
+
+def test_spec_hash_is_stable_and_covers_the_op_table():
+    first = registry.resolve("jetson-orin").spec_hash
+    assert first == registry.resolve("orin").spec_hash
+    assert len(first) == 64
+
+
+MY_BOARD = """
+schema = 1
+name = "my-board"
+description = "a board of our own, on the TensorRT 8.5 table"
+[backend]
+kind = "tensorrt"
+version = "8.5.2"
+[device]
+kind = "GPU"
+name = "custom"
+[opset]
+max = 17
+[ops]
+table = "onnx-tensorrt-8.5"
+[shapes]
+policy = "static"
+[precision]
+supported = ["fp16"]
+default = "fp16"
+[[op]]
+op = "LayerNormalization"
+status = "supported"
+dtypes = ["float32", "float16"]
+"""
+
+
+def test_user_target_file_by_path_with_inline_op_override(tmp_path: Path):
+    path = tmp_path / "my-board.toml"
+    path.write_text(MY_BOARD)
+    target = registry.resolve(str(path))
+    assert target.name == "my-board"
+    assert target.shapes.policy == "static"
+    (entry,) = target.ops.lookup("", "LayerNormalization")
+    assert entry.status == "supported"
+    assert target.ops.lookup("", "Conv")  # the rest of the table is kept
+
+
+def test_search_path_env_finds_user_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "my-board.toml").write_text(MY_BOARD)
+    monkeypatch.setenv(registry.TARGET_PATH_ENV, str(tmp_path))
+    assert registry.resolve("my-board").name == "my-board"
+    assert "my-board" in registry.target_files()
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda s: s.replace('kind = "tensorrt"', 'kind = "tensorflow"'), "backend.kind"),
+        (lambda s: s.replace("max = 17", 'max = "seventeen"'), "opset.max"),
+        (lambda s: s.replace('supported = ["fp16"]', 'supported = ["fp13"]'), "precision.supported[0]"),
+        (lambda s: s.replace("[shapes]", "[shapez]"), "shapez"),
+        (lambda s: s.replace('dtypes = ["float32", "float16"]', 'dtypes = ["float31"]'),
+         "op[0].dtypes[0]"),
+        (lambda s: s.replace('status = "supported"', 'status = "maybe"'), "op[0].status"),
+        (lambda s: s + '\n[[restrict]]\nop = "Conv"\npredicates = ["run_shell"]\n',
+         "restrict[0].predicates[0]"),
+        (lambda s: s + '\n[[restrict]]\nop = "Conv"\npredicates = [{ name = "attribute_in" }]\n',
+         "restrict[0].predicates[0]"),
+    ],
+)
+def test_malformed_target_file_error_names_file_and_key(tmp_path: Path, edit, key: str):
+    path = tmp_path / "bad.toml"
+    path.write_text(edit(MY_BOARD))
+    with pytest.raises(TargetError) as error:
+        registry.resolve(str(path))
+    assert str(path) in str(error.value)
+    assert f"'{key}'" in str(error.value)
+
+
+def test_unknown_predicate_is_a_load_error_not_code(tmp_path: Path):
+    path = tmp_path / "evil.toml"
+    path.write_text(MY_BOARD + '\n[[restrict]]\nop = "Conv"\npredicates = ["__import__"]\n')
+    with pytest.raises(TargetError, match="unknown predicate '__import__'"):
+        registry.resolve(str(path))
+
+
+def test_invalid_toml_is_a_target_error(tmp_path: Path):
+    path = tmp_path / "broken.toml"
+    path.write_text("name = [unclosed\n")
+    with pytest.raises(TargetError, match="not valid TOML"):
+        registry.resolve(str(path))
+
+
+@pytest.mark.skipif(not SHARED_CAPABILITIES.is_dir(),
+                    reason="../shared/capabilities is not beside this checkout")
+def test_shipped_tables_are_exactly_what_the_importer_makes_from_the_vendor_data(tmp_path: Path):
+    subprocess.run([sys.executable, str(REPO / "tools" / "import_capabilities.py"), "--shared",
+                    str(SHARED_CAPABILITIES), "--out", str(tmp_path)], check=True, capture_output=True)
+    shipped = REPO / "targets" / "tables"
+    names = sorted(p.name for p in tmp_path.glob("*.toml"))
+    assert names == sorted(p.name for p in shipped.glob("*.toml"))
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path, shipped, names, shallow=False)
+    assert not mismatch and not errors, f"regenerate with tools/import_capabilities.py: {mismatch}"
+
+
+def test_no_runtime_code_reads_the_shared_folder():
+    for path in (REPO / "deploycc").rglob("*.py"):
+        assert "shared/capabilities" not in path.read_text(), path
