@@ -22,8 +22,10 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/make_models.py --out $(DEMO_DIR)
 	$(BIN)/deploycc inspect $(DEMO_DIR)/small_cnn.onnx
 	$(BIN)/deploycc check $(DEMO_DIR)/small_cnn.onnx --target ort-cpu
-	-$(BIN)/deploycc check $(DEMO_DIR)/encoder_block.onnx \
-		--target ort-cpu --target openvino-cpu --target jetson-xavier --target jetson-nano
+	@# exit code 1 here means "illegal nodes found": expected for the TensorRT targets
+	$(BIN)/deploycc check $(DEMO_DIR)/encoder_block.onnx \
+		--target ort-cpu --target openvino-cpu --target jetson-xavier --target jetson-nano \
+		|| echo "deploycc check exited $$? (1 = illegal nodes on some target, the legalizer's job)"
 
 test: $(VENV)/.installed lint typecheck pytest
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.analysis.graphs import all_graphs, dynamic_dims, node_label
+from deploycc.analysis.graphs import all_graphs, dynamic_dims
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.legality.conversion_target import CONDITIONAL, ILLEGAL, ConversionTarget, NodeVerdict
 from deploycc.results import Result
@@ -215,5 +215,3 @@ def check_model(path: str | Path, targets: list[Target], *, dla: bool = False) -
         targets=[judge_model(model, target, dla=dla) for target in targets],
     )
 
-
-__all__ = ["CheckReport", "NodeGroup", "TargetVerdict", "check_model", "judge_model", "node_label"]

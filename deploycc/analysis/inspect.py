@@ -20,7 +20,7 @@ from deploycc.analysis.graphs import (
     dims_of,
     node_label,
 )
-from deploycc.dtypes import dtype_name, type_name
+from deploycc.dtypes import dtype_name
 from deploycc.results import Result
 
 if TYPE_CHECKING:
@@ -239,5 +239,3 @@ def inspect_model(path: str | Path) -> InspectReport:
         notes=notes,
     )
 
-
-__all__ = ["Finding", "InspectReport", "inspect_model", "type_name"]
