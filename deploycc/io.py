@@ -209,8 +209,13 @@ def validate_inline_tensors(proto: onnx.ModelProto, path: Path) -> None:
                               f"{list(tensor.dims)} needs {expected}")
 
 
-def check_proto(proto: onnx.ModelProto, path: Path) -> None:
-    """onnx.checker, on the weight-less proto (so it works past 2 GB), as a one-line error."""
+def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = False) -> None:
+    """onnx.checker as a one-line error; weights are not loaded, so it works past 2 GB.
+
+    With external data the checker is given the path: given a proto, it would look for the
+    data files relative to the current directory instead of beside the model. The locations
+    were vetted by validate_external_data before this runs.
+    """
     import onnx
 
     newest = onnx.defs.onnx_opset_version()
@@ -220,7 +225,7 @@ def check_proto(proto: onnx.ModelProto, path: Path) -> None:
                               f"the {newest} the installed onnx {onnx.__version__} knows",
                         "upgrade onnx, or export the model at a lower opset")
     try:
-        onnx.checker.check_model(proto, full_check=False)
+        onnx.checker.check_model(str(path) if has_external_data else proto, full_check=False)
     except onnx.checker.ValidationError as error:
         first = next((line for line in str(error).splitlines() if line.strip()), "invalid model")
         raise _fail(path, f"fails the ONNX checker: {first.strip()}") from None
@@ -238,7 +243,7 @@ def load(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
     external_files = validate_external_data(proto, model_path)
     validate_inline_tensors(proto, model_path)
     if check:
-        check_proto(proto, model_path)
+        check_proto(proto, model_path, has_external_data=bool(external_files))
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as error:  # onnx-ir's own complaints about a broken graph

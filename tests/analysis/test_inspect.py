@@ -108,12 +108,21 @@ def test_external_data_is_listed(tmp_path: Path):
     assert report.parameter_bytes == 4000
 
 
-def test_a_model_over_2gb_is_inspected_without_reading_its_weights(tmp_path: Path):
+def test_check_finds_external_data_beside_the_model_from_any_directory(
+        tmp_path: Path, monkeypatch):
+    path = _external_model(tmp_path / "m", 1000)
+    monkeypatch.chdir(tmp_path)  # not the model's folder
+    report = deploycc.check(path, ["ort-cpu"])
+    assert report.targets[0].legal
+
+
+def test_a_model_over_2gb_is_inspected_and_checked_without_reading_its_weights(tmp_path: Path):
     elements = (2**31 + 2**28) // 4  # 2.25 GiB of float32
     path = _external_model(tmp_path / "huge", elements)
     code = (
         "import resource, deploycc, json, sys\n"
         f"r = deploycc.inspect({str(path)!r})\n"
+        f"assert deploycc.check({str(path)!r}, ['ort-cpu', 'jetson-xavier']).exit_code == 0\n"
         "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
         "print(json.dumps([r.parameter_bytes, r.external_data[0]['size_bytes'], peak]))\n"
     )
