@@ -13,18 +13,21 @@ if TYPE_CHECKING:
 SUBGRAPH_OPS = ("If", "Loop", "Scan")
 
 
+def subgraphs_of(node: ir.Node) -> Iterator[ir.Graph]:
+    """The graphs held directly in a node's attributes (If branches, Loop/Scan bodies)."""
+    for attr in node.attributes.values():
+        if attr.type.name == "GRAPH":
+            yield attr.value
+        elif attr.type.name == "GRAPHS":
+            yield from attr.value
+
+
 def all_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
     """The graph and every subgraph nested in its nodes' attributes, depth first."""
     yield graph
     for node in graph:
-        for attr in node.attributes.values():
-            subgraphs = []
-            if attr.type.name == "GRAPH":
-                subgraphs = [attr.value]
-            elif attr.type.name == "GRAPHS":
-                subgraphs = list(attr.value)
-            for sub in subgraphs:
-                yield from all_graphs(sub)
+        for sub in subgraphs_of(node):
+            yield from all_graphs(sub)
 
 
 def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:

@@ -19,6 +19,7 @@ from deploycc.analysis.graphs import (
     describe_value,
     dims_of,
     node_label,
+    subgraphs_of,
 )
 from deploycc.dtypes import dtype_name
 from deploycc.results import Result
@@ -98,12 +99,9 @@ def _constant_values(graph: ir.Graph) -> set[int]:
 def _outer_inputs(node: ir.Node) -> list[ir.Value]:
     """Values a node reads: its inputs plus whatever its subgraphs read from outer scopes."""
     values = [v for v in node.inputs if v is not None]
-    for attr in node.attributes.values():
-        subgraphs = [attr.value] if attr.type.name == "GRAPH" else (
-            list(attr.value) if attr.type.name == "GRAPHS" else [])
-        for sub in subgraphs:
-            for inner in all_nodes(sub):
-                values.extend(v for v in inner.inputs if v is not None)
+    for sub in subgraphs_of(node):
+        for inner in all_nodes(sub):
+            values.extend(v for v in inner.inputs if v is not None)
     return values
 
 

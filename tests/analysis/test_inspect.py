@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -130,7 +129,7 @@ def test_a_model_over_2gb_is_inspected_and_checked_without_reading_its_weights(t
     parameter_bytes, size, peak = (int(x) for x in out.stdout.strip()[1:-1].split(","))
     assert parameter_bytes == elements * 4 == size
     assert peak < 1 << 30, f"peak RSS {peak} bytes: the weights were read"
-    assert resource.getrusage(resource.RUSAGE_SELF) is not None and os.path.getsize(path) < 1000
+    assert os.path.getsize(path) < 1000  # the .onnx holds the graph only; the weights are external
 
 
 def test_external_data_outside_the_folder_is_refused(tmp_path: Path):
