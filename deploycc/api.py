@@ -14,8 +14,12 @@ from typing import TYPE_CHECKING
 from deploycc.results import Result
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from deploycc.analysis.check import CheckReport
     from deploycc.analysis.inspect import InspectReport
+    from deploycc.pipeline.context import LegalizeOptions
+    from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
 
 
@@ -89,6 +93,7 @@ def check(
     *,
     jetpack: str | None = None,
     dla: bool = False,
+    explain: bool = False,
 ) -> CheckReport:
     """Judge every node of `model` against each target; list every illegal node and why."""
     from deploycc.analysis.check import check_model
@@ -97,4 +102,23 @@ def check(
     if not targets:
         raise OptionError("no target given", hint="pass at least one --target")
     resolved = [t if not isinstance(t, str) else get_target(t, jetpack=jetpack) for t in targets]
-    return check_model(model, resolved, dla=dla)
+    return check_model(model, resolved, dla=dla, explain=explain)
+
+
+def legalize(
+    model: str | Path,
+    target: str | Target = "ort-cpu",
+    output: str | Path | None = None,
+    options: LegalizeOptions | None = None,
+    *,
+    jetpack: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LegalizeReport:
+    """Rewrite `model` into one `target` accepts, prove every rewrite, verify, write atomically.
+
+    Returns the report; `report.success` says whether the output was written (see `summary`).
+    """
+    from deploycc.pipeline.legalize import legalize as run
+
+    resolved = target if not isinstance(target, str) else get_target(target, jetpack=jetpack)
+    return run(model, resolved, options, output=output, progress=progress)

@@ -257,3 +257,151 @@ def to_proto(model: ir.Model) -> Any:
     import onnx_ir as ir
 
     return ir.serde.serialize_model(model)
+
+
+# ------------------------------------------------------------------ protobuf-only operations
+
+LARGE_TENSOR_BYTES = 1024  # initializers above this are kept out of protobuf round trips
+HOLD_DOMAIN = "deploycc.hold"
+
+
+def convert_opset(model: ir.Model, version: int) -> ir.Model:
+    """onnx.version_converter on the graph without its large initializers (2 GB-safe).
+
+    Large initializers travel as graph inputs (type and shape only) and are put back, by name,
+    memory-mapped as they were, into the converted model.
+    """
+    import onnx
+    import onnx_ir as ir
+
+    from deploycc.legality import schemas
+
+    graph = model.graph
+    current = model.opset_imports.get("", model.opset_imports.get("ai.onnx", version))
+    held = {name: value for name, value in graph.initializers.items()
+            if value.const_value is not None and value.const_value.nbytes > LARGE_TENSOR_BYTES}
+    original_inputs = list(graph.inputs)
+    for name, value in held.items():
+        assert value.const_value is not None
+        if value.shape is None:
+            value.shape = value.const_value.shape  # type: ignore[assignment]
+        if value.dtype is None:
+            value.dtype = value.const_value.dtype
+        graph.initializers.pop(name)
+        if value not in graph.inputs:
+            graph.inputs.append(value)
+    tensors = {name: value.const_value for name, value in held.items()}
+    for value in held.values():
+        value.const_value = None
+    # Nodes whose op has the same signature at both opsets need no adapter (onnx's converter
+    # lacks many, e.g. Sub 14 -> 13): hide them in a private domain while it runs.
+    held_nodes = [node for node in graph if node.domain in ("", "ai.onnx") and
+                  schemas.valid_at_both(node.op_type, "", current, version, _non_default(node, current))]
+    for node in held_nodes:
+        node.domain = HOLD_DOMAIN
+    try:
+        model.opset_imports[HOLD_DOMAIN] = 1
+        proto = ir.serde.serialize_model(model)
+    finally:
+        model.opset_imports.pop(HOLD_DOMAIN, None)
+        for node in held_nodes:
+            node.domain = ""
+        for name, value in held.items():
+            value.const_value = tensors[name]
+            graph.initializers[name] = value
+        graph.inputs.clear()
+        graph.inputs.extend(original_inputs)
+    converted = onnx.version_converter.convert_version(proto, version)
+    result = ir.serde.deserialize_model(converted)
+    result.opset_imports.pop(HOLD_DOMAIN, None)
+    for node in result.graph:
+        if node.domain == HOLD_DOMAIN:
+            node.domain = ""
+    new_graph = result.graph
+    for value in list(new_graph.inputs):
+        if value.name in tensors:
+            new_graph.inputs.remove(value)
+            value.const_value = tensors[value.name]
+            new_graph.register_initializer(value)
+    return result
+
+
+def _non_default(node: ir.Node, opset: int) -> frozenset[str]:
+    """Names of the attributes a node sets to something other than the schema default."""
+    import onnx_ir as ir
+
+    from deploycc.legality import schemas
+
+    schema = schemas.get_schema(node.op_type, "", opset)
+    names = set()
+    for name, attr in node.attributes.items():
+        formal = schema.attributes.get(name) if schema is not None else None
+        if formal is None or not formal.default_value.name:
+            names.add(name)
+            continue
+        if ir.serde.serialize_attribute(attr).SerializeToString() != formal.default_value.SerializeToString():
+            names.add(name)
+    return frozenset(names)
+
+
+def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
+         external_threshold_bytes: int = 1 << 30, force_external: bool = False) -> list[Path]:
+    """Write `model` atomically: into a temporary folder beside `path`, then renamed into place.
+
+    Weights go to `<name>.data` (a name deploycc chooses, never one taken from the input
+    model) when they exceed the threshold or `force_external` is set. `protect` lists files
+    that must never be overwritten (the input model and its data). Returns the files written.
+    """
+    import shutil
+    import tempfile
+
+    import onnx_ir as ir
+
+    target = Path(path)
+    target_resolved = target.resolve()
+    data_name = target.name + ".data"
+    for guarded in protect:
+        if guarded.resolve() in (target_resolved, target_resolved.with_name(data_name)):
+            raise ModelInputError(f"{target}: refusing to overwrite the input model or its data",
+                                  hint="choose another output path with -o")
+    if target.is_dir():
+        raise ModelInputError(f"{target}: output path is a directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values()
+                       if v.const_value is not None)
+    external = force_external or weight_bytes > external_threshold_bytes
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        staged = staging / target.name
+        if external:
+            ir.save(model, staged, external_data=data_name, size_threshold_bytes=1024)
+        else:
+            ir.save(model, staged)
+        written = []
+        staged_data = staging / data_name
+        if staged_data.exists():
+            os.replace(staged_data, target.with_name(data_name))
+            written.append(target.with_name(data_name))
+        os.replace(staged, target)  # the model last: it is what makes the output visible
+        written.insert(0, target)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file through a temporary file in the same folder and a rename."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; a report is not
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

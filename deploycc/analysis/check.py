@@ -52,6 +52,7 @@ class TargetVerdict:
     conditional: list[NodeGroup]
     graph_findings: list[GraphFinding]
     dla: dict[str, list[str]] | None = None
+    fixes: list[dict[str, str]] | None = None  # with --explain: the rule that would fix each node
 
 
 @dataclass
@@ -167,6 +168,25 @@ def _narrowing_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
     return findings
 
 
+def explain_fixes(model: ir.Model, target: Target) -> list[dict[str, str]]:
+    """For every illegal node, the catalog rule that would rewrite it, or why each declines."""
+    from deploycc.rules.engine import decide
+
+    judge = ConversionTarget(target)
+    opsets = {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
+    fixes = []
+    for graph in all_graphs(model.graph):
+        label = "main" if graph is model.graph else (graph.name or "subgraph")
+        for node in graph:
+            if judge.judge(node, opsets, label).status != ILLEGAL:
+                continue
+            decision = decide(node, graph, opsets, apply=False, prove=False, graph_label=label)
+            fixes.append({"node": decision.node, "op": decision.op,
+                          "fix": decision.rewrite.rule if decision.rewrite else "",
+                          "explanation": decision.explain()})
+    return fixes
+
+
 def judge_model(model: ir.Model, target: Target, *, dla: bool = False) -> TargetVerdict:
     """One target's verdict on an already loaded (and shape-inferred) model."""
     judge = ConversionTarget(target, dla=dla)
@@ -196,7 +216,8 @@ def judge_model(model: ir.Model, target: Target, *, dla: bool = False) -> Target
     )
 
 
-def check_model(path: str | Path, targets: list[Target], *, dla: bool = False) -> CheckReport:
+def check_model(path: str | Path, targets: list[Target], *, dla: bool = False,
+                explain: bool = False) -> CheckReport:
     from deploycc import io
     from deploycc.analysis.shapes import infer_shapes
 
@@ -212,6 +233,13 @@ def check_model(path: str | Path, targets: list[Target], *, dla: bool = False) -
         node_count=node_count,
         opset_imports={(k or "ai.onnx"): v for k, v in sorted(model.opset_imports.items())},
         notes=notes,
-        targets=[judge_model(model, target, dla=dla) for target in targets],
+        targets=[_verdict(model, target, dla, explain) for target in targets],
     )
+
+
+def _verdict(model: ir.Model, target: Target, dla: bool, explain: bool) -> TargetVerdict:
+    verdict = judge_model(model, target, dla=dla)
+    if explain:
+        verdict.fixes = explain_fixes(model, target)
+    return verdict
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deploycc.dtypes import type_name
 
@@ -71,3 +71,15 @@ def opset_of(model: ir.Model, domain: str) -> int | None:
     if domain in ("", "ai.onnx"):
         return imports.get("", imports.get("ai.onnx"))
     return None
+
+
+def constant_tensor(value: ir.Value | None, max_elements: int | None = None) -> Any | None:
+    """The numpy contents of an initializer or Constant output (up to max_elements), else None."""
+    import onnx_ir as ir
+
+    if value is None:
+        return None
+    tensor = value.const_value if value.const_value is not None else ir.convenience.get_const_tensor(value)
+    if tensor is None or (max_elements is not None and tensor.size > max_elements):
+        return None
+    return tensor.numpy()

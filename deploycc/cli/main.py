@@ -22,6 +22,8 @@ COMMANDS = {
     "targets": ("deploycc.cli.targets_cmd:targets", "List deployment targets, or show one in full."),
     "inspect": ("deploycc.cli.inspect_cmd:inspect_command", "Look inside an ONNX model."),
     "check": ("deploycc.cli.check_cmd:check_command", "Judge every node of a model against targets."),
+    "legalize": ("deploycc.cli.legalize_cmd:legalize_command",
+                 "Rewrite a model into one a target accepts, proving every rewrite."),
 }
 
 

@@ -90,3 +90,37 @@ def function_body_ops(op: str, domain: str, opset: int) -> list[tuple[str, str]]
     if isinstance(body, bytes):  # onnx returns the FunctionProto serialized
         body = onnx.FunctionProto.FromString(body)
     return [(("" if n.domain == "ai.onnx" else n.domain), n.op_type) for n in body.node]
+
+
+def _formals(schema: Any) -> tuple:
+    return tuple((f.name, f.option) for f in (*schema.inputs, *schema.outputs)), len(schema.inputs)
+
+
+def _default(attr: Any) -> bytes:
+    return attr.default_value.SerializeToString()
+
+
+def valid_at_both(op: str, domain: str, opset_a: int, opset_b: int, set_attributes: frozenset[str]) -> bool:
+    """True when a node of `op` setting `set_attributes` means the same at both opsets.
+
+    That holds when the inputs and outputs are the same, and every attribute the node sets
+    exists at both with the same default: the version change only widened types or added an
+    attribute the node leaves at its default (Reshape's allowzero). The legality check judges
+    the dtypes separately. onnx's converter has no adapter for many of these (Sub 14 -> 13).
+    """
+    a, b = get_schema(op, domain, opset_a), get_schema(op, domain, opset_b)
+    if a is None or b is None:
+        return False
+    if a.since_version == b.since_version:
+        return True
+    if _formals(a) != _formals(b):
+        return False
+    for name in set(a.attributes) | set(b.attributes):
+        in_a, in_b = name in a.attributes, name in b.attributes
+        if in_a and in_b:
+            if _default(a.attributes[name]) != _default(b.attributes[name]) or \
+                    a.attributes[name].type != b.attributes[name].type:
+                return False
+        elif name in set_attributes:
+            return False
+    return True

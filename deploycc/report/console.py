@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -11,9 +11,34 @@ if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport, NodeGroup, TargetVerdict
     from deploycc.analysis.inspect import InspectReport
     from deploycc.api import TargetListing
+    from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
 
 MAX_NODES_SHOWN = 6
+
+
+class progress_status:
+    """A rich status line naming the running step (silent with --json or off a terminal)."""
+
+    def __init__(self, title: str, quiet: bool = False) -> None:
+        self.title, self.quiet = title, quiet
+        self._status: Any = None
+
+    def __enter__(self):
+        out = Console(stderr=True)
+        if not self.quiet and out.is_terminal:
+            self._status = out.status(f"{self.title}...")
+            self._status.__enter__()
+
+        def update(step: str) -> None:
+            if self._status is not None:
+                self._status.update(f"{self.title}: {step}")
+
+        return update
+
+    def __exit__(self, *exc) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
 
 
 def _console() -> Console:
@@ -157,6 +182,15 @@ def _render_verdict(out: Console, verdict: TargetVerdict) -> None:
     for finding in verdict.graph_findings:
         colour = "red" if finding.severity == "illegal" else "yellow"
         out.print(f"  [{colour}]{finding.severity}[/{colour}] ({finding.category}): {finding.message}")
+    if verdict.fixes:
+        table = Table(title=f"what legalize would do on {verdict.target}")
+        for column in ("node", "op", "fix"):
+            table.add_column(column)
+        for fix in verdict.fixes:
+            table.add_row(fix["node"], fix["op"],
+                          f"[green]{fix['fix']}[/green]" if fix["fix"]
+                          else f"[red]{fix['explanation']}[/red]")
+        out.print(table)
     if verdict.dla is not None:
         out.print(f"  DLA: {len(verdict.dla['dla'])} nodes on DLA, "
                   f"{len(verdict.dla['gpu-fallback'])} fall back to the GPU, "
@@ -191,3 +225,52 @@ def _matrix(report: CheckReport) -> Table:
     table.add_row("[bold]verdict[/bold]",
                   *["[green]legal[/green]" if v.legal else "[red]illegal[/red]" for v in report.targets])
     return table
+
+
+def render_legalize(report: LegalizeReport) -> None:
+    out = _console()
+    out.print(f"[bold]{report.source}[/bold] -> {report.target} (mode {report.mode}): opset "
+              f"{report.opset['before']} -> {report.opset['after']}, nodes {report.nodes['before']} -> "
+              f"{report.nodes['after']} in {report.seconds:.2f} s")
+    passes = Table(title="passes")
+    for column in ("pass", "time (s)", "nodes", "removed", "added", "notes"):
+        passes.add_column(column)
+    for record in report.passes:
+        if not record.ran:
+            continue
+        nodes = f"{record.nodes_before} -> {record.nodes_after}"
+        passes.add_row(record.name, f"{record.seconds:.3f}", nodes,
+                       _histogram(record.ops_removed), _histogram(record.ops_added), "; ".join(record.notes))
+    out.print(passes)
+    if report.rewrites:
+        rewrites = Table(title="rewrites (each proven on ONNX Runtime CPU)")
+        for column in ("rule", "node", "proof", "max abs err", "reference"):
+            rewrites.add_column(column)
+        for rewrite in report.rewrites:
+            cert = rewrite.certificate
+            status = cert.status if cert else "not proven (--no-prove)"
+            colour = {"proven": "green", "failed": "red"}.get(status, "yellow")
+            rewrites.add_row(rewrite.rule, rewrite.node, f"[{colour}]{status}[/{colour}]",
+                             f"{cert.max_abs_error:.2e}" if cert else "", cert.reference if cert else "")
+        out.print(rewrites)
+    for item in report.unresolved:
+        out.print(f"  [red]still illegal[/red] {item.node} ({item.op}): {'; '.join(item.reasons)}; "
+                  f"{'; '.join(item.rules_tried)}")
+    verification = report.verification
+    if verification is not None:
+        for output in verification.outputs:
+            mark = "[green]ok[/green]" if output.passed else "[red]FAIL[/red]"
+            out.print(f"  verify {output.name}: {mark} max abs {output.max_abs_error:.2e}, max rel "
+                      f"{output.max_rel_error:.2e}, cosine {output.cosine_similarity:.6f}, needs atol "
+                      f"{output.required_atol:.1e} / rtol {output.required_rtol:.1e}")
+        if verification.problem:
+            out.print(f"  [red]verification failed[/red]: {verification.problem}"
+                      + (f" (introduced by {verification.blame})" if verification.blame else ""))
+    for note in report.notes:
+        out.print(f"  [yellow]note[/yellow]: {note}")
+    colour = "green" if report.success else "red"
+    out.print(f"[{colour}]{report.summary}[/{colour}]")
+
+
+def _histogram(counts: dict[str, int]) -> str:
+    return ", ".join(f"{op} {n}" for op, n in counts.items())

@@ -1,0 +1,109 @@
+"""`deploycc legalize MODEL --target T -o OUT.onnx`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from deploycc import api
+from deploycc.errors import OptionError
+from deploycc.pipeline.context import MODES, LegalizeOptions
+from deploycc.pipeline.legalize import PASS_NAMES
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def _layouts(values: tuple[str, ...]) -> dict[str, str]:
+    layouts = {}
+    for value in values:
+        name, sep, layout = value.rpartition(":")
+        layouts[name if sep else "*"] = layout.upper()
+    return layouts
+
+
+def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch: bool,
+                       input_layout: tuple[str, ...], keep_outputs: tuple[str, ...], mode: str | None,
+                       disable_pass: tuple[str, ...], only_pass: tuple[str, ...], simplifier: str | None,
+                       opset: int | None, inputs: str | None, prove: bool, verify: bool,
+                       fold_limit_mb: int) -> LegalizeOptions:
+    from deploycc.passes.axes import parse_shape
+
+    shapes = dict(parse_shape(text) for text in shape)
+    if batch is not None and batch < 1:
+        raise OptionError(f"--batch {batch}: must be at least 1")
+    return LegalizeOptions(
+        opset=opset, shapes=shapes, batch=batch, dynamic_batch=dynamic_batch,
+        input_layout=_layouts(input_layout), keep_outputs=_split(keep_outputs) or None, mode=mode,
+        disable_passes=tuple(_split(disable_pass)), only_passes=tuple(_split(only_pass)),
+        simplifier=simplifier, prove=prove, verify=verify, inputs=Path(inputs) if inputs else None,
+        fold_limit_bytes=fold_limit_mb << 20)
+
+
+def pipeline_options(command):
+    """The legalization flags, shared by `legalize` and `build`."""
+    flags = [
+        click.option("--shape", multiple=True, metavar="NAME:DIMS",
+                     help="Fix an input's dims, e.g. input:1x3x224x224 (names keep a dim symbolic)."),
+        click.option("--batch", type=int, help="Fix every dynamic batch (dim 0) to N."),
+        click.option("--dynamic-batch", is_flag=True,
+                     help="Keep dim 0 dynamic; every other dim must be fixed."),
+        click.option("--input-layout", multiple=True, metavar="[NAME:]NHWC|NCHW",
+                     help="The layout you will feed; a Transpose adapts it to the model's."),
+        click.option("--keep-outputs", multiple=True, metavar="A,B", help="Keep only these graph outputs."),
+        click.option("--mode", type=click.Choice(MODES),
+                     help="full: fail unless all legal (TensorRT/OpenVINO default); partial: leave "
+                          "what the runtime falls back on (ORT default)."),
+        click.option("--disable-pass", multiple=True, metavar="NAME",
+                     help=f"Skip a pass ({', '.join(PASS_NAMES)})."),
+        click.option("--only-pass", multiple=True, metavar="NAME", help="Run only these passes."),
+        click.option("--simplifier", type=click.Choice(["onnxsim"]),
+                     help="Also run onnxsim (in a child process; needs deploycc[onnxsim])."),
+        click.option("--opset", type=int, help="Convert to this opset instead of the target's choice."),
+        click.option("--inputs", type=click.Path(dir_okay=False), help="Verify on these inputs (.npz)."),
+        click.option("--prove/--no-prove", default=True, show_default=True,
+                     help="Prove each rewrite on ONNX Runtime as it is made."),
+        click.option("--verify/--no-verify", default=True, show_default=True,
+                     help="Compare the result with the original on ONNX Runtime CPU."),
+        click.option("--fold-limit-mb", type=int, default=16, show_default=True,
+                     help="Largest tensor constant folding may create."),
+    ]
+    for flag in reversed(flags):
+        command = flag(command)
+    return command
+
+
+@click.command("legalize")
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@click.option("-t", "--target", default="ort-cpu", show_default=True, help="Target name, alias or .toml.")
+@click.option("-o", "--output", type=click.Path(path_type=str), help="Where to write the legalized model.")
+@click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
+@pipeline_options
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Also write the JSON report here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of tables.")
+@click.pass_context
+def legalize_command(ctx: click.Context, model: str, target: str, output: str | None,
+                     jetpack: str | None, report_path: str | None, as_json: bool, **flags) -> None:
+    """Rewrite MODEL into one TARGET accepts, proving every rewrite; write it atomically.
+
+    Exit code 0 when the result is legal (or partial mode) and verified, 1 when nodes stay
+    illegal or verification fails (nothing is written then), 2 on bad input or options.
+    """
+    from deploycc.report import console
+
+    options = options_from_flags(**flags)
+    status = console.progress_status("legalizing", quiet=as_json)
+    with status as update:
+        report = api.legalize(model, target, output, options, jetpack=jetpack, progress=update)
+    if report_path:
+        from deploycc.io import write_text_atomic
+
+        write_text_atomic(Path(report_path), report.to_json())
+    if as_json:
+        click.echo(report.to_json())
+    else:
+        console.render_legalize(report)
+    ctx.exit(report.exit_code)

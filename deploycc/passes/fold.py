@@ -1,0 +1,102 @@
+"""Fold: evaluate what is constant (onnxscript's folder), including the Shape -> Gather ->
+Unsqueeze -> Concat -> Reshape chains that become constant once the axes pass fixed the dims.
+
+The size of folded tensors is bounded *before* evaluation: onnxscript checks its output limit
+after computing the value, so a 30-byte model whose ConstantOfShape asks for 10^12 elements
+would allocate terabytes first. Ops whose output size follows from their constant inputs
+(ConstantOfShape, Expand, Tile, Range) and nodes with a known output shape are sized up front.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+GROWING_OPS = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad",
+               "OneHot", "EyeLike", "RandomNormal", "RandomUniform"}
+NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+              "Bernoulli"}
+
+
+def _const(value: ir.Value | None):
+    from deploycc.analysis.graphs import constant_tensor
+
+    return constant_tensor(value, max_elements=64)
+
+
+def expected_elements(node: ir.Node) -> int | None:
+    """How many elements the node would produce, when that is known without evaluating it."""
+    op = node.op_type
+    try:
+        if op == "ConstantOfShape":
+            shape = _const(node.inputs[0])
+            return None if shape is None else math.prod(int(d) for d in shape.reshape(-1))
+        if op == "Expand":
+            shape = _const(node.inputs[1])
+            data = node.inputs[0]
+            if shape is None or data is None or data.shape is None or not data.shape.is_static():
+                return None
+            dims = list(data.shape.numpy())
+            target = [int(d) for d in shape.reshape(-1)]
+            width = max(len(dims), len(target))
+            dims = [1] * (width - len(dims)) + dims
+            target = [1] * (width - len(target)) + target
+            return math.prod(max(a, b) for a, b in zip(dims, target, strict=True))
+        if op == "Tile":
+            repeats = _const(node.inputs[1])
+            data = node.inputs[0]
+            if repeats is None or data is None or data.shape is None or not data.shape.is_static():
+                return None
+            return math.prod(data.shape.numpy()) * math.prod(int(r) for r in repeats.reshape(-1))
+        if op == "Range":
+            start, limit, delta = (_const(v) for v in node.inputs[:3])
+            if start is None or limit is None or delta is None or float(delta) == 0:
+                return None
+            return max(0, math.ceil((float(limit) - float(start)) / float(delta)))
+    except (ValueError, TypeError, OverflowError):
+        return None
+    total = 0
+    for value in node.outputs:
+        if value.shape is None or not value.shape.is_static():
+            return None
+        total += math.prod(value.shape.numpy())
+    return total
+
+
+def size_guard(limit_elements: int):
+    def should_fold(node: ir.Node) -> bool | None:
+        if node.op_type in NEVER_FOLD:
+            return False
+        elements = expected_elements(node)
+        if elements is not None and elements > limit_elements:
+            return False
+        if elements is None and node.op_type in GROWING_OPS:
+            return False  # size unknown and it can grow without bound: leave it to run time
+        return None
+
+    return should_fold
+
+
+class FoldPass(Pass):
+    name = "fold"
+    summary = "fold constant subgraphs (size-bounded before evaluation); Constant nodes become initializers"
+
+    def run(self, state: PipelineState) -> PassOutcome:
+        from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
+        from onnxscript.optimizer import fold_constants
+
+        limit_elements = max(1, state.options.fold_limit_bytes // 4)
+        before = len(state.model.graph)
+        result = fold_constants(state.model, input_size_limit=limit_elements,
+                                output_size_limit=limit_elements, should_fold=size_guard(limit_elements))
+        RemoveUnusedNodesPass()(state.model)
+        LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
+        after = len(state.model.graph)
+        notes = [f"folded {before - after} node(s)"] if before != after else []
+        return PassOutcome(bool(result.modified) or before != after, notes,
+                           {"limit_bytes": state.options.fold_limit_bytes})

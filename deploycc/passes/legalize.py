@@ -1,0 +1,136 @@
+"""Legalize: rewrite, through the rule catalog, every node the target's ConversionTarget marks
+illegal, to a fixed point (a rule's replacement may itself need a rule), then stop.
+
+Whole-graph type rules run first (float64 for targets without it, int64 Slice bounds for
+targets that carry int64 as int32), because they change what the node verdicts see. Only
+illegal nodes are touched: a legal or conditionally legal node is never rewritten.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from deploycc.rules.engine import Decision
+
+MAX_ROUNDS = 8
+
+
+def _graph_label(model: ir.Model, graph: ir.Graph) -> str:
+    return "main" if graph is model.graph else (graph.name or "subgraph")
+
+
+class LegalizePass(Pass):
+    name = "legalize"
+    summary = "rewrite what the target lacks with the rule catalog, to a fixed point"
+
+    def run(self, state: PipelineState) -> PassOutcome:
+        from onnx_ir.passes.common import LiftConstantsToInitializersPass
+
+        notes: list[str] = []
+        fired_before = len(state.rewrites)
+        self._type_rules(state, notes)
+        for _ in range(MAX_ROUNDS):
+            if not self._round(state):
+                break
+        fired = state.rewrites[fired_before:]
+        if fired:
+            LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
+            from deploycc.analysis.shapes import infer_shapes
+
+            infer_shapes(state.model)
+        counts: dict[str, int] = {}
+        for rewrite in fired:
+            counts[rewrite.rule] = counts.get(rewrite.rule, 0) + 1
+        notes.extend(f"{rule} x{count}" for rule, count in sorted(counts.items()))
+        return PassOutcome(bool(fired), notes, {"rules_fired": counts})
+
+    def _round(self, state: PipelineState) -> bool:
+        """One sweep over the illegal nodes; True when something was rewritten."""
+        from deploycc.analysis.graphs import all_graphs
+        from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+        from deploycc.rules.engine import decide
+
+        judge = ConversionTarget(state.target)
+        opsets = state.opsets
+        unresolved: list[Decision] = []
+        changed = False
+        for graph in list(all_graphs(state.model.graph)):
+            label = _graph_label(state.model, graph)
+            for node in list(graph):
+                if judge.judge(node, opsets, label).status != ILLEGAL:
+                    continue
+                decision = decide(node, graph, opsets, prove=state.options.prove, graph_label=label)
+                if decision.rewrite is not None:
+                    state.rewrites.append(decision.rewrite)
+                    changed = True
+                else:
+                    unresolved.append(decision)
+        state.unresolved = unresolved
+        return changed
+
+    def _type_rules(self, state: PipelineState, notes: list[str]) -> None:
+        from deploycc.rules import types
+        from deploycc.rules.engine import Rewrite, decide
+
+        target = state.target
+        if target.dtypes.computed_as_dtype("int64") == "int32":
+            for node in list(state.model.graph):
+                if node.op_type == "Slice" and node.domain in ("", "ai.onnx"):
+                    site_check = types.SliceBoundsInt32Rule().check
+                    from deploycc.rules.base import Site
+
+                    if site_check(Site(node, node.inputs, state.opsets.get("", 1))) is None:
+                        decision = decide(node, state.model.graph, state.opsets, prove=state.options.prove)
+                        if decision.rewrite is not None:
+                            state.rewrites.append(decision.rewrite)
+        if "float64" in target.dtypes.unsupported and types.has_float64(state.model):
+            blockers = types.float64_blockers(state.model)
+            if blockers:
+                notes.append("float64 kept: " + "; ".join(blockers))
+                return
+            certificate = self._prove_whole(state, types.narrow_float64)
+            state.rewrites.append(Rewrite("float64-to-float32", "<graph>", "float64", "main",
+                                          0, certificate))
+
+    @staticmethod
+    def _prove_whole(state: PipelineState, change):
+        """Apply a whole-graph change, proven by running the graph before and after it."""
+        from deploycc.analysis.shapes import infer_shapes
+        from deploycc.verify.certify import FAILED, PROVEN, UNPROVEN, Certificate
+        from deploycc.verify.compare import compare
+        from deploycc.verify.inputs import generate
+        from deploycc.verify.runner import RunError, run_model_bytes, serialize
+
+        certificate = Certificate(rule="float64-to-float32", node="<graph>", op="float64", status=UNPROVEN)
+        before = None
+        weights = sum(v.const_value.nbytes for v in state.model.graph.initializers.values()
+                      if v.const_value is not None)
+        if state.options.prove and weights < (256 << 20):
+            before = serialize(state.model)
+        certificate.detail = f"{change(state.model)} tensor(s) or attribute(s) narrowed"
+        infer_shapes(state.model)
+        if before is None:
+            return certificate
+        graph = state.model.graph
+        signature = [v for v in graph.inputs if v.name not in graph.initializers]
+        feeds = generate(signature, seed=state.options.seed)
+        try:
+            expected = run_model_bytes(before, feeds)
+            actual = run_model_bytes(serialize(state.model), feeds)
+        except RunError as error:
+            certificate.detail += f"; not run: {error}"
+            return certificate
+        certificate.reference, certificate.samples, certificate.status = expected.runtime, 1, PROVEN
+        for name, array in expected.outputs.items():
+            result = compare(name, array, actual.outputs[name], atol=1e-5, rtol=1e-5)
+            certificate.max_abs_error = max(certificate.max_abs_error, result.max_abs_error)
+            certificate.max_rel_error = max(certificate.max_rel_error, result.max_rel_error)
+            if not result.passed:
+                certificate.status = FAILED
+                certificate.detail += f"; {name}: {result.problem}"
+        return certificate

@@ -1,0 +1,183 @@
+"""Prune: remove what computes nothing.
+
+1. Nodes that are identities in disguise become Identity: Dropout at inference (mask unused),
+   Cast to the type the input already has, Cast chains that round-trip through a wider type
+   (float16 -> float32 -> float16 is exact; float32 -> float16 -> float32 is not, and stays),
+   Reshape/Expand to the shape the input already has, Transpose with the identity
+   permutation, Slice over the whole tensor, Pad with zero pads.
+2. Identity nodes go (onnx-ir's IdentityEliminationPass keeps graph input/output names).
+3. Outputs not named by --keep-outputs are dropped (when given), then dead nodes, unused
+   initializers and unused opset imports.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deploycc.errors import OptionError
+from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+# Casts a -> b -> a that lose nothing: b holds every value of a exactly.
+LOSSLESS_WIDENING = {
+    ("FLOAT16", "FLOAT"), ("FLOAT16", "DOUBLE"), ("BFLOAT16", "FLOAT"), ("BFLOAT16", "DOUBLE"),
+    ("FLOAT", "DOUBLE"),
+    ("INT8", "INT16"), ("INT8", "INT32"), ("INT8", "INT64"), ("INT16", "INT32"), ("INT16", "INT64"),
+    ("INT32", "INT64"), ("UINT8", "INT16"), ("UINT8", "INT32"), ("UINT8", "INT64"),
+    ("UINT16", "INT32"), ("UINT16", "INT64"), ("UINT32", "INT64"),
+    ("INT8", "FLOAT16"), ("UINT8", "FLOAT16"), ("INT8", "FLOAT"), ("UINT8", "FLOAT"),
+    ("INT16", "FLOAT"), ("UINT16", "FLOAT"), ("INT32", "DOUBLE"), ("INT8", "DOUBLE"),
+    ("UINT8", "DOUBLE"), ("BOOL", "INT32"), ("BOOL", "INT64"), ("BOOL", "FLOAT"), ("BOOL", "UINT8"),
+}
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def _const(value: ir.Value | None) -> np.ndarray | None:
+    from deploycc.analysis.graphs import constant_tensor
+
+    return constant_tensor(value, max_elements=4096)
+
+
+def _static(value: ir.Value | None) -> list[int] | None:
+    if value is None or value.shape is None or not value.shape.is_static():
+        return None
+    return [int(d) for d in value.shape.numpy()]
+
+
+def _dtype(value: ir.Value | None) -> str | None:
+    return None if value is None or value.dtype is None else value.dtype.name
+
+
+def passthrough_input(node: ir.Node) -> ir.Value | None:
+    """The value this node merely forwards, or None when it computes something."""
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
+        return None
+    x = node.inputs[0]
+    if op == "Dropout":
+        if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
+            return None
+        ratio = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+        training = _const(node.inputs[2]) if len(node.inputs) > 2 else None
+        if training is not None and bool(training):
+            return None if ratio is None or float(ratio) != 0 else x
+        return x
+    if op == "Cast":
+        import onnx_ir as ir
+
+        to = node.attributes.get_int("to")
+        source = _dtype(x)
+        if source is not None and to is not None and ir.DataType(to).name == source:
+            return x
+        producer = x.producer()
+        if producer is not None and producer.op_type == "Cast" and producer.domain in ("", "ai.onnx"):
+            origin = producer.inputs[0]
+            if origin is not None and _dtype(origin) == _dtype(node.outputs[0]) and \
+                    (_dtype(origin), _dtype(x)) in LOSSLESS_WIDENING:
+                return origin
+        return None
+    if op == "Transpose":
+        perm = node.attributes.get_ints("perm")
+        return x if perm is not None and list(perm) == list(range(len(perm))) else None
+    shape = _static(x)
+    if op == "Reshape":
+        wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+        allowzero = node.attributes.get_int("allowzero", 0)
+        if shape is None or wanted is None:
+            return None
+        resolved = [shape[i] if (d == 0 and not allowzero and i < len(shape)) else int(d)
+                    for i, d in enumerate(wanted.reshape(-1))]
+        return x if resolved == shape else None
+    if op == "Expand":
+        wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+        if shape is None or wanted is None or len(wanted.reshape(-1)) > len(shape):
+            return None
+        padded = [1] * (len(shape) - wanted.size) + [int(d) for d in wanted.reshape(-1)]
+        return x if all(w in (1, s) for w, s in zip(padded, shape, strict=True)) else None
+    if op == "Pad":
+        pads = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+        if pads is None:
+            attr = node.attributes.get_ints("pads")
+            pads = np.asarray(attr) if attr is not None else None
+        return x if pads is not None and not pads.any() else None
+    if op == "Slice" and len(node.inputs) >= 3:
+        starts, ends = _const(node.inputs[1]), _const(node.inputs[2])
+        axes = _const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else None
+        steps = _const(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
+        if starts is None or ends is None or (steps is not None and (steps != 1).any()):
+            return None
+        rank = len(shape) if shape is not None else (x.shape.rank() if x.shape is not None else None)
+        if rank is None:
+            return None
+        axes_list = [int(a) % rank for a in (axes if axes is not None else range(len(starts)))]
+        for axis, start, end in zip(axes_list, starts.reshape(-1), ends.reshape(-1), strict=True):
+            size = shape[axis] if shape is not None else None
+            if start != 0 or not (end >= INT64_MAX // 2 or (size is not None and end >= size)):
+                return None
+        return x
+    return None
+
+
+def _to_identity(graph: ir.Graph, node: ir.Node, source: ir.Value) -> None:
+    import onnx_ir as ir
+
+    identity = ir.Node("", "Identity", [source], num_outputs=1, name=node.name)
+    ir.convenience.replace_nodes_and_values(graph, node, [node], [identity],
+                                            [node.outputs[0]], [identity.outputs[0]])
+
+
+class PrunePass(Pass):
+    name = "prune"
+    summary = "remove identities, no-op ops, round-trip casts, dead nodes and unused outputs"
+
+    def changes_signature(self, options) -> bool:
+        return options.keep_outputs is not None
+
+    def run(self, state: PipelineState) -> PassOutcome:
+        from onnx_ir.passes.common import (
+            IdentityEliminationPass,
+            RemoveUnusedNodesPass,
+            RemoveUnusedOpsetsPass,
+        )
+
+        from deploycc.analysis.graphs import all_graphs
+
+        graph = state.model.graph
+        before = len(graph)
+        turned: dict[str, int] = {}
+        for sub in all_graphs(graph):
+            for node in list(sub):
+                source = passthrough_input(node)
+                if source is not None and node.op_type != "Identity":
+                    turned[node.op_type] = turned.get(node.op_type, 0) + 1
+                    _to_identity(sub, node, source)
+        notes = [f"{count} no-op {op}" for op, count in sorted(turned.items())]
+        if state.options.keep_outputs is not None:
+            notes.extend(self._keep_outputs(graph, state))
+        identities = sum(1 for sub in all_graphs(graph) for n in sub if n.op_type == "Identity")
+        IdentityEliminationPass()(state.model)
+        RemoveUnusedNodesPass()(state.model)
+        RemoveUnusedOpsetsPass()(state.model)
+        remaining = sum(1 for sub in all_graphs(graph) for n in sub if n.op_type == "Identity")
+        if identities != remaining:
+            notes.append(f"{identities - remaining} Identity removed")
+        return PassOutcome(len(graph) != before or bool(turned), notes,
+                           {"no_op_rewritten": turned})
+
+    @staticmethod
+    def _keep_outputs(graph: ir.Graph, state: PipelineState) -> list[str]:
+        wanted = state.options.keep_outputs or []
+        names = [v.name for v in graph.outputs]
+        unknown = [n for n in wanted if n not in names]
+        if unknown:
+            raise OptionError(f"--keep-outputs: the model has no output {unknown[0]!r}",
+                              hint=f"outputs: {', '.join(str(n) for n in names)}")
+        dropped = [v for v in graph.outputs if v.name not in wanted]
+        for value in dropped:
+            graph.outputs.remove(value)
+            state.signature_changes.append(f"output {value.name} dropped")
+        return [f"dropped output {v.name}" for v in dropped]

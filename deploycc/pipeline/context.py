@@ -1,0 +1,93 @@
+"""What the passes share: the options a user gave, the model being rewritten, and the records.
+
+A pass reads `PipelineState`, rewrites `state.model` in place, and returns a `PassOutcome`;
+the manager wraps it with instruments (time, node counts, op histograms, invariants).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from deploycc.rules.engine import Decision, Rewrite
+    from deploycc.targets.schema import Target
+
+MODES = ("full", "partial")
+DEFAULT_FOLD_LIMIT_BYTES = 16 << 20  # a folded tensor larger than this stays a computation
+
+
+@dataclass
+class LegalizeOptions:
+    """Everything `deploycc legalize` takes besides the model and the target."""
+
+    opset: int | None = None
+    shapes: dict[str, list[int | str]] = field(default_factory=dict)
+    batch: int | None = None
+    dynamic_batch: bool = False
+    input_layout: dict[str, str] = field(default_factory=dict)  # input name ("*" = all 4-D) -> layout fed
+    keep_outputs: list[str] | None = None
+    mode: str | None = None  # None: the target's default (partial for ORT, full otherwise)
+    disable_passes: tuple[str, ...] = ()
+    only_passes: tuple[str, ...] = ()
+    simplifier: str | None = None
+    fold_limit_bytes: int = DEFAULT_FOLD_LIMIT_BYTES
+    prove: bool = True
+    verify: bool = True
+    inputs: Path | None = None
+    seed: int = 0
+
+    def effective_mode(self, target: Target) -> str:
+        if self.mode is not None:
+            return self.mode
+        return "partial" if target.backend.kind == "onnxruntime" else "full"
+
+
+@dataclass
+class PassOutcome:
+    modified: bool
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineState:
+    model: ir.Model
+    target: Target
+    options: LegalizeOptions
+    source: Path
+    rewrites: list[Rewrite] = field(default_factory=list)
+    unresolved: list[Decision] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    signature_changes: list[str] = field(default_factory=list)  # what the user asked to change
+    fed_layouts: dict[str, list[int]] = field(default_factory=dict)
+    source_opset: int | None = None
+    source_nodes: int = 0  # input -> perm to the model's layout
+
+    @property
+    def opsets(self) -> dict[str, int]:
+        return {("" if k == "ai.onnx" else k): v for k, v in self.model.opset_imports.items()}
+
+
+class Pass:
+    """One step of the pipeline, addressable by name (`--disable-pass NAME`)."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    optional: ClassVar[bool] = False  # runs only when asked for (the onnxsim simplifier)
+
+    def wanted(self, options: LegalizeOptions) -> bool:
+        return not self.optional
+
+    def changes_signature(self, options: LegalizeOptions) -> bool:
+        """True when the user asked this pass to change graph inputs/outputs (--keep-outputs).
+
+        Every other run must keep input and output names, dtypes and ranks.
+        """
+        return False
+
+    def run(self, state: PipelineState) -> PassOutcome:
+        raise NotImplementedError

@@ -1,0 +1,215 @@
+"""The legalization pipeline: load, run the passes, judge once, verify, write atomically.
+
+    opset -> axes -> fold -> [simplify] -> prune -> fuse -> legalize -> final check -> verify
+
+`build` runs the same function before handing the result to a backend.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from deploycc.pipeline.context import LegalizeOptions, Pass, PipelineState
+from deploycc.pipeline.manager import PassRecord, run_passes
+from deploycc.results import Result
+
+if TYPE_CHECKING:
+    from deploycc.analysis.check import TargetVerdict
+    from deploycc.rules.engine import Rewrite
+    from deploycc.targets.schema import Target
+    from deploycc.verify.verify import Verification
+
+
+def default_passes() -> list[Pass]:
+    from deploycc.passes.axes import AxesPass
+    from deploycc.passes.fold import FoldPass
+    from deploycc.passes.fuse import FusePass
+    from deploycc.passes.legalize import LegalizePass
+    from deploycc.passes.opset import OpsetPass
+    from deploycc.passes.prune import PrunePass
+    from deploycc.passes.simplify import SimplifyPass
+
+    return [OpsetPass(), AxesPass(), FoldPass(), SimplifyPass(), PrunePass(), FusePass(), LegalizePass()]
+
+
+PASS_NAMES = ("opset", "axes", "fold", "simplify", "prune", "fuse", "legalize")
+
+
+@dataclass
+class Unresolved:
+    node: str
+    op: str
+    reasons: list[str]
+    rules_tried: list[str]
+
+
+@dataclass
+class LegalizeReport(Result):
+    source: str
+    output: str | None
+    target: str
+    mode: str
+    success: bool
+    summary: str
+    opset: dict[str, int | None]
+    nodes: dict[str, int]
+    passes: list[PassRecord]
+    rewrites: list[Rewrite]
+    final: TargetVerdict
+    unresolved: list[Unresolved]
+    verification: Verification | None
+    signature_changes: list[str]
+    notes: list[str]
+    files: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.success else EXIT_FINDINGS
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["exit_code"] = self.exit_code
+        return data
+
+
+def _unresolved(state: PipelineState, final: TargetVerdict) -> list[Unresolved]:
+    by_node = {d.node: d for d in state.unresolved}
+    items = []
+    for group in final.illegal:
+        for node in group.nodes:
+            decision = by_node.get(node)
+            tried = [f"{rule}: {reason}" for rule, reason in decision.declined] if decision else []
+            if decision is not None and not decision.declined:
+                tried = [decision.explain()]
+            tried = tried or ["no rule in the catalog for this op"]
+            items.append(Unresolved(node, group.op, [group.reason], tried))
+    return items
+
+
+def run_pipeline(path: str | Path, target: Target, options: LegalizeOptions,
+                 passes: list[Pass] | None = None,
+                 progress: Callable[[str], None] | None = None
+                 ) -> tuple[PipelineState, list[PassRecord], Any]:
+    """Load and rewrite; returns the state, the pass records and the loaded model's metadata."""
+    from deploycc import io
+    from deploycc.analysis.graphs import all_nodes
+    from deploycc.analysis.shapes import infer_shapes
+
+    loaded = io.load(path)
+    state = PipelineState(model=loaded.model, target=target, options=options, source=loaded.path)
+    state.source_opset = state.opsets.get("")
+    state.source_nodes = sum(1 for _ in all_nodes(state.model.graph))
+    note = infer_shapes(state.model)
+    if note:
+        state.notes.append(note)
+    records = run_passes(passes or default_passes(), state, progress=progress)
+    return state, records, loaded
+
+
+def legalize(path: str | Path, target: Target, options: LegalizeOptions | None = None, *,
+             output: str | Path | None = None,
+             progress: Callable[[str], None] | None = None) -> LegalizeReport:
+    from deploycc.analysis.check import judge_model
+    from deploycc.analysis.graphs import all_nodes
+
+    started = time.perf_counter()
+    options = options or LegalizeOptions()
+    mode = options.effective_mode(target)
+    state, records, loaded = run_pipeline(path, target, options, progress=progress)
+    if progress is not None:
+        progress("final check")
+    final = judge_model(state.model, target)
+    unresolved = _unresolved(state, final)
+    legal = final.legal
+    success = legal or mode == "partial"
+    verification = None
+    files: list[Path] = []
+    protect = (loaded.path, *(loaded.path.parent / f.location for f in loaded.external_files))
+    if output is not None:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".deploycc-", dir=Path(output).parent if output else None))
+    try:
+        staged = staging / (Path(output).name if output else "legalized.onnx")
+        from deploycc import io
+
+        io.save(state.model, staged, force_external=bool(loaded.external_files),
+                protect=protect)
+        if options.verify:
+            if progress is not None:
+                progress("verify")
+            from deploycc.verify.verify import verify_files
+
+            verification = verify_files(loaded.path, staged, state, options)
+            if not verification.passed:
+                success = False
+                verification.blame = _blame(path, target, options, records)
+        if output is not None and success:
+            files = _publish(staged, Path(output))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    opset_after = state.opsets.get("")
+    summary = _summary(legal, mode, verification, final, target, output if success else None)
+    return LegalizeReport(
+        source=str(loaded.path), output=str(output) if output and success else None,
+        target=target.name, mode=mode, success=success, summary=summary,
+        opset={"before": state.source_opset, "after": opset_after},
+        nodes={"before": state.source_nodes, "after": sum(1 for _ in all_nodes(state.model.graph))},
+        passes=records, rewrites=state.rewrites, final=final, unresolved=unresolved,
+        verification=verification, signature_changes=state.signature_changes,
+        notes=state.notes, files=[str(f) for f in files], seconds=round(time.perf_counter() - started, 3))
+
+
+def _publish(staged: Path, output: Path) -> list[Path]:
+    """Move the verified model (and its data file) into place; the model file last."""
+    moved = []
+    data = staged.with_name(staged.name + ".data")
+    if data.exists():
+        os.replace(data, output.with_name(output.name + ".data"))
+        moved.append(output.with_name(output.name + ".data"))
+    os.replace(staged, output)
+    return [output, *moved]
+
+
+def _summary(legal: bool, mode: str, verification: Verification | None, final: TargetVerdict,
+             target: Target, output: str | Path | None) -> str:
+    illegal = final.counts.get("illegal", 0)
+    if verification is not None and not verification.passed:
+        return f"verification failed: {verification.problem}"
+    if not legal and mode == "full":
+        return f"{illegal} node(s) still illegal on {target.name}; not written (mode full)"
+    where = f"written to {output}" if output else "not written (no -o)"
+    if not legal:
+        return f"{illegal} node(s) left for {target.name} to fall back on (mode partial); {where}"
+    return f"legal on {target.name}; {where}"
+
+
+def _blame(path: str | Path, target: Target, options: LegalizeOptions,
+           records: list[PassRecord]) -> str | None:
+    """Find the first pass whose output no longer matches the original (rerunning prefixes)."""
+    from dataclasses import replace
+
+    from deploycc import io
+    from deploycc.verify.verify import verify_files
+
+    ran = [r.name for r in records if r.ran]
+    for count in range(1, len(ran) + 1):
+        prefix = replace(options, only_passes=tuple(ran[:count]), disable_passes=(), verify=False)
+        state, _, loaded = run_pipeline(path, target, prefix)
+        with tempfile.TemporaryDirectory(prefix="deploycc-blame-") as folder:
+            staged = Path(folder) / "prefix.onnx"
+            io.save(state.model, staged)
+            result = verify_files(loaded.path, staged, state, prefix)
+        if not result.passed:
+            culprit = ran[count - 1]
+            rules = sorted({r.rule for r in state.rewrites}) if culprit in ("legalize", "opset") else []
+            return f"pass {culprit}" + (f" (rules fired: {', '.join(rules)})" if rules else "")
+    return None

@@ -1,0 +1,116 @@
+"""The pass manager: runs the named passes in order, each wrapped in instruments.
+
+Instruments record per pass the wall time, node counts and op histograms before and after, and
+check the invariants every pass owes the user: graph input and output names, dtypes and ranks
+unchanged (unless the user asked for the change), and the graph topologically sorted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from deploycc.errors import DeployccError, OptionError
+from deploycc.pipeline.context import Pass, PipelineState
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+
+class InvariantError(DeployccError):
+    """A pass broke a promise (signature or order): a deploycc bug, reported as one."""
+
+    exit_code = 3
+
+
+@dataclass
+class PassRecord:
+    name: str
+    ran: bool
+    seconds: float = 0.0
+    modified: bool = False
+    nodes_before: int = 0
+    nodes_after: int = 0
+    ops_added: dict[str, int] = field(default_factory=dict)
+    ops_removed: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, object] = field(default_factory=dict)
+
+
+def histogram(graph: ir.Graph) -> Counter[str]:
+    return Counter(node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+                   for node in graph)
+
+
+def signature(graph: ir.Graph) -> list[tuple[str, str, str | None, int | None]]:
+    def entry(kind: str, value: ir.Value) -> tuple[str, str, str | None, int | None]:
+        dtype = value.dtype.name if value.dtype is not None else None
+        rank = len(value.shape) if value.shape is not None else None
+        return kind, value.name or "", dtype, rank
+
+    inputs = [entry("input", v) for v in graph.inputs if v.name not in graph.initializers]
+    return inputs + [entry("output", v) for v in graph.outputs]
+
+
+def check_topological(graph: ir.Graph) -> str | None:
+    """None when every node reads only values produced before it (or outside this graph)."""
+    seen: set[int] = {id(v) for v in graph.inputs} | {id(v) for v in graph.initializers.values()}
+    for node in graph:
+        for value in node.inputs:
+            if value is None or id(value) in seen:
+                continue
+            producer = value.producer()
+            if producer is not None and producer.graph is graph:
+                return f"node {node.name or node.op_type} reads '{value.name}' before it is produced"
+        seen.update(id(v) for v in node.outputs)
+    return None
+
+
+def select(passes: Sequence[Pass], state: PipelineState) -> list[Pass]:
+    options = state.options
+    names = {p.name for p in passes}
+    for name in (*options.disable_passes, *options.only_passes):
+        if name not in names:
+            raise OptionError(f"no pass named {name!r}", hint=f"passes: {', '.join(p.name for p in passes)}")
+    chosen = []
+    for candidate in passes:
+        if options.only_passes:
+            if candidate.name in options.only_passes:
+                chosen.append(candidate)
+        elif candidate.name not in options.disable_passes and candidate.wanted(options):
+            chosen.append(candidate)
+    return chosen
+
+
+def run_passes(passes: Sequence[Pass], state: PipelineState, *, progress=None) -> list[PassRecord]:
+    chosen = select(passes, state)
+    records = []
+    for candidate in passes:
+        if candidate not in chosen:
+            records.append(PassRecord(candidate.name, ran=False))
+            continue
+        if progress is not None:
+            progress(candidate.name)
+        graph = state.model.graph
+        before_ops, before_signature = histogram(graph), signature(graph)
+        started = time.perf_counter()
+        outcome = candidate.run(state)
+        seconds = time.perf_counter() - started
+        graph = state.model.graph  # a pass may replace the model (opset conversion)
+        after_ops = histogram(graph)
+        if not candidate.changes_signature(state.options) and signature(graph) != before_signature:
+            raise InvariantError(f"pass {candidate.name!r} changed the graph's inputs or outputs: "
+                                 f"{before_signature} -> {signature(graph)}")
+        problem = check_topological(graph)
+        if problem:
+            raise InvariantError(f"pass {candidate.name!r} left the graph unsorted: {problem}")
+        records.append(PassRecord(
+            name=candidate.name, ran=True, seconds=round(seconds, 4), modified=outcome.modified,
+            nodes_before=sum(before_ops.values()), nodes_after=sum(after_ops.values()),
+            ops_added=dict(sorted((after_ops - before_ops).items())),
+            ops_removed=dict(sorted((before_ops - after_ops).items())),
+            notes=outcome.notes, details=outcome.details))
+    return records

@@ -1,0 +1,54 @@
+"""The rule catalog: every rewrite rule, registered by name, looked up by the op it replaces.
+
+Families live one per module; importing `deploycc.rules.catalog` imports them all, so a new
+family is one file plus one line in FAMILIES.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from deploycc.rules.base import Rule
+
+FAMILIES = (
+    "arithmetic",
+    "normalization",
+    "activations",
+    "einsum",
+    "attention",
+    "old_forms",
+    "contrib",
+    "resize_pad",
+    "types",
+)
+
+RULES: dict[str, Rule] = {}
+_BY_OP: dict[tuple[str, str], list[Rule]] = {}
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    """Class decorator: add a rule to the catalog under its name (names are unique)."""
+    if cls.name in RULES:
+        raise ValueError(f"rule {cls.name!r} registered twice")
+    rule = cls()
+    RULES[cls.name] = rule
+    _BY_OP.setdefault((cls.domain, cls.op_type), []).append(rule)
+    return cls
+
+
+def _load() -> None:
+    if RULES:
+        return
+    for family in FAMILIES:
+        importlib.import_module(f"deploycc.rules.{family}")
+
+
+def rules_for(domain: str, op_type: str) -> list[Rule]:
+    _load()
+    key = ("" if domain == "ai.onnx" else domain, op_type)
+    return list(_BY_OP.get(key, []))
+
+
+def all_rules() -> dict[str, Rule]:
+    _load()
+    return dict(RULES)

@@ -1,0 +1,73 @@
+"""Old op forms that converters and newer runtimes no longer accept, into their modern forms.
+
+- Upsample (deprecated at opset 10): Resize with the same scales and mode.
+- Clip with min/max attributes (opset < 11): Max/Min against constants, valid at any opset.
+- Ops whose attribute became an input (ReduceX axes at 13/18, Squeeze/Unsqueeze/Split at 13)
+  are moved by the opset converter's adapters; the builder emits the right form for new nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deploycc.rules.base import Builder, Rule, Site
+from deploycc.rules.catalog import register
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+
+@register
+class UpsampleRule(Rule):
+    """Upsample(x, scales) = Resize(x, roi=[], scales) with mode nearest (asymmetric, floor) or linear."""
+
+    name = "upsample-to-resize"
+    family = "old_forms"
+    op_type = "Upsample"
+    since = 10  # below 10 Upsample is current; the opset converter's adapters replace it
+
+    def check(self, site: Site) -> str | None:
+        if site.constant(1) is None:
+            return "scales is not a constant"
+        mode = site.attr("mode", "nearest")
+        if mode not in ("nearest", "linear", "bilinear"):
+            return f"mode {mode!r} has no Resize equivalent"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        mode = "linear" if site.attr("mode", "nearest") in ("linear", "bilinear") else "nearest"
+        scale_values = b.const(np.asarray(site.constant(1), dtype=np.float32))
+        if site.opset == 10:
+            return [b.op("Resize", site.inputs[0], scale_values, mode=mode)]
+        attributes = {"mode": mode}
+        if mode == "nearest":
+            attributes.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        else:
+            attributes.update(coordinate_transformation_mode="asymmetric")
+        return [b.op("Resize", site.inputs[0], b.const(np.zeros(0, np.float32)), scale_values,
+                     **attributes)]
+
+
+@register
+class ClipAttributesRule(Rule):
+    """Clip-6 (min/max attributes): min(max(x, min), max), the bounds as constants."""
+
+    name = "clip-attributes"
+    family = "old_forms"
+    op_type = "Clip"
+    until = 10
+
+    def check(self, site: Site) -> str | None:
+        dtype = site.dtype(0)
+        if dtype is not None and not dtype.is_floating_point():
+            return "Clip-6 is defined for floating point only"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        x, dtype = site.inputs[0], site.dtype(0)
+        low = site.attr("min", float(np.finfo(np.float32).min))
+        high = site.attr("max", float(np.finfo(np.float32).max))
+        return [b.op("Min", b.op("Max", x, b.scalar_like(low, dtype)), b.scalar_like(high, dtype))]

@@ -1,0 +1,168 @@
+"""Proof of one rewrite, on the spot: the replaced node and its replacement, run side by side.
+
+Both become tiny models over the same inputs (constant inputs keep their values, the others get
+seeded random data mixed with edge values) and run on ONNX Runtime CPU with graph optimizations
+off, so ORT cannot fuse the replacement back into the op it replaced. A certificate records the
+runtime that ran the original, the errors, and the verdict; a failed proof stops the rewrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from deploycc.rules.base import Builder, Rule, Site
+from deploycc.verify import inputs as input_data
+from deploycc.verify.compare import compare
+from deploycc.verify.runner import RunError, run_model_bytes, serialize
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx_ir as ir
+
+PROVEN, FAILED, UNPROVEN = "proven", "failed", "unproven"
+PROOF_SEEDS = (0, 1)
+MAX_CONSTANT_BYTES = 256 << 20  # larger constant inputs are not copied into a proof model
+
+
+@dataclass
+class Certificate:
+    rule: str
+    node: str
+    op: str
+    status: str
+    reference: str = ""
+    samples: int = 0
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    added_ops: dict[str, int] = field(default_factory=dict)
+    detail: str = ""
+
+
+Expansion = Callable[[Site, Builder], Sequence["ir.Value"]]
+
+
+def _copy_inputs(node: ir.Node, sizes: dict[str, int]) -> tuple[list[ir.Value | None], list[ir.Value],
+                                                                  list[ir.Value]]:
+    """Fresh values standing for the node's inputs: (in node order, graph inputs, initializers)."""
+    import onnx_ir as ir
+
+    mapping: dict[int, ir.Value] = {}
+    ordered: list[ir.Value | None] = []
+    graph_inputs: list[ir.Value] = []
+    initializers: list[ir.Value] = []
+    for index, value in enumerate(node.inputs):
+        if value is None:
+            ordered.append(None)
+            continue
+        if id(value) in mapping:
+            ordered.append(mapping[id(value)])
+            continue
+        tensor = value.const_value if value.const_value is not None else \
+            ir.convenience.get_const_tensor(value)
+        name = value.name or f"input{index}"
+        if tensor is not None:
+            if tensor.nbytes > MAX_CONSTANT_BYTES:
+                raise RunError(f"constant input '{name}' is {tensor.nbytes >> 20} MiB, too large to copy")
+            fresh = ir.Value(name=name, shape=ir.Shape(list(tensor.shape.numpy())),
+                             type=ir.TensorType(tensor.dtype),
+                             const_value=tensor)
+            initializers.append(fresh)
+        else:
+            dims = input_data.concrete_dims(value, sizes)
+            if dims is None or value.dtype is None:
+                raise RunError(f"input '{name}' has no known shape or type")
+            fresh = ir.Value(name=name, shape=ir.Shape(dims), type=ir.TensorType(value.dtype))
+            graph_inputs.append(fresh)
+        mapping[id(value)] = fresh
+        ordered.append(fresh)
+    return ordered, graph_inputs, initializers
+
+
+def _model(graph_inputs: list[ir.Value], initializers: list[ir.Value], nodes: Sequence[ir.Node],
+           outputs: list[ir.Value], opsets: dict[str, int]) -> ir.Model:
+    import onnx_ir as ir
+
+    for index, value in enumerate(outputs):
+        value.name = f"output{index}"
+    graph = ir.Graph(graph_inputs, outputs, nodes=nodes, initializers=initializers,
+                     opset_imports=opsets, name="proof")
+    return ir.Model(graph, ir_version=10)
+
+
+def compared_outputs(node: ir.Node, replacement_count: int) -> list[int]:
+    """Outputs a rewrite must reproduce: the first, and every other one somebody reads."""
+    site = Site(node, node.inputs, 0)
+    return [i for i in range(min(len(node.outputs), replacement_count)) if i == 0 or site.output_used(i)]
+
+
+def prove(rule: Rule, node: ir.Node, opsets: dict[str, int], site_opset: int,
+          name: str) -> Certificate:
+    """Run `node` and `rule`'s replacement for it on the same inputs; compare every used output."""
+    import onnx_ir as ir
+
+    certificate = Certificate(rule=rule.name, node=name, op=node.op_type, status=UNPROVEN)
+    onnx_opset = opsets.get("", 1)
+    sizes: dict[str, int] = {}
+    try:
+        original_inputs, original_feeds, original_constants = _copy_inputs(node, sizes)
+        replaced_inputs, replaced_feeds, replaced_constants = _copy_inputs(node, sizes)
+    except RunError as error:
+        certificate.detail = f"not run: {error}"
+        return certificate
+    original = ir.Node(node.domain, node.op_type, original_inputs,
+                       attributes=list(node.attributes.values()), num_outputs=len(node.outputs))
+    builder = Builder(onnx_opset, "proof")
+    replacement = list(rule.expand(Site(node, replaced_inputs, site_opset), builder))
+    indices = compared_outputs(node, len(replacement))
+    for index in indices:  # carry the original output types so both models declare them
+        source = node.outputs[index]
+        original.outputs[index].type = source.type
+        replacement[index].type = source.type
+    certificate.added_ops = _histogram(builder.nodes)
+    # An output that is also one of the inputs cannot be renamed: pass it through an Identity.
+    replaced_outputs = [replacement[i] if replacement[i].producer() is not None
+                        else builder.op("Identity", replacement[i]) for i in indices]
+    before = _model(original_feeds, original_constants, [original],
+                    [original.outputs[i] for i in indices], opsets)
+    after = _model(replaced_feeds, replaced_constants, builder.nodes, replaced_outputs, opsets)
+    worst_abs = worst_rel = 0.0
+    try:
+        before_bytes, after_bytes = serialize(before), serialize(after)
+        for seed in PROOF_SEEDS:
+            feeds = input_data.generate(original_feeds, seed=seed, edges=True, sizes=sizes)
+            expected = run_model_bytes(before_bytes, feeds)
+            actual = run_model_bytes(after_bytes, feeds)
+            certificate.reference = expected.runtime
+            certificate.samples += 1
+            for output in expected.outputs:
+                result = compare(output, expected.outputs[output], actual.outputs[output],
+                                 atol=rule.atol, rtol=rule.rtol)
+                worst_abs = max(worst_abs, result.max_abs_error)
+                worst_rel = max(worst_rel, result.max_rel_error)
+                if not result.passed:
+                    certificate.status = FAILED
+                    certificate.detail = f"{output} (seed {seed}): {result.problem}"
+    except RunError as error:
+        certificate.detail = f"not run: {error}"
+        return certificate
+    except Exception as error:  # a replacement ORT refuses is a failed proof, not a crash
+        certificate.status = FAILED
+        certificate.detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return certificate
+    certificate.max_abs_error, certificate.max_rel_error = worst_abs, worst_rel
+    if certificate.status != FAILED:
+        certificate.status = PROVEN
+    return certificate
+
+
+def _histogram(nodes: Sequence[ir.Node]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def feed_arrays(values: Sequence[ir.Value], seed: int) -> dict[str, np.ndarray]:
+    return input_data.generate(values, seed=seed)

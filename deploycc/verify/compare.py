@@ -1,0 +1,87 @@
+"""The comparator: one output of a candidate against the reference, with the statistics a user
+needs to judge the difference (Polygraphy prints the tolerance that would have passed; OpenVINO's
+benchmark_app adds cosine similarity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# (atol, rtol, minimum cosine similarity) per precision the target computes in. An element
+# passes when |actual - expected| <= atol + rtol * |expected|.
+TOLERANCES: dict[str, tuple[float, float, float]] = {
+    "fp32": (1e-4, 1e-3, 0.9999),
+    "fp16": (1e-2, 1e-2, 0.999),
+    "int8": (1e-1, 1e-1, 0.99),
+}
+
+
+@dataclass
+class OutputComparison:
+    name: str
+    shape: list[int]
+    dtype: str
+    passed: bool
+    max_abs_error: float
+    max_rel_error: float
+    cosine_similarity: float
+    required_atol: float  # the smallest atol that passes with rtol = 0
+    required_rtol: float  # the smallest rtol that passes with atol = 0 (inf if an expected 0 differs)
+    atol: float
+    rtol: float
+    mismatched: int
+    problem: str = ""
+
+
+def _finite(value: float) -> float:
+    return float(value) if np.isfinite(value) else float("inf")
+
+
+def compare(name: str, expected: np.ndarray, actual: np.ndarray, *, atol: float, rtol: float,
+            min_cosine: float = 0.0) -> OutputComparison:
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    base = dict(name=name, shape=list(expected.shape), dtype=str(expected.dtype), atol=atol, rtol=rtol)
+    if expected.shape != actual.shape:
+        return OutputComparison(**base, passed=False, max_abs_error=float("inf"),  # type: ignore[arg-type]
+                                max_rel_error=float("inf"), cosine_similarity=0.0,
+                                required_atol=float("inf"), required_rtol=float("inf"),
+                                mismatched=int(expected.size),
+                                problem=f"shape {list(actual.shape)} != {list(expected.shape)}")
+    if expected.dtype == np.bool_ or not np.issubdtype(expected.dtype, np.number):
+        equal = expected == actual
+        wrong = int((~equal).sum())
+        return OutputComparison(**base, passed=wrong == 0, max_abs_error=float(wrong > 0),  # type: ignore[arg-type]
+                                max_rel_error=float(wrong > 0), cosine_similarity=1.0 if not wrong else 0.0,
+                                required_atol=0.0 if not wrong else float("inf"),
+                                required_rtol=0.0 if not wrong else float("inf"), mismatched=wrong)
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    same_nan = np.isnan(e) & np.isnan(a)
+    same_inf = np.isinf(e) & (e == a)
+    settled = same_nan | same_inf
+    diff = np.where(settled, 0.0, np.abs(a - e))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    magnitude = np.abs(np.where(settled, 1.0, e))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(diff == 0, 0.0, diff / magnitude)
+    bad = diff > atol + rtol * magnitude
+    finite = ~np.isnan(e) & ~np.isnan(a) & ~np.isinf(e) & ~np.isinf(a)
+    ef, af = e[finite], a[finite]
+    norms = float(np.linalg.norm(ef) * np.linalg.norm(af))
+    cosine = float(np.dot(ef.ravel(), af.ravel()) / norms) if norms > 0 else \
+        (1.0 if np.array_equal(ef, af) else 0.0)
+    mismatched = int(bad.sum())
+    passed = mismatched == 0 and cosine >= min_cosine
+    max_abs = _finite(diff.max()) if diff.size else 0.0
+    max_rel = _finite(rel.max()) if rel.size else 0.0
+    problem = ""
+    if mismatched:
+        worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), diff.shape)
+        problem = (f"{mismatched} of {diff.size} elements differ beyond atol={atol} rtol={rtol}; "
+                   f"worst at {list(map(int, worst))}: expected {e[worst]:.6g}, got {a[worst]:.6g}")
+    elif cosine < min_cosine:
+        problem = f"cosine similarity {cosine:.6f} below {min_cosine}"
+    return OutputComparison(**base, passed=passed, max_abs_error=max_abs,  # type: ignore[arg-type]
+                            max_rel_error=max_rel, cosine_similarity=cosine, required_atol=max_abs,
+                            required_rtol=max_rel, mismatched=mismatched, problem=problem)

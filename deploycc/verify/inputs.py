@@ -1,0 +1,105 @@
+"""Inputs for running a model or a rewrite: generated from the signature, or given by the user.
+
+Generated inputs are seeded, so a verification is the same on every run. Symbolic dims take
+one size per name (so 'batch' is the same everywhere), integer inputs take ranges that make
+sense for what their name says they hold (token ids, masks, indices), and proof inputs mix in
+edge values (zeros, signed zeros, negatives, large magnitudes) where rewrites tend to differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deploycc.errors import OptionError
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+SYMBOLIC_DIM_SIZE = 2
+EDGE_VALUES = (0.0, -0.0, 1.0, -1.0, 6.0, -6.0, 100.0, -100.0, 1000.0, -1000.0)
+EDGE_FRACTION = 0.15
+
+
+def concrete_dims(value: ir.Value, sizes: dict[str, int], default: int = SYMBOLIC_DIM_SIZE
+                  ) -> list[int] | None:
+    """The value's dims with symbolic ones replaced by a per-name size; None if rank unknown."""
+    if value.shape is None:
+        return None
+    dims = []
+    for dim in value.shape:
+        if isinstance(dim, int):
+            dims.append(dim)
+            continue
+        name = getattr(dim, "value", None)
+        if isinstance(name, str) and name:
+            dims.append(sizes.setdefault(name, default))
+        else:
+            dims.append(default)
+    return dims
+
+
+def _integer_range(name: str, dtype: np.dtype) -> tuple[int, int]:
+    lowered = name.lower()
+    if "mask" in lowered:
+        return 1, 2
+    if "type" in lowered or "segment" in lowered:
+        return 0, 2
+    if dtype == np.uint8 or dtype == np.int8:
+        return (0, 128) if dtype == np.uint8 else (-64, 64)
+    return 0, 4 if ("index" in lowered or "indices" in lowered) else 64
+
+
+def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator, *,
+                 name: str = "", edges: bool = False) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.random(dims) < 0.8  # mostly True: masks that leave most positions visible
+    if np.issubdtype(dtype, np.integer):
+        low, high = _integer_range(name, dtype)
+        return rng.integers(low, high, size=dims).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        data = rng.standard_normal(dims).astype(np.float64) * (3.0 if edges else 1.0)
+        if edges and data.size:
+            picks = rng.random(dims) < EDGE_FRACTION
+            data[picks] = rng.choice(EDGE_VALUES, size=int(picks.sum()))
+        return data.astype(dtype)
+    raise OptionError(f"cannot generate inputs of type {dtype} for '{name}'",
+                      hint="give inputs with --inputs data.npz")
+
+
+def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
+             sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random arrays for the given graph inputs."""
+    rng = np.random.default_rng(seed)
+    sizes = {} if sizes is None else sizes
+    feeds = {}
+    for value in values:
+        dims = concrete_dims(value, sizes)
+        if dims is None or value.dtype is None:
+            raise OptionError(f"input '{value.name}' has no known shape or type",
+                              hint="fix it with --shape or give inputs with --inputs data.npz")
+        feeds[value.name or ""] = random_array(value.dtype.numpy(), dims, rng, name=value.name or "",
+                                               edges=edges)
+    return feeds
+
+
+def load_npz(path: str | Path, expected: Mapping[str, ir.Value]) -> dict[str, np.ndarray]:
+    """User-given inputs, checked against the model's input names and dtypes."""
+    file = Path(path)
+    try:
+        with np.load(file, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError) as error:
+        raise OptionError(f"{file}: cannot read inputs: {str(error).splitlines()[0]}") from None
+    missing = sorted(set(expected) - set(arrays))
+    if missing:
+        raise OptionError(f"{file}: no array for input(s) {', '.join(missing)}",
+                          hint=f"the archive holds {', '.join(sorted(arrays)) or 'nothing'}")
+    for name, value in expected.items():
+        if value.dtype is not None and arrays[name].dtype != value.dtype.numpy():
+            raise OptionError(f"{file}: input '{name}' is {arrays[name].dtype}, the model takes "
+                              f"{value.dtype.numpy()}")
+    return {name: arrays[name] for name in expected}
