@@ -344,6 +344,17 @@ def _non_default(node: ir.Node, opset: int) -> frozenset[str]:
     return frozenset(names)
 
 
+def refuse_overwrite(output: Path, protect: tuple[Path, ...]) -> None:
+    """Refuse an output path that is a directory or would replace an input file or its data."""
+    resolved = output.resolve()
+    for guarded in protect:
+        if guarded.resolve() in (resolved, resolved.with_name(output.name + ".data")):
+            raise ModelInputError(f"{output}: refusing to overwrite the input model or its data",
+                                  hint="choose another output path with -o")
+    if output.is_dir():
+        raise ModelInputError(f"{output}: output path is a directory")
+
+
 def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
          external_threshold_bytes: int = 1 << 30, force_external: bool = False) -> list[Path]:
     """Write `model` atomically: into a temporary folder beside `path`, then renamed into place.
@@ -358,14 +369,8 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
     import onnx_ir as ir
 
     target = Path(path)
-    target_resolved = target.resolve()
     data_name = target.name + ".data"
-    for guarded in protect:
-        if guarded.resolve() in (target_resolved, target_resolved.with_name(data_name)):
-            raise ModelInputError(f"{target}: refusing to overwrite the input model or its data",
-                                  hint="choose another output path with -o")
-    if target.is_dir():
-        raise ModelInputError(f"{target}: output path is a directory")
+    refuse_overwrite(target, protect)
     target.parent.mkdir(parents=True, exist_ok=True)
     weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values()
                        if v.const_value is not None)

@@ -57,7 +57,11 @@ def dynamic_dims(value: ir.Value) -> list[tuple[int, str]]:
 
 
 def node_label(node: ir.Node) -> str:
-    return node.name or f"<{node.op_type}>"
+    """A node's name; for an unnamed node its first output's name, else <OpType>."""
+    if node.name:
+        return node.name
+    first = node.outputs[0].name if node.outputs else None
+    return first or f"<{node.op_type}>"
 
 
 def describe_value(value: ir.Value) -> dict[str, object]:

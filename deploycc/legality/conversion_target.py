@@ -84,7 +84,9 @@ class ConversionTarget:
 
     def judge(self, node: ir.Node, model_opsets: dict[str, int], graph: str = "main") -> NodeVerdict:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
-        verdict = NodeVerdict(node=node.name or f"<{node.op_type}>", op=node.op_type,
+        from deploycc.analysis.graphs import node_label
+
+        verdict = NodeVerdict(node=node_label(node), op=node.op_type,
                               domain=domain, graph=graph)
         model_opset = model_opsets.get(domain, model_opsets.get("ai.onnx" if not domain else domain))
         opset = model_opset if model_opset is not None else 1

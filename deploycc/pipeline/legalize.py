@@ -124,6 +124,11 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     started = time.perf_counter()
     options = options or LegalizeOptions()
     mode = options.effective_mode(target)
+    if output is not None:
+        from deploycc import io
+
+        source = Path(path)
+        io.refuse_overwrite(Path(output), (source, source.with_name(source.name + ".data")))
     state, records, loaded = run_pipeline(path, target, options, progress=progress)
     if progress is not None:
         progress("final check")
@@ -143,7 +148,7 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
 
         io.save(state.model, staged, force_external=bool(loaded.external_files),
                 protect=protect)
-        if options.verify:
+        if options.verify and success:  # a refused model is not written, so not verified either
             if progress is not None:
                 progress("verify")
             from deploycc.verify.verify import verify_files

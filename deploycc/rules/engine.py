@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from deploycc.analysis.graphs import node_label
 from deploycc.rules.base import Builder, Decline, Site
 from deploycc.rules.catalog import rules_for
 
@@ -45,12 +46,6 @@ class Decision:
 
 def domain_of(node: ir.Node) -> str:
     return "" if node.domain in ("", "ai.onnx") else node.domain
-
-
-def node_label(node: ir.Node) -> str:
-    if node.name:
-        return node.name
-    return node.outputs[0].name if node.outputs and node.outputs[0].name else f"<{node.op_type}>"
 
 
 def _replace(graph: ir.Graph, node: ir.Node, builder: Builder, outputs: list[ir.Value]) -> None:

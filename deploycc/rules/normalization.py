@@ -19,13 +19,15 @@ if TYPE_CHECKING:
 FLOAT = 1  # onnx TensorProto.FLOAT, the stash_type default
 
 
-def _stash(site: Site, b: Builder, x: ir.Value) -> tuple[ir.Value, bool]:
-    """x in the dtype statistics are computed in; True when a Cast back is needed."""
+def _stash(site: Site, b: Builder, x: ir.Value) -> tuple[ir.Value, ir.DataType | None, bool]:
+    """x in the dtype statistics are computed in, that dtype, and whether to Cast back."""
+    import onnx_ir as ir
+
     dtype = site.dtype(0)
-    if dtype is not None and dtype.name != "FLOAT" and site.attr("stash_type", FLOAT) == FLOAT \
-            and dtype.name in ("FLOAT16", "BFLOAT16"):
-        return b.op("Cast", x, to=FLOAT), True
-    return x, False
+    if dtype is not None and dtype.name in ("FLOAT16", "BFLOAT16") and \
+            site.attr("stash_type", FLOAT) == FLOAT:
+        return b.op("Cast", x, to=FLOAT), ir.DataType.FLOAT, True
+    return x, dtype, False
 
 
 def _normalize(b: Builder, x: ir.Value, axes: Sequence[int], eps: float,
@@ -63,10 +65,8 @@ class LayerNormalizationRule(Rule):
         assert rank is not None
         axis = site.attr("axis", -1)
         axes = list(range(axis % rank, rank))
-        x, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
-        stat_dtype = x.dtype if not cast_back else None
-        normalized, mean, inv_std = _normalize(b, x, axes, site.attr("epsilon", 1e-5),
-                                               stat_dtype or site.dtype(0))
+        x, stat_dtype, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
+        normalized, mean, inv_std = _normalize(b, x, axes, site.attr("epsilon", 1e-5), stat_dtype)
         if cast_back:
             normalized = b.op("Cast", normalized, to=site.dtype(0).value)  # type: ignore[union-attr]
         y = b.op("Mul", normalized, site.inputs[1])
@@ -96,9 +96,9 @@ class RMSNormalizationRule(Rule):
         rank = site.rank(0)
         assert rank is not None
         axes = list(range(site.attr("axis", -1) % rank, rank))
-        x, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
+        x, stat_dtype, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
         mean_square = b.reduce("ReduceMean", b.op("Mul", x, x), axes)
-        eps = b.scalar_like(site.attr("epsilon", 1e-5), x.dtype or site.dtype(0))
+        eps = b.scalar_like(site.attr("epsilon", 1e-5), stat_dtype)
         y = b.op("Div", x, b.op("Sqrt", b.op("Add", mean_square, eps)))
         if cast_back:
             y = b.op("Cast", y, to=site.dtype(0).value)  # type: ignore[union-attr]
@@ -163,9 +163,9 @@ class GroupNormalizationRule(Rule):
         groups = site.attr("num_groups")
         if groups is None:
             raise Decline("num_groups attribute missing")
-        x, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
+        x, stat_dtype, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
         grouped = b.op("Reshape", x, b.ints([0, groups, -1]))
-        normalized, _, _ = _normalize(b, grouped, [2], site.attr("epsilon", 1e-5), x.dtype or site.dtype(0))
+        normalized, _, _ = _normalize(b, grouped, [2], site.attr("epsilon", 1e-5), stat_dtype)
         if cast_back:
             normalized = b.op("Cast", normalized, to=site.dtype(0).value)  # type: ignore[union-attr]
         scale, bias = site.inputs[1], site.inputs[2]

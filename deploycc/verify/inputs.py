@@ -54,11 +54,13 @@ def _integer_range(name: str, dtype: np.dtype) -> tuple[int, int]:
 
 
 def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator, *,
-                 name: str = "", edges: bool = False) -> np.ndarray:
+                 name: str = "", edges: bool = False, int_high: int | None = None) -> np.ndarray:
     if dtype == np.bool_:
         return rng.random(dims) < 0.8  # mostly True: masks that leave most positions visible
     if np.issubdtype(dtype, np.integer):
         low, high = _integer_range(name, dtype)
+        if int_high is not None:
+            low, high = 0, max(1, int_high)
         return rng.integers(low, high, size=dims).astype(dtype)
     if np.issubdtype(dtype, np.floating):
         data = rng.standard_normal(dims).astype(np.float64) * (3.0 if edges else 1.0)
@@ -71,8 +73,8 @@ def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator,
 
 
 def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
-             sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Seeded random arrays for the given graph inputs."""
+             sizes: dict[str, int] | None = None, int_high: int | None = None) -> dict[str, np.ndarray]:
+    """Seeded random arrays for the given graph inputs (integers below int_high when given)."""
     rng = np.random.default_rng(seed)
     sizes = {} if sizes is None else sizes
     feeds = {}
@@ -82,7 +84,7 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
             raise OptionError(f"input '{value.name}' has no known shape or type",
                               hint="fix it with --shape or give inputs with --inputs data.npz")
         feeds[value.name or ""] = random_array(value.dtype.numpy(), dims, rng, name=value.name or "",
-                                               edges=edges)
+                                               edges=edges, int_high=int_high)
     return feeds
 
 

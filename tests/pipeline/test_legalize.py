@@ -1,0 +1,266 @@
+"""The whole legalization pipeline on small models: what it rewrites, what it refuses, what it
+writes, and that the result computes what the original did (checked here on ORT, independently
+of the pipeline's own verification)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from deploycc import api
+from deploycc.analysis.check import check_model
+from deploycc.api import get_target
+from deploycc.errors import OptionError
+from deploycc.pipeline.context import LegalizeOptions, Pass, PassOutcome, PipelineState
+from deploycc.pipeline.manager import InvariantError, run_passes
+from examples.make_models import encoder_block, small_cnn
+
+
+def _run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def encoder(tmp_path: Path) -> Path:
+    path = tmp_path / "encoder.onnx"
+    onnx.save(encoder_block(), path)
+    return path
+
+
+@pytest.fixture
+def cnn(tmp_path: Path) -> Path:
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), path)
+    return path
+
+
+def test_encoder_down_to_jetson_nano_is_legal_and_equal(encoder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "nano.onnx"
+    before = _digest(encoder)
+    report = api.legalize(encoder, "jetson-nano", out)
+    assert report.success, report.summary
+    assert report.opset == {"before": 20, "after": 13}
+    fired = sorted({r.rule for r in report.rewrites})
+    assert fired == ["gelu", "layer-normalization"]
+    assert all(r.certificate is not None and r.certificate.status == "proven" for r in report.rewrites)
+    assert _digest(encoder) == before  # the input is never modified
+    assert check_model(out, [get_target("jetson-nano")]).targets[0].legal
+    feeds = {"x": np.random.default_rng(5).standard_normal((2, 7, 64)).astype(np.float32)}
+    np.testing.assert_allclose(_run(out, feeds)[0], _run(encoder, feeds)[0], atol=1e-4, rtol=1e-3)
+    assert report.verification is not None and report.verification.passed
+
+
+def test_cnn_fuses_batchnorm_and_prunes_identity(cnn: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cnn.legal.onnx"
+    report = api.legalize(cnn, "jetson-xavier", out)
+    assert report.success, report.summary
+    ops = [n.op_type for n in onnx.load(out).graph.node]
+    assert "BatchNormalization" not in ops and "Identity" not in ops and "Gelu" not in ops
+    fuse = next(p for p in report.passes if p.name == "fuse")
+    assert fuse.ops_removed.get("BatchNormalization") == 1
+
+
+def test_ort_target_leaves_a_legal_model_alone(cnn: Path, tmp_path: Path) -> None:
+    report = api.legalize(cnn, "ort-cpu", tmp_path / "o.onnx")
+    assert report.success and report.rewrites == []
+    assert report.opset["after"] == 20
+
+
+def test_full_mode_refuses_and_writes_nothing(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 13, "custom.ops" : 1]>
+        g (float[2,4] x) => (float[2,4] y) { y = custom.ops.Mystery(x) }
+    """)
+    out = tmp_path / "never.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert not report.success and report.exit_code == 1
+    assert not out.exists()
+    assert report.unresolved and report.unresolved[0].op == "Mystery"
+    assert "no rule" in report.unresolved[0].rules_tried[0]
+    assert not list(tmp_path.glob(".deploycc-*")), "staging folder left behind"
+
+
+def test_final_report_names_the_declining_rule(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[2,3,4] x, float[2,4,5] w) => (float[2,3,5] y) {
+            y = Einsum<equation="...ij,...jk->...ik">(x, w)
+        }
+    """)
+    report = api.legalize(model, "jetson-nano", tmp_path / "e.onnx")  # TensorRT 8.2: no ellipsis
+    assert report.opset["after"] == 13 and not report.success
+    assert report.unresolved[0].op == "Einsum"
+    assert "einsum: Einsum equation '...ij,...jk->...ik' not in supported forms: ellipsis" in \
+        report.unresolved[0].rules_tried
+
+
+def test_static_target_names_the_dynamic_dims(encoder: Path, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    static = get_target("jetson-xavier")
+    static = replace(static, shapes=replace(static.shapes, policy="static"))
+    with pytest.raises(OptionError, match=r"x\[0:batch, 1:seq\]"):
+        api.legalize(encoder, static, tmp_path / "s.onnx")
+    report = api.legalize(encoder, static, tmp_path / "s.onnx", LegalizeOptions(shapes={"x": [1, 16, 64]}))
+    assert report.success, report.summary
+    dims = [d.dim_value for d in onnx.load(tmp_path / "s.onnx").graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 16, 64]
+
+
+def test_dynamic_batch_keeps_dim_zero(encoder: Path, tmp_path: Path) -> None:
+    options = LegalizeOptions(dynamic_batch=True, shapes={"x": ["batch", 8, 64]})
+    report = api.legalize(encoder, "jetson-orin", tmp_path / "d.onnx", options)
+    assert report.success, report.summary
+    dim0, dim1 = onnx.load(tmp_path / "d.onnx").graph.input[0].type.tensor_type.shape.dim[:2]
+    assert dim0.dim_param == "batch" and dim1.dim_value == 8
+    with pytest.raises(OptionError, match="--dynamic-batch keeps only dim 0"):
+        api.legalize(encoder, "jetson-orin", tmp_path / "d2.onnx", LegalizeOptions(dynamic_batch=True))
+
+
+def test_input_layout_nhwc_inserts_the_transpose(cnn: Path, tmp_path: Path) -> None:
+    out = tmp_path / "nhwc.onnx"
+    report = api.legalize(cnn, "ort-cpu", out, LegalizeOptions(input_layout={"*": "NHWC"}, batch=1))
+    assert report.success, report.summary
+    proto = onnx.load(out)
+    name = proto.graph.input[0].name
+    dims = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
+    original = onnx.load(cnn).graph.input[0]
+    assert name == original.name
+    nchw = np.random.default_rng(2).standard_normal((1, *dims[3:], *dims[1:3])).astype(np.float32)
+    assert dims[3] == 3
+    expected = _run(cnn, {name: nchw})[0]
+    actual = _run(out, {name: np.transpose(nchw, (0, 2, 3, 1))})[0]
+    np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_keep_outputs_drops_the_rest(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[2,4] x) => (float[2,4] a, float[2,4] b) { a = Relu(x) b = Sigmoid(x) }
+    """)
+    report = api.legalize(model, "ort-cpu", tmp_path / "k.onnx", LegalizeOptions(keep_outputs=["b"]))
+    assert report.success
+    graph = onnx.load(tmp_path / "k.onnx").graph
+    assert [o.name for o in graph.output] == ["b"] and [n.op_type for n in graph.node] == ["Sigmoid"]
+    with pytest.raises(OptionError, match="no output 'c'"):
+        api.legalize(model, "ort-cpu", tmp_path / "k2.onnx", LegalizeOptions(keep_outputs=["c"]))
+
+
+def test_shape_chain_folds_once_axes_are_fixed(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[N,3,4] x) => (float[N,12] y) <int64[1] zero = {0}, int64[1] minus = {-1}> {
+            s = Shape(x)
+            n = Gather<axis=0>(s, zero)
+            shape = Concat<axis=0>(n, minus)
+            y = Reshape(x, shape)
+        }
+    """)
+    report = api.legalize(model, "ort-cpu", tmp_path / "f.onnx", LegalizeOptions(batch=2))
+    assert report.success
+    assert [n.op_type for n in onnx.load(tmp_path / "f.onnx").graph.node] == ["Reshape"]
+
+
+def test_folding_is_bounded_before_allocating(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[2] x) => (float[2] y) <int64[2] shape = {1000000, 1000000}> {
+            big = ConstantOfShape(shape)
+            total = ReduceSum<keepdims=0>(big)
+            y = Add(x, total)
+        }
+    """)
+    started = time.perf_counter()
+    report = api.legalize(model, "ort-cpu", None, LegalizeOptions(verify=False))
+    assert time.perf_counter() - started < 60  # it did not try to build 10^12 floats
+    assert report.nodes["after"] == 3
+
+
+def test_prune_removes_no_ops_and_keeps_lossy_casts(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float16[2,3] h, float[2,3] x) => (float16[2,3] y, float[2,3] z) <int64[2] same = {2, 3}> {
+            a = Cast<to=1>(h)
+            b = Cast<to=10>(a)
+            c = Reshape(b, same)
+            d = Transpose<perm=[0, 1]>(c)
+            e = Dropout(d)
+            y = Identity(e)
+            f = Cast<to=10>(x)
+            g2 = Cast<to=1>(f)
+            z = Relu(g2)
+        }
+    """)
+    report = api.legalize(model, "ort-cpu", tmp_path / "p.onnx")
+    assert report.success, report.summary
+    ops = sorted(n.op_type for n in onnx.load(tmp_path / "p.onnx").graph.node)
+    # float16 -> float32 -> float16 is exact and goes (y = h needs one Identity: both are graph
+    # inputs/outputs); float32 -> float16 -> float32 rounds, so both of those Casts stay
+    assert ops == ["Cast", "Cast", "Identity", "Relu"]
+
+
+def test_disable_and_only_pass(cnn: Path, tmp_path: Path) -> None:
+    report = api.legalize(cnn, "jetson-xavier", None, LegalizeOptions(disable_passes=("fuse",), verify=False))
+    assert not next(p for p in report.passes if p.name == "fuse").ran
+    report = api.legalize(cnn, "ort-cpu", None, LegalizeOptions(only_passes=("prune",), verify=False))
+    assert [p.name for p in report.passes if p.ran] == ["prune"]
+    with pytest.raises(OptionError, match="no pass named 'nope'"):
+        api.legalize(cnn, "ort-cpu", None, LegalizeOptions(disable_passes=("nope",)))
+
+
+class _RenamesTheOutput(Pass):
+    name = "broken"
+    summary = "a deliberately wrong pass: it renames a graph output"
+
+    def run(self, state: PipelineState) -> PassOutcome:
+        state.model.graph.outputs[0].name = "renamed"
+        return PassOutcome(True)
+
+
+def test_a_pass_that_changes_the_signature_is_caught(cnn: Path) -> None:
+    from deploycc import io
+
+    loaded = io.load(cnn)
+    state = PipelineState(loaded.model, get_target("ort-cpu"), LegalizeOptions(), loaded.path)
+    with pytest.raises(InvariantError, match="changed the graph's inputs or outputs"):
+        run_passes([_RenamesTheOutput()], state)
+
+
+def test_output_over_the_input_is_refused(cnn: Path) -> None:
+    from deploycc.errors import ModelInputError
+
+    with pytest.raises(ModelInputError, match="refusing to overwrite the input"):
+        api.legalize(cnn, "ort-cpu", cnn)
+
+
+def test_fifteen_thousand_nodes_stay_linear(tmp_path: Path) -> None:
+    """A generated 15,000-node graph with rewrites to do: a generous budget keeps quadratic rules out."""
+    from onnx import TensorProto, helper
+
+    nodes, previous = [], "x"
+    for i in range(5000):
+        nodes.append(helper.make_node("Relu", [previous], [f"r{i}"]))
+        nodes.append(helper.make_node("Identity", [f"r{i}"], [f"i{i}"]))
+        nodes.append(helper.make_node("HardSwish", [f"i{i}"], [f"h{i}"]))
+        previous = f"h{i}"
+    graph = helper.make_graph(nodes, "long", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [1, 8])])
+    path = tmp_path / "long.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    started = time.perf_counter()
+    report = api.legalize(path, "jetson-nano", None, LegalizeOptions(prove=False, verify=False))
+    seconds = time.perf_counter() - started
+    assert report.success, report.summary
+    assert sum(1 for r in report.rewrites if r.rule == "hard-swish") == 5000
+    assert seconds < 240, f"15,000 nodes took {seconds:.0f} s"

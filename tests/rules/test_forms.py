@@ -1,0 +1,90 @@
+"""Old forms, Pad/Resize modes, elementary ops and type rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.rules.helpers import declines, rewrite_and_compare
+
+
+def test_clip_with_attributes() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 10]>
+        g (float[2,8] x) => (float[2,8] y) { y = Clip<min=-0.5, max=2.0>(x) }
+    """, "Clip", "clip-attributes")
+
+
+def test_pad_wrap() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 19]>
+        g (float[1,2,4,5] x) => (float[1,2,7,7] y) <int64[8] pads = {0,0,1,2,0,0,2,0}> {
+            y = Pad<mode="wrap">(x, pads)
+        }
+    """, "Pad", "pad-wrap")
+
+
+def test_pad_reflect_is_declined_with_its_mode() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 19]>
+        g (float[1,2,4,5] x) => (float[1,2,6,5] y) <int64[8] pads = {0,0,1,0,0,0,1,0}> {
+            y = Pad<mode="reflect">(x, pads)
+        }
+    """, "Pad", "'reflect'")
+
+
+def test_resize_nearest_integer_scales() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[1,2,3,4] x) => (float[1,2,6,12] y) <float[4] scales = {1.0, 1.0, 2.0, 3.0}> {
+            y = Resize<mode="nearest", coordinate_transformation_mode="asymmetric",
+                       nearest_mode="floor">(x, , scales)
+        }
+    """, "Resize", "resize-nearest-integer")
+
+
+def test_resize_cubic_is_declined() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[1,2,3,4] x) => (float[1,2,6,8] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
+            y = Resize<mode="cubic">(x, , scales)
+        }
+    """, "Resize", "'cubic'")
+
+
+@pytest.mark.parametrize(("call", "rule"), [("Reciprocal(x)", "reciprocal"), ("Sum(x, x, x)", "sum"),
+                                            ("Mean(x, x)", "mean")])
+def test_elementary(call: str, rule: str) -> None:
+    x = np.array([[0.5, -2.0, 3.0, 100.0]], dtype=np.float32)
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[1,4] x) => (float[1,4] y) {{ y = {call} }}
+    """, call.split("(")[0], rule, feeds={"x": x})
+
+
+def test_slice_bounds_clamped_to_int32() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[3,6] x) => (float[3,5] y)
+          <int64[1] starts = {1}, int64[1] ends = {9223372036854775807}, int64[1] axes = {1}> {
+            y = Slice(x, starts, ends, axes)
+        }
+    """, "Slice", "slice-bounds-int32")
+
+
+def test_slice_bounds_that_fit_are_left_alone() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[3,6] x) => (float[3,4] y) <int64[1] starts = {1}, int64[1] ends = {5}, int64[1] axes = {1}> {
+            y = Slice(x, starts, ends, axes)
+        }
+    """, "Slice", "already fit")
+
+
+def test_upsample_becomes_resize() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 10]>
+        g (float[1,2,3,4] x) => (float[1,2,6,8] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
+            y = Upsample<mode="nearest">(x, scales)
+        }
+    """, "Upsample", "upsample-to-resize")
