@@ -14,7 +14,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,onnxsim]'
 	touch $@
 
 demo: $(VENV)/.installed
@@ -22,6 +22,9 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/make_models.py --out $(DEMO_DIR)
 	$(BIN)/deploycc inspect $(DEMO_DIR)/small_cnn.onnx
 	$(BIN)/deploycc check $(DEMO_DIR)/small_cnn.onnx --target ort-cpu
+	$(BIN)/deploycc legalize $(DEMO_DIR)/small_cnn.onnx --target ort-cpu -o $(DEMO_DIR)/small_cnn.ort-cpu.onnx
+	$(BIN)/deploycc legalize $(DEMO_DIR)/encoder_block.onnx --target jetson-nano \
+		-o $(DEMO_DIR)/encoder_block.jetson-nano.onnx --report $(DEMO_DIR)/encoder_block.jetson-nano.json
 	@# exit code 1 here means "illegal nodes found": expected for the TensorRT targets
 	$(BIN)/deploycc check $(DEMO_DIR)/encoder_block.onnx \
 		--target ort-cpu --target openvino-cpu --target jetson-xavier --target jetson-nano \

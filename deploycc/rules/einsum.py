@@ -50,7 +50,10 @@ def _sum_out(b: Builder, x: ir.Value, letters: str, keep: set[str]) -> tuple[ir.
 
 @register
 class EinsumRule(Rule):
-    """Einsum (opset 12) with one or two operands, no ellipsis and no repeated letter in one operand."""
+    """Einsum (opset 12): Transpose/ReduceSum each operand, batched MatMul, Transpose to the output.
+
+    One or two operands, no ellipsis, no repeated letter in one operand (see the module).
+    """
 
     name = "einsum"
     family = "einsum"

@@ -264,3 +264,11 @@ def test_fifteen_thousand_nodes_stay_linear(tmp_path: Path) -> None:
     assert report.success, report.summary
     assert sum(1 for r in report.rewrites if r.rule == "hard-swish") == 5000
     assert seconds < 240, f"15,000 nodes took {seconds:.0f} s"
+
+
+def test_onnxsim_runs_as_an_extra_pass_in_a_child_process(cnn: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxsim", reason="the optional simplifier needs deploycc[onnxsim]")
+    report = api.legalize(cnn, "ort-cpu", tmp_path / "s.onnx", LegalizeOptions(simplifier="onnxsim"))
+    simplify = next(p for p in report.passes if p.name == "simplify")
+    assert simplify.ran and "onnxsim" in simplify.notes[0]
+    assert report.success and report.verification is not None and report.verification.passed

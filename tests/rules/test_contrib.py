@@ -63,3 +63,12 @@ def test_unknown_fused_activation_is_declined() -> None:
             y = com.microsoft.FusedConv<activation="Swish">(x, w)
         }}
     """, "FusedConv", "Swish")
+
+
+def test_simplified_layer_normalization() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[2,3,8] x, float[8] gamma) => (float[2,3,8] y) {
+            y = SimplifiedLayerNormalization<epsilon=1e-5, axis=-1>(x, gamma)
+        }
+    """, "SimplifiedLayerNormalization", "ms-simplified-layer-normalization", atol=1e-4, rtol=1e-3)

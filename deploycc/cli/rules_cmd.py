@@ -1,0 +1,32 @@
+"""`deploycc rules`: the rewrite rule catalog, one row per rule."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command("rules")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def rules_command(as_json: bool) -> None:
+    """List every rewrite rule: name, family, the op it replaces, opsets, and its math."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from deploycc.rules.catalog import all_rules
+
+    rows = [{"name": rule.name, "family": rule.family,
+             "op": f"{rule.domain}::{rule.op_type}" if rule.domain else rule.op_type,
+             "opsets": f"{rule.since}..{rule.until if rule.until is not None else ''}",
+             "summary": rule.summary()} for rule in all_rules().values()]
+    rows.sort(key=lambda r: (r["family"], r["name"]))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{len(rows)} rewrite rules")
+    for column in ("name", "family", "op", "opsets", "summary"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row.values())
+    Console().print(table)
