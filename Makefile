@@ -33,7 +33,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed lint typecheck pytest
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check deploycc tests examples tools
+	$(BIN)/ruff check deploycc tests examples tools benchmarks
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ class LoadedModel:
     path: Path
     file_size: int
     external_files: list[ExternalFile]
+    notes: list[str] = field(default_factory=list)  # e.g. why shape inference failed
 
 
 def _fail(path: Path, problem: str, hint: str | None = None) -> ModelInputError:
@@ -234,9 +235,15 @@ def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = Fa
         raise _fail(path, f"fails the ONNX checker: {first.strip()}") from None
 
 
-def load(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
-    """Load a model safely into onnx-ir, weights memory-mapped and never read here."""
+def load(path: str | os.PathLike[str], *, check: bool = True, infer: bool = False) -> LoadedModel:
+    """Load a model safely into onnx-ir, weights memory-mapped and never read here.
+
+    With `infer`, shapes and types are inferred too: on the protobuf already in hand when it
+    is small (one IR round trip saved), else on the IR with its large tensors stripped.
+    """
     import onnx_ir as ir
+
+    from deploycc.analysis import shapes
 
     model_path = Path(path)
     proto = read_proto(model_path)
@@ -244,13 +251,21 @@ def load(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
     validate_inline_tensors(proto, model_path)
     if check:
         check_proto(proto, model_path, has_external_data=bool(external_files))
+    notes: list[str] = []
+    inferred_on_proto = infer and proto.ByteSize() < shapes.PROTO_INFERENCE_LIMIT
+    if inferred_on_proto:
+        proto, note = shapes.infer_proto(proto)
+        notes += [note] if note else []
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as error:  # onnx-ir's own complaints about a broken graph
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _fail(model_path, f"cannot be read as a graph: {first}") from None
     ir.external_data.set_base_dir(model.graph, model_path.parent)
-    return LoadedModel(model, model_path, model_path.stat().st_size, external_files)
+    if infer and not inferred_on_proto:
+        note = shapes.infer_shapes(model)
+        notes += [note] if note else []
+    return LoadedModel(model, model_path, model_path.stat().st_size, external_files, notes)
 
 
 def to_proto(model: ir.Model) -> Any:

@@ -219,14 +219,10 @@ def judge_model(model: ir.Model, target: Target, *, dla: bool = False) -> Target
 def check_model(path: str | Path, targets: list[Target], *, dla: bool = False,
                 explain: bool = False) -> CheckReport:
     from deploycc import io
-    from deploycc.analysis.shapes import infer_shapes
 
-    loaded = io.load(path)
+    loaded = io.load(path, infer=True)
     model = loaded.model
-    notes = []
-    note = infer_shapes(model)
-    if note:
-        notes.append(note)
+    notes = list(loaded.notes)
     node_count = sum(len(g) for g in all_graphs(model.graph))
     return CheckReport(
         path=str(loaded.path),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -43,3 +43,26 @@ def infer_shapes(model: ir.Model) -> str | None:
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
+
+
+PROTO_INFERENCE_LIMIT = 256 << 20  # above this, infer on the IR with large tensors stripped
+
+
+def infer_proto(proto: Any) -> tuple[Any, str | None]:
+    """ONNX shape inference on a protobuf model we already hold (saves an IR round trip).
+
+    Returns the inferred model and a note when strict inference failed (then the lenient
+    result, or the model unchanged when even that failed).
+    """
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True,
+                                                 data_prop=True), None
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        note = f"shape inference failed: {lines[-1] if lines else type(error).__name__}"
+    try:
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True), note
+    except Exception:
+        return proto, note

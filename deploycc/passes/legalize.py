@@ -29,7 +29,7 @@ class LegalizePass(Pass):
     summary = "rewrite what the target lacks with the rule catalog, to a fixed point"
 
     def run(self, state: PipelineState) -> PassOutcome:
-        from onnx_ir.passes.common import LiftConstantsToInitializersPass
+        from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
 
         notes: list[str] = []
         fired_before = len(state.rewrites)
@@ -40,6 +40,7 @@ class LegalizePass(Pass):
         fired = state.rewrites[fired_before:]
         if fired:
             LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
+            RemoveUnusedNodesPass()(state.model)  # what the rewrites replaced, initializers too
             from deploycc.analysis.shapes import infer_shapes
 
             infer_shapes(state.model)
@@ -75,19 +76,19 @@ class LegalizePass(Pass):
 
     def _type_rules(self, state: PipelineState, notes: list[str]) -> None:
         from deploycc.rules import types
+        from deploycc.rules.base import Site
         from deploycc.rules.engine import Rewrite, decide
 
         target = state.target
-        if target.dtypes.computed_as_dtype("int64") == "int32":
+        if target.dtypes.computed_as_dtype("int64") == "int32":  # TensorRT 8.x
+            clamp = types.SliceBoundsInt32Rule()
             for node in list(state.model.graph):
-                if node.op_type == "Slice" and node.domain in ("", "ai.onnx"):
-                    site_check = types.SliceBoundsInt32Rule().check
-                    from deploycc.rules.base import Site
-
-                    if site_check(Site(node, node.inputs, state.opsets.get("", 1))) is None:
-                        decision = decide(node, state.model.graph, state.opsets, prove=state.options.prove)
-                        if decision.rewrite is not None:
-                            state.rewrites.append(decision.rewrite)
+                if node.op_type != "Slice" or node.domain not in ("", "ai.onnx"):
+                    continue
+                if clamp.check(Site(node, node.inputs, state.opsets.get("", 1))) is None:
+                    decision = decide(node, state.model.graph, state.opsets, prove=state.options.prove)
+                    if decision.rewrite is not None:
+                        state.rewrites.append(decision.rewrite)
         if "float64" in target.dtypes.unsupported and types.has_float64(state.model):
             blockers = types.float64_blockers(state.model)
             if blockers:

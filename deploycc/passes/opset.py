@@ -9,6 +9,7 @@ the rule catalog rewrites them first, and an op no rule can rewrite is named wit
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from deploycc.errors import DeployccError
@@ -97,6 +98,10 @@ class OpsetPass(Pass):
             return io.convert_opset(model, wanted)
         except Exception as error:
             first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-            raise OpsetConversionError(f"onnx version converter failed {current} -> {wanted}: {first}",
-                                       hint="the message names the op without an adapter; "
-                                            "try --opset with a closer version") from None
+            missing = re.search(r"No Adapter (?:From|To) Version \$?(\d+) for (\w+)", first)
+            if missing:
+                version, op = missing.groups()
+                first = f"onnx's converter has no adapter for {op} from version {version}"
+            raise OpsetConversionError(f"cannot convert opset {current} -> {wanted}: {first}",
+                                       hint="try --opset with a closer version, or a target whose "
+                                            "range includes the model's opset") from None

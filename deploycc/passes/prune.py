@@ -1,6 +1,7 @@
 """Prune: remove what computes nothing.
 
 1. Nodes that are identities in disguise become Identity: Dropout at inference (mask unused),
+   arithmetic with a neutral constant (x*1, x/1, x+0, x-0) that does not broadcast x larger,
    Cast to the type the input already has, Cast chains that round-trip through a wider type
    (float16 -> float32 -> float16 is exact; float32 -> float16 -> float32 is not, and stays),
    Reshape/Expand to the shape the input already has, Transpose with the identity
@@ -34,6 +35,7 @@ LOSSLESS_WIDENING = {
     ("UINT8", "DOUBLE"), ("BOOL", "INT32"), ("BOOL", "INT64"), ("BOOL", "FLOAT"), ("BOOL", "UINT8"),
 }
 INT64_MAX = np.iinfo(np.int64).max
+NEUTRAL_OPERAND = {"Mul": 1, "Div": 1, "Add": 0, "Sub": 0}
 
 
 def _const(value: ir.Value | None) -> np.ndarray | None:
@@ -80,6 +82,8 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
                     (_dtype(origin), _dtype(x)) in LOSSLESS_WIDENING:
                 return origin
         return None
+    if op in NEUTRAL_OPERAND and len(node.inputs) == 2:
+        return _neutral_arithmetic(node, op)
     if op == "Transpose":
         perm = node.attributes.get_ints("perm")
         return x if perm is not None and list(perm) == list(range(len(perm))) else None
@@ -119,6 +123,24 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
             if start != 0 or not (end >= INT64_MAX // 2 or (size is not None and end >= size)):
                 return None
         return x
+    return None
+
+
+def _neutral_arithmetic(node: ir.Node, op: str) -> ir.Value | None:
+    """x for x*1, 1*x, x/1, x+0, 0+x, x-0, when the constant does not broadcast x larger
+    and the result keeps x's dtype."""
+    allowed_sides = (0, 1) if op in ("Mul", "Add") else (1,)
+    for side in allowed_sides:
+        operand, constant = node.inputs[1 - side], _const(node.inputs[side])
+        if operand is None or constant is None or _dtype(operand) != _dtype(node.outputs[0]):
+            continue
+        if not np.all(constant == NEUTRAL_OPERAND[op]):
+            continue
+        shape = _static(operand)
+        if shape is None or constant.ndim > len(shape):
+            continue
+        if all(c in (1, s) for c, s in zip(constant.shape[::-1], shape[::-1], strict=False)):
+            return operand
     return None
 
 

@@ -23,6 +23,7 @@ from deploycc.results import Result
 
 if TYPE_CHECKING:
     from deploycc.analysis.check import TargetVerdict
+    from deploycc.io import LoadedModel
     from deploycc.rules.engine import Rewrite
     from deploycc.targets.schema import Target
     from deploycc.verify.verify import Verification
@@ -98,19 +99,16 @@ def _unresolved(state: PipelineState, final: TargetVerdict) -> list[Unresolved]:
 def run_pipeline(path: str | Path, target: Target, options: LegalizeOptions,
                  passes: list[Pass] | None = None,
                  progress: Callable[[str], None] | None = None
-                 ) -> tuple[PipelineState, list[PassRecord], Any]:
+                 ) -> tuple[PipelineState, list[PassRecord], LoadedModel]:
     """Load and rewrite; returns the state, the pass records and the loaded model's metadata."""
     from deploycc import io
     from deploycc.analysis.graphs import all_nodes
-    from deploycc.analysis.shapes import infer_shapes
 
-    loaded = io.load(path)
+    loaded = io.load(path, infer=True)
     state = PipelineState(model=loaded.model, target=target, options=options, source=loaded.path)
     state.source_opset = state.opsets.get("")
     state.source_nodes = sum(1 for _ in all_nodes(state.model.graph))
-    note = infer_shapes(state.model)
-    if note:
-        state.notes.append(note)
+    state.notes.extend(loaded.notes)
     records = run_passes(passes or default_passes(), state, progress=progress)
     return state, records, loaded
 
@@ -187,13 +185,15 @@ def _publish(staged: Path, output: Path) -> list[Path]:
 def _summary(legal: bool, mode: str, verification: Verification | None, final: TargetVerdict,
              target: Target, output: str | Path | None) -> str:
     illegal = final.counts.get("illegal", 0)
+    findings = [f.message for f in final.graph_findings if f.severity == "illegal"]
+    problems = "; ".join(([f"{illegal} node(s) still illegal"] if illegal else []) + findings)
     if verification is not None and not verification.passed:
         return f"verification failed: {verification.problem}"
     if not legal and mode == "full":
-        return f"{illegal} node(s) still illegal on {target.name}; not written (mode full)"
+        return f"{problems} on {target.name}; not written (mode full)"
     where = f"written to {output}" if output else "not written (no -o)"
     if not legal:
-        return f"{illegal} node(s) left for {target.name} to fall back on (mode partial); {where}"
+        return f"{problems}: left for {target.name} to fall back on (mode partial); {where}"
     return f"legal on {target.name}; {where}"
 
 

@@ -34,6 +34,8 @@ class PassRecord:
     modified: bool = False
     nodes_before: int = 0
     nodes_after: int = 0
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
     ops_added: dict[str, int] = field(default_factory=dict)
     ops_removed: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -110,6 +112,7 @@ def run_passes(passes: Sequence[Pass], state: PipelineState, *, progress=None) -
         records.append(PassRecord(
             name=candidate.name, ran=True, seconds=round(seconds, 4), modified=outcome.modified,
             nodes_before=sum(before_ops.values()), nodes_after=sum(after_ops.values()),
+            ops_before=dict(sorted(before_ops.items())), ops_after=dict(sorted(after_ops.items())),
             ops_added=dict(sorted((after_ops - before_ops).items())),
             ops_removed=dict(sorted((before_ops - after_ops).items())),
             notes=outcome.notes, details=outcome.details))

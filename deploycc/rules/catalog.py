@@ -36,11 +36,17 @@ def register(cls: type[Rule]) -> type[Rule]:
     return cls
 
 
+_loaded = False
+
+
 def _load() -> None:
-    if RULES:
+    """Import every family (importing one family alone must not hide the others)."""
+    global _loaded
+    if _loaded:
         return
     for family in FAMILIES:
         importlib.import_module(f"deploycc.rules.{family}")
+    _loaded = True
 
 
 def rules_for(domain: str, op_type: str) -> list[Rule]:

@@ -272,3 +272,100 @@ def test_onnxsim_runs_as_an_extra_pass_in_a_child_process(cnn: Path, tmp_path: P
     simplify = next(p for p in report.passes if p.name == "simplify")
     assert simplify.ran and "onnxsim" in simplify.notes[0]
     assert report.success and report.verification is not None and report.verification.passed
+
+
+def test_prune_removes_neutral_arithmetic_but_not_broadcasting(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[2,3] x) => (float[2,3] y, float[4,2,3] z)
+          <float[1] one = {1.0}, float[3] zeros = {0.0, 0.0, 0.0}, float[4,1,1] wide = {1.0, 1.0, 1.0, 1.0}> {
+            a = Mul(x, one)
+            b = Add(zeros, a)
+            y = Relu(b)
+            z = Mul(x, wide)
+        }
+    """)
+    report = api.legalize(model, "ort-cpu", tmp_path / "n.onnx")
+    assert report.success, report.summary
+    assert sorted(n.op_type for n in onnx.load(tmp_path / "n.onnx").graph.node) == ["Mul", "Relu"]
+
+
+def test_opset_converts_up_with_attribute_to_input_adapters(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 7, opset_import: ["" : 11]>
+        g (float[2,1,6] x) => (float[2,3] y, float[2,1] m) {
+            s = Squeeze<axes=[1]>(x)
+            a, b = Split<axis=1, split=[3, 3]>(s)
+            y = Clip(a, , )
+            m = ReduceMean<axes=[1], keepdims=1>(b)
+        }
+    """)
+    report = api.legalize(model, "ort-cpu", tmp_path / "u.onnx", LegalizeOptions(opset=18))
+    assert report.success, report.summary
+    assert report.opset == {"before": 11, "after": 18}
+    nodes = {n.op_type: n for n in onnx.load(tmp_path / "u.onnx").graph.node}
+    assert len(nodes["ReduceMean"].input) == 2 and len(nodes["Squeeze"].input) == 2  # axes became inputs
+
+
+def test_float64_is_narrowed_for_tensorrt(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[2,4] x) => (float[2,4] y) <double[4] w = {0.5, -1.5, 2.0, 3.25}> {
+            d = Cast<to=11>(x)
+            p = Mul(d, w)
+            y = Cast<to=1>(p)
+        }
+    """)
+    report = api.legalize(model, "jetson-xavier", tmp_path / "f.onnx")
+    assert report.success, report.summary
+    rewrite = next(r for r in report.rewrites if r.rule == "float64-to-float32")
+    assert rewrite.certificate is not None and rewrite.certificate.status == "proven"
+    proto = onnx.load(tmp_path / "f.onnx")
+    assert all(t.data_type != onnx.TensorProto.DOUBLE for t in proto.graph.initializer)
+    assert check_model(tmp_path / "f.onnx", [get_target("jetson-xavier")]).targets[0].legal
+
+
+def test_int64_slice_sentinels_fit_tensorrt_8(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[3,6] x) => (float[3,5] y)
+          <int64[1] starts = {1}, int64[1] ends = {9223372036854775807}, int64[1] axes = {1}> {
+            y = Slice(x, starts, ends, axes)
+        }
+    """)
+    before = check_model(model, [get_target("jetson-xavier")]).targets[0]
+    assert not before.legal and "outside int32" in before.graph_findings[0].message
+    report = api.legalize(model, "jetson-xavier", tmp_path / "s.onnx")
+    assert report.success, report.summary
+    assert [r.rule for r in report.rewrites] == ["slice-bounds-int32"]
+
+
+def test_a_wrong_rewrite_is_caught_by_its_proof_and_by_verification(
+        encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inject a real bug (Gelu decomposed as Relu) and watch the proof and verification catch it."""
+    from deploycc.rules import activations
+
+    monkeypatch.setattr(activations, "gelu_erf", lambda b, x, dtype: b.op("Relu", x))
+    from deploycc.passes.opset import OpsetConversionError
+
+    # the proof refuses the rewrite, so Gelu stays, and it cannot exist at opset 13: exit 1
+    with pytest.raises(OpsetConversionError, match=r"gelu declined: proof failed: output0 \(seed 0\)"):
+        api.legalize(encoder, "jetson-nano", tmp_path / "a.onnx")
+    assert not (tmp_path / "a.onnx").exists()
+    unproven = api.legalize(encoder, "jetson-nano", tmp_path / "b.onnx", LegalizeOptions(prove=False))
+    assert not unproven.success and not (tmp_path / "b.onnx").exists()
+    verification = unproven.verification
+    assert verification is not None and not verification.passed
+    assert "output 'y'" in verification.problem
+    assert verification.blame == "pass opset (rules fired: gelu, layer-normalization)"
+
+
+def test_user_inputs_from_npz(encoder: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "inputs.npz"
+    np.savez(archive, x=np.random.default_rng(9).standard_normal((3, 5, 64)).astype(np.float32))
+    report = api.legalize(encoder, "jetson-nano", tmp_path / "n.onnx", LegalizeOptions(inputs=archive))
+    assert report.verification is not None and report.verification.inputs == str(archive)
+    assert report.verification.outputs[0].shape == [3, 5, 64]
+    np.savez(archive, wrong=np.zeros(3, np.float32))
+    with pytest.raises(OptionError, match="no array for input"):
+        api.legalize(encoder, "jetson-nano", tmp_path / "m.onnx", LegalizeOptions(inputs=archive))
