@@ -41,19 +41,22 @@ def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list
     from deploycc.legality import schemas
     from deploycc.rules.engine import decide
 
+    from deploycc.analysis.graphs import all_graphs
+
     fired, blocked = [], []
-    for node in list(state.model.graph):
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        born = schemas.first_version(node.op_type, "")
-        if born is None or born <= version:
-            continue
-        decision = decide(node, state.model.graph, state.opsets, prove=state.options.prove)
-        if decision.rewrite is not None:
-            state.rewrites.append(decision.rewrite)
-            fired.append(f"{decision.node}: {decision.rewrite.rule}")
-        else:
-            blocked.append(f"{node.op_type} (first at opset {born}; {decision.explain()})")
+    for graph in list(all_graphs(state.model.graph)):
+        for node in list(graph):
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            born = schemas.first_version(node.op_type, "")
+            if born is None or born <= version:
+                continue
+            decision = decide(node, graph, state.opsets, prove=state.options.prove)
+            if decision.rewrite is not None:
+                state.rewrites.append(decision.rewrite)
+                fired.append(f"{decision.node}: {decision.rewrite.rule}")
+            else:
+                blocked.append(f"{node.op_type} (first at opset {born}; {decision.explain()})")
     return fired, blocked
 
 

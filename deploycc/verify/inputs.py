@@ -56,18 +56,18 @@ def _integer_range(name: str, dtype: np.dtype) -> tuple[int, int]:
 def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator, *,
                  name: str = "", edges: bool = False, int_high: int | None = None) -> np.ndarray:
     if dtype == np.bool_:
-        return rng.random(dims) < 0.8  # mostly True: masks that leave most positions visible
+        return np.asarray(rng.random(dims) < 0.8)  # mostly True: masks leaving most positions visible
     if np.issubdtype(dtype, np.integer):
         low, high = _integer_range(name, dtype)
         if int_high is not None:
             low, high = 0, max(1, int_high)
-        return rng.integers(low, high, size=dims).astype(dtype)
+        return np.asarray(rng.integers(low, high, size=dims), dtype=dtype)
     if np.issubdtype(dtype, np.floating):
         data = rng.standard_normal(dims).astype(np.float64) * (3.0 if edges else 1.0)
         if edges and data.size:
             picks = rng.random(dims) < EDGE_FRACTION
             data[picks] = rng.choice(EDGE_VALUES, size=int(picks.sum()))
-        return data.astype(dtype)
+        return np.asarray(data, dtype=dtype)
     raise OptionError(f"cannot generate inputs of type {dtype} for '{name}'",
                       hint="give inputs with --inputs data.npz")
 

@@ -369,3 +369,23 @@ def test_user_inputs_from_npz(encoder: Path, tmp_path: Path) -> None:
     np.savez(archive, wrong=np.zeros(3, np.float32))
     with pytest.raises(OptionError, match="no array for input"):
         api.legalize(encoder, "jetson-nano", tmp_path / "m.onnx", LegalizeOptions(inputs=archive))
+
+
+def test_rules_reach_into_subgraphs(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 20]>
+        g (bool c, float[2,4] x) => (float[2,4] y) {
+            y = If(c) <
+                then_branch = t () => (float[2,4] a) { a = Gelu(x) },
+                else_branch = e () => (float[2,4] b) { b = Relu(x) }
+            >
+        }
+    """)
+    out = tmp_path / "sub.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert report.success, report.summary
+    assert [r.rule for r in report.rewrites] == ["gelu"] and report.opset["after"] == 17
+    x = np.random.default_rng(4).standard_normal((2, 4)).astype(np.float32)
+    for branch in (True, False):
+        feeds = {"c": np.array(branch), "x": x}
+        np.testing.assert_allclose(_run(out, feeds)[0], _run(model, feeds)[0], atol=1e-5, rtol=1e-4)
