@@ -38,10 +38,9 @@ def destination(state: PipelineState) -> tuple[int | None, int]:
 
 def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list[str]]:
     """Rewrite, with the catalog, every node whose op does not exist at `version`."""
+    from deploycc.analysis.graphs import all_graphs
     from deploycc.legality import schemas
     from deploycc.rules.engine import decide
-
-    from deploycc.analysis.graphs import all_graphs
 
     fired, blocked = [], []
     for graph in list(all_graphs(state.model.graph)):
