@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deploycc.errors import OptionError
 from deploycc.results import Result
 
 if TYPE_CHECKING:
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
 
     from deploycc.analysis.check import CheckReport
     from deploycc.analysis.inspect import InspectReport
-    from deploycc.pipeline.context import LegalizeOptions
+    from deploycc.pipeline.build import BuildReport
+    from deploycc.pipeline.context import BuildOptions, LegalizeOptions
     from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
 
@@ -97,7 +99,6 @@ def check(
 ) -> CheckReport:
     """Judge every node of `model` against each target; list every illegal node and why."""
     from deploycc.analysis.check import check_model
-    from deploycc.errors import OptionError
 
     if not targets:
         raise OptionError("no target given", hint="pass at least one --target")
@@ -122,3 +123,32 @@ def legalize(
 
     resolved = target if not isinstance(target, str) else get_target(target, jetpack=jetpack)
     return run(model, resolved, options, output=output, progress=progress)
+
+
+def build(
+    model: str | Path,
+    target: str | Target = "ort-cpu",
+    outdir: str | Path | None = None,
+    options: BuildOptions | None = None,
+    *,
+    jetpack: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuildReport:
+    """Legalize, build the target's engine, verify it, and write `outdir` atomically.
+
+    With `options.engine_only`, `model` is a device bundle (`OUTDIR/bundle`) and only the
+    engine is built from it (on the device; `outdir` defaults to the bundle's sibling `engine`).
+    """
+    from deploycc.pipeline.build import build as run
+    from deploycc.pipeline.build import build_from_bundle
+    from deploycc.pipeline.context import BuildOptions as Options
+
+    options = options or Options()
+    if options.engine_only:
+        return build_from_bundle(Path(model), None if outdir is None else Path(outdir), options,
+                                 target=target if isinstance(target, str) else target.name,
+                                 jetpack=jetpack, progress=progress)
+    if outdir is None:
+        raise OptionError("no output directory", hint="pass -o OUTDIR")
+    resolved = target if not isinstance(target, str) else get_target(target, jetpack=jetpack)
+    return run(model, resolved, outdir, options, progress=progress)

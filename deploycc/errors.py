@@ -37,3 +37,9 @@ class TargetError(DeployccError):
 
 class OptionError(DeployccError):
     """A command-line option or API argument is invalid."""
+
+
+class Interrupted(DeployccError):
+    """Ctrl-C or SIGTERM: whatever was being written has been removed."""
+
+    exit_code = 130

@@ -42,14 +42,19 @@ def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch:
         fold_limit_bytes=fold_limit_mb << 20)
 
 
-def pipeline_options(command):
-    """The legalization flags, shared by `legalize` and `build`."""
+def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
+    """The legalization flags, shared by `legalize` and `build` (whose --dynamic-batch takes a range)."""
+    if command is None:
+        return lambda f: pipeline_options(f, dynamic_batch_flag=dynamic_batch_flag)
     flags = [
         click.option("--shape", multiple=True, metavar="NAME:DIMS",
                      help="Fix an input's dims, e.g. input:1x3x224x224 (names keep a dim symbolic)."),
         click.option("--batch", type=int, help="Fix every dynamic batch (dim 0) to N."),
-        click.option("--dynamic-batch", is_flag=True,
-                     help="Keep dim 0 dynamic; every other dim must be fixed."),
+    ]
+    if dynamic_batch_flag:
+        flags.append(click.option("--dynamic-batch", is_flag=True,
+                                  help="Keep dim 0 dynamic; every other dim must be fixed."))
+    flags += [
         click.option("--input-layout", multiple=True, metavar="[NAME:]NHWC|NCHW",
                      help="The layout you will feed; a Transpose adapts it to the model's."),
         click.option("--keep-outputs", multiple=True, metavar="A,B", help="Keep only these graph outputs."),

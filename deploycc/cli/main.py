@@ -21,6 +21,8 @@ EXIT_INTERNAL = 3
 COMMANDS = {
     "targets": ("deploycc.cli.targets_cmd:targets", "List deployment targets, or show one in full."),
     "inspect": ("deploycc.cli.inspect_cmd:inspect_command", "Look inside an ONNX model."),
+    "build": ("deploycc.cli.build_cmd:build_command",
+              "Legalize, build the target's engine, verify it: one deployable directory."),
     "check": ("deploycc.cli.check_cmd:check_command", "Judge every node of a model against targets."),
     "legalize": ("deploycc.cli.legalize_cmd:legalize_command",
                  "Rewrite a model into one a target accepts, proving every rewrite."),

@@ -47,6 +47,28 @@ class LegalizeOptions:
 
 
 @dataclass
+class BuildOptions:
+    """What `deploycc build` takes on top of the legalization options."""
+
+    legalize: LegalizeOptions = field(default_factory=LegalizeOptions)
+    precision: str | None = None  # None: the target's default
+    artifact_format: str = "onnx"  # ORT only: "onnx" (optimized ONNX) or "ort" (ORT format)
+    fail_on_fallback: bool = False
+    batch_range: tuple[int, int, int] | None = None  # --dynamic-batch MIN:OPT:MAX
+    shape_ranges: dict[str, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
+    dla_core: int | None = None
+    gpu_fallback: bool = True
+    workspace_mb: int | None = None
+    bench: bool = True
+    bench_iterations: int = 50
+    force: bool = False
+    engine_only: bool = False
+
+    def effective_precision(self, target: Target) -> str:
+        return self.precision or target.precision.default
+
+
+@dataclass
 class PassOutcome:
     modified: bool
     notes: list[str] = field(default_factory=list)

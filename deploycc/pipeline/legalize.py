@@ -69,6 +69,7 @@ class LegalizeReport(Result):
     verification: Verification | None
     signature_changes: list[str]
     notes: list[str]
+    fed_layouts: dict[str, list[int]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -168,7 +169,8 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
         nodes={"before": state.source_nodes, "after": sum(1 for _ in all_nodes(state.model.graph))},
         passes=records, rewrites=state.rewrites, final=final, unresolved=unresolved,
         verification=verification, signature_changes=state.signature_changes,
-        notes=state.notes, files=[str(f) for f in files], seconds=round(time.perf_counter() - started, 3))
+        notes=state.notes, fed_layouts=state.fed_layouts, files=[str(f) for f in files],
+        seconds=round(time.perf_counter() - started, 3))
 
 
 def _publish(staged: Path, output: Path) -> list[Path]:

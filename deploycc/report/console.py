@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport, NodeGroup, TargetVerdict
     from deploycc.analysis.inspect import InspectReport
     from deploycc.api import TargetListing
+    from deploycc.pipeline.build import BuildReport
     from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
 
@@ -274,3 +275,33 @@ def render_legalize(report: LegalizeReport) -> None:
 
 def _histogram(counts: dict[str, int]) -> str:
     return ", ".join(f"{op} {n}" for op, n in counts.items())
+
+
+def render_build(report: BuildReport) -> None:
+    out = _console()
+    colour = {"verified": "green", "pending-on-device": "yellow"}.get(report.status, "red")
+    out.print(f"[bold]{report.model}[/bold] -> {report.target} ({report.precision}): "
+              f"[{colour}]{report.status}[/{colour}] (stage {report.stage})")
+    legalized = report.legalize
+    if legalized is not None:
+        out.print(f"  legalize: opset {legalized.opset['before']} -> {legalized.opset['after']}, nodes "
+                  f"{legalized.nodes['before']} -> {legalized.nodes['after']}, "
+                  f"{len(legalized.rewrites)} rewrite(s) proven")
+        for item in legalized.unresolved:
+            out.print(f"  [red]still illegal[/red] {item.node} ({item.op}): {'; '.join(item.reasons)}")
+    if report.artifact is not None:
+        out.print(f"  artifact: {report.artifact.kind}: {', '.join(report.artifact.files)}")
+        for note in report.artifact.notes:
+            out.print(f"  [yellow]{note}[/yellow]")
+    if report.verification is not None:
+        for output in report.verification.outputs:
+            mark = "[green]ok[/green]" if output.passed else "[red]FAIL[/red]"
+            out.print(f"  verify {output.name}: {mark} max abs {output.max_abs_error:.2e}, cosine "
+                      f"{output.cosine_similarity:.6f}")
+    if report.benchmark is not None:
+        bench = report.benchmark
+        out.print(f"  latency: p50 {bench.p50_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, "
+                  f"{bench.throughput_per_s:.1f}/s")
+    out.print(f"[{colour}]{report.summary}[/{colour}]")
+    out.print(f"  next: {report.next_step}")
+    out.print(f"  {report.outdir}/report.md")

@@ -26,6 +26,8 @@ from deploycc.targets.schema import (
     DTYPE_MODES,
     OP_STATUSES,
     OPEN_RANGES,
+    OPTIMIZATION_LEVELS,
+    PERFORMANCE_HINTS,
     PRECISIONS,
     SHAPE_POLICIES,
     Backend,
@@ -307,7 +309,8 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
     opset_r = top.table("opset", required=True)
     ops_r = top.table("ops", required=True)
     assert backend_r and device_r and opset_r and ops_r
-    backend_r.reject_unknown({"kind", "version", "execution_provider", "performance_hint"})
+    backend_r.reject_unknown({"kind", "version", "execution_provider", "performance_hint",
+                              "optimization_level"})
     device_r.reject_unknown({"kind", "name", "compute_capability", "memory_mb"})
     opset_r.reject_unknown({"min", "max", "preferred", "statement"})
     ops_r.reject_unknown({"table", "function_expansion"})
@@ -371,7 +374,8 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
             kind=backend_r.choice("kind", BACKEND_KINDS),
             version=backend_r.text("version", required=True),
             execution_provider=backend_r.text("execution_provider"),
-            performance_hint=backend_r.text("performance_hint"),
+            performance_hint=backend_r.choice("performance_hint", PERFORMANCE_HINTS, optional=True),
+            optimization_level=backend_r.choice("optimization_level", OPTIMIZATION_LEVELS, optional=True),
         ),
         device=Device(
             kind=device_r.choice("kind", DEVICE_KINDS),

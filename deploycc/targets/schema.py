@@ -20,6 +20,10 @@ from deploycc.errors import TargetError
 BACKEND_KINDS = ("onnxruntime", "openvino", "tensorrt")
 DEVICE_KINDS = ("CPU", "GPU", "DLA")
 SHAPE_POLICIES = ("static", "dynamic")
+PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
+# "extended" keeps the saved model portable across CPUs; "all" adds layout transforms (NCHWc)
+# tied to the building machine's instruction set.
+OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8", "int4")
 OP_STATUSES = ("supported", "unsupported", "uncertain")
 DTYPE_MODES = ("primary", "constraints", "none")
@@ -114,7 +118,8 @@ class Backend:
     kind: str
     version: str
     execution_provider: str | None = None
-    performance_hint: str | None = None
+    performance_hint: str | None = None  # OpenVINO: LATENCY / THROUGHPUT / CUMULATIVE_THROUGHPUT
+    optimization_level: str | None = None  # ONNX Runtime graph optimization level for the artifact
 
 
 @dataclass(frozen=True)
@@ -285,8 +290,12 @@ class Reader:
     def flag(self, key: str, default: bool = False) -> bool:
         return bool(self._get(key, bool, False, default))
 
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> Any:
-        value = self.text(key, default, required=default is None)
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None,
+               optional: bool = False) -> Any:
+        """One of `choices`; required unless a default is given or it is `optional` (then None)."""
+        value = self.text(key, default, required=default is None and not optional)
+        if value is None and optional:
+            return None
         if value not in choices:
             raise self.fail(key, f"must be one of {', '.join(choices)}, not {value!r}")
         return value

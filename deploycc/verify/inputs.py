@@ -105,3 +105,26 @@ def load_npz(path: str | Path, expected: Mapping[str, ir.Value]) -> dict[str, np
             raise OptionError(f"{file}: input '{name}' is {arrays[name].dtype}, the model takes "
                               f"{value.dtype.numpy()}")
     return {name: arrays[name] for name in expected}
+
+
+ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16,
+    "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32, "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+}
+
+
+def generate_for_session(session, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs from an ONNX Runtime session's own input metadata."""
+    rng = np.random.default_rng(seed)
+    sizes: dict[str, int] = {}
+    feeds = {}
+    for meta in session.get_inputs():
+        dims = [d if isinstance(d, int) else sizes.setdefault(str(d), SYMBOLIC_DIM_SIZE) for d in meta.shape]
+        dtype = ORT_TYPES.get(meta.type)
+        if dtype is None:
+            raise OptionError(f"cannot generate inputs of type {meta.type} for '{meta.name}'",
+                              hint="give inputs with --inputs data.npz")
+        feeds[meta.name] = random_array(np.dtype(dtype), dims, rng, name=meta.name)
+    return feeds

@@ -14,6 +14,8 @@ from deploycc.verify.compare import TOLERANCES, OutputComparison, compare
 from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort, run_reference
 
 if TYPE_CHECKING:
+    import onnx_ir as ir
+
     from deploycc.pipeline.context import LegalizeOptions, PipelineState
 
 
@@ -40,11 +42,11 @@ def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, n
             raise RunError(f"onnxruntime cannot run the original: {str(ort_error).splitlines()[0]}") from None
 
 
-def verify_files(original: Path, candidate: Path, state: PipelineState, options: LegalizeOptions,
-                 precision: str = "fp32") -> Verification:
+def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list[int]]
+              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
+    """(inputs for the rewritten graph, the same laid out for the original, a description)."""
     from deploycc.verify import inputs as input_data
 
-    graph = state.model.graph
     signature = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
     if options.inputs is not None:
         feeds = input_data.load_npz(options.inputs, signature)
@@ -52,20 +54,31 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
     else:
         feeds = input_data.generate(list(signature.values()), seed=options.seed)
         described = f"generated (seed {options.seed})"
-    layouts = state.fed_layouts
-    original_feeds = {name: (np.transpose(array, layouts[name]) if name in layouts else array)
-                      for name, array in feeds.items()}
-    atol, rtol, min_cosine = TOLERANCES[precision]
-    result = Verification(passed=True, reference=ORT, inputs=described, precision=precision)
+    original = {name: (np.transpose(array, layouts[name]) if name in layouts else array)
+                for name, array in feeds.items()}
+    return feeds, original, described
+
+
+def verify_files(original: Path, candidate: Path, state: PipelineState, options: LegalizeOptions,
+                 precision: str = "fp32") -> Verification:
+    feeds, original_feeds, described = feeds_for(state.model.graph, options, state.fed_layouts)
     try:
-        expected, result.reference = _run_original(original, original_feeds)
+        expected, reference = _run_original(original, original_feeds)
         actual = run_ort(candidate, feeds, optimize=True, threads=0)
     except RunError as error:
-        return Verification(False, result.reference, described, precision, problem=str(error))
+        return Verification(False, ORT, described, precision, problem=str(error))
     except Exception as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return Verification(False, result.reference, described, precision,
+        return Verification(False, ORT, described, precision,
                             problem=f"onnxruntime cannot run the legalized model: {first}")
+    return compare_all(expected, actual, reference=reference, inputs=described, precision=precision)
+
+
+def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], *, reference: str,
+                inputs: str, precision: str) -> Verification:
+    """Every output the candidate produces, compared with the reference's, at the precision's tolerances."""
+    atol, rtol, min_cosine = TOLERANCES[precision if precision in TOLERANCES else "fp16"]
+    result = Verification(passed=True, reference=reference, inputs=inputs, precision=precision)
     for name, array in actual.items():
         if name not in expected:
             continue
@@ -74,4 +87,19 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
         if not comparison.passed and result.passed:
             result.passed = False
             result.problem = f"output '{name}': {comparison.problem}"
+    if not result.outputs:
+        result.passed, result.problem = False, "no output of the candidate matches an output of the original"
     return result
+
+
+def reference_outputs(original: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
+    """The original model's outputs on ORT CPU (the onnx reference evaluator as a fallback)."""
+    return _run_original(original, feeds)
+
+
+def signature_feeds(model_path: Path, options: LegalizeOptions, layouts: dict[str, list[int]]
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
+    """feeds_for the graph of a model file."""
+    from deploycc import io
+
+    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts)

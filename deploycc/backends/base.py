@@ -1,0 +1,111 @@
+"""The small interface every backend implements (Polygraphy keeps a loader and a runner per
+backend; so do we): is it available here, describe the environment, build an artifact from a
+legalized ONNX model, say where each node runs, and load a runner for the artifact.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.errors import DeployccError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from deploycc.targets.schema import Target
+
+
+class BackendError(DeployccError):
+    """The backend refused or failed to build or run: exit 1, the stage is named."""
+
+    exit_code = 1
+
+
+class BackendUnavailable(DeployccError):
+    """The backend's library is not installed on this machine."""
+
+    exit_code = 1
+
+
+@dataclass
+class Profile:
+    """min/opt/max dims of one dynamic input (a TensorRT optimization profile)."""
+
+    input: str
+    min: list[int]
+    opt: list[int]
+    max: list[int]
+
+
+@dataclass
+class BuildRequest:
+    model: Path  # the legalized ONNX model
+    outdir: Path  # where the artifact goes (the staging directory)
+    target: Target
+    precision: str
+    artifact_format: str = "onnx"  # ORT: "onnx" (optimized ONNX) or "ort" (ORT format)
+    profiles: list[Profile] = field(default_factory=list)
+    dla_core: int | None = None
+    gpu_fallback: bool = True
+    fail_on_fallback: bool = False
+    workspace_mb: int | None = None
+    timing_cache: Path | None = None
+    cache_dir: Path | None = None
+
+
+@dataclass
+class Placement:
+    """Where each node runs: the device/provider per node, and the nodes that left the target's."""
+
+    primary: str
+    counts: dict[str, int] = field(default_factory=dict)
+    fallback: list[str] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    method: str = ""
+
+
+@dataclass
+class Artifact:
+    kind: str  # ort-optimized-onnx | ort-format | openvino-ir | tensorrt-plan | device-bundle
+    files: list[str]  # relative to the output directory; the first is what a runner loads
+    pending_on_device: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)  # what a reproduction needs
+    placement: Placement | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Runner(ABC):
+    """A loaded artifact that maps input arrays by name to output arrays by name."""
+
+    load_seconds: float = 0.0
+
+    @property
+    @abstractmethod
+    def input_names(self) -> list[str]: ...
+
+    @abstractmethod
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None:  # noqa: B027 - most runners need nothing
+        """Release what the runner holds (device memory, sessions)."""
+
+
+class Backend(ABC):
+    kind: str
+
+    @abstractmethod
+    def unavailable_reason(self) -> str | None:
+        """None when the backend can build and run here, else why not (one line)."""
+
+    @abstractmethod
+    def environment(self) -> dict[str, str]:
+        """Library versions and device facts that a build depends on (for the manifest)."""
+
+    @abstractmethod
+    def build(self, request: BuildRequest) -> Artifact: ...
+
+    @abstractmethod
+    def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner: ...

@@ -1,0 +1,151 @@
+"""ONNX Runtime: the optimized model ORT itself writes (optimized_model_filepath), or the ORT
+format for mobile and embedded runtimes, with the session options recorded and a placement
+check that reads, from a profiled run, which execution provider ran every node.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest, Placement, Runner
+
+if TYPE_CHECKING:
+    import numpy as np
+
+LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+          "all": "ORT_ENABLE_ALL"}
+DEFAULT_LEVEL = "extended"
+
+
+def session_options(level: str, threads: int = 0, optimized_path: Path | None = None,
+                    ort_format: bool = False, external_data: str | None = None) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level])
+    options.intra_op_num_threads = threads
+    if optimized_path is not None:
+        options.optimized_model_filepath = str(optimized_path)
+        if ort_format:
+            options.add_session_config_entry("session.save_model_format", "ORT")
+        elif external_data:
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                             external_data)
+            options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                             "1024")
+    return options
+
+
+class OrtRunner(Runner):
+    def __init__(self, path: Path, providers: list[str], threads: int = 0) -> None:
+        import onnxruntime as ort
+
+        started = time.perf_counter()
+        # The artifact is already optimized: load it as is.
+        self.session = ort.InferenceSession(str(path), session_options("disabled", threads),
+                                            providers=providers)
+        self.load_seconds = time.perf_counter() - started
+        self._outputs = [o.name for o in self.session.get_outputs()]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.session.get_inputs()]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(self._outputs, self.session.run(self._outputs, feeds), strict=True))
+
+
+class OnnxRuntimeBackend(Backend):
+    kind = "onnxruntime"
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return "onnxruntime is not installed (pip install onnxruntime)"
+        return None
+
+    def environment(self) -> dict[str, str]:
+        import onnxruntime as ort
+
+        return {"onnxruntime": ort.__version__, "providers": ",".join(ort.get_available_providers())}
+
+    def _provider(self, request: BuildRequest) -> str:
+        return request.target.backend.execution_provider or "CPUExecutionProvider"
+
+    def build(self, request: BuildRequest) -> Artifact:
+        import onnxruntime as ort
+
+        if request.precision not in ("fp32",):
+            raise BackendError(f"precision {request.precision} is not built for {request.target.name} yet: "
+                               "ORT CPU runs the model in the precision it was exported in",
+                               hint="export the model in that precision, or use --precision fp32")
+        level = request.target.backend.optimization_level or DEFAULT_LEVEL
+        ort_format = request.artifact_format == "ort"
+        name = "model.ort" if ort_format else "model.ort.onnx"
+        external = "model.ort.onnx.data" if _has_external_data(request.model) and not ort_format else None
+        options = session_options(level, optimized_path=request.outdir / name, ort_format=ort_format,
+                                  external_data=external)
+        provider = self._provider(request)
+        if request.fail_on_fallback and provider != "CPUExecutionProvider":
+            options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        try:
+            ort.InferenceSession(str(request.model), options, providers=[provider])
+        except Exception as error:
+            raise BackendError(f"onnxruntime could not build the optimized model: "
+                               f"{str(error).strip().splitlines()[0]}") from None
+        files = [name] + ([external] if external and (request.outdir / external).exists() else [])
+        placement = self.placement(request.outdir / name, provider)
+        if request.fail_on_fallback and placement.fallback:
+            raise BackendError(f"{len(placement.fallback)} node(s) fall back from {provider}: "
+                               f"{', '.join(placement.fallback[:5])}",
+                               hint="drop --fail-on-fallback to allow it")
+        return Artifact(kind="ort-format" if ort_format else "ort-optimized-onnx", files=files,
+                        settings={"graph_optimization_level": level, "execution_provider": provider,
+                                  "format": request.artifact_format},
+                        placement=placement)
+
+    def placement(self, artifact: Path, provider: str) -> Placement:
+        """Run once with profiling on and read which provider ran every node."""
+        import onnxruntime as ort
+
+        from deploycc.verify.inputs import generate_for_session
+
+        with tempfile.TemporaryDirectory(prefix="deploycc-ort-profile-") as folder:
+            options = session_options("disabled")
+            options.enable_profiling = True
+            options.profile_file_prefix = str(Path(folder) / "profile")
+            session = ort.InferenceSession(str(artifact), options, providers=[provider])
+            try:
+                session.run(None, generate_for_session(session))
+            except Exception as error:
+                failure = str(error).splitlines()[0] if str(error) else type(error).__name__
+                return Placement(primary=provider, method=f"profiling run failed: {failure}")
+            events = json.loads(Path(session.end_profiling()).read_text())
+        counts: dict[str, int] = {}
+        fallback: list[str] = []
+        seen: set[str] = set()
+        for event in events:
+            args = event.get("args", {})
+            if event.get("cat") != "Node" or "provider" not in args:
+                continue
+            node = event["name"].removesuffix("_kernel_time")
+            if node in seen:
+                continue
+            seen.add(node)
+            counts[args["provider"]] = counts.get(args["provider"], 0) + 1
+            if args["provider"] != provider:
+                fallback.append(f"{node} ({args.get('op_name', '?')} on {args['provider']})")
+        return Placement(primary=provider, counts=counts, fallback=fallback, method="onnxruntime profiling")
+
+    def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:
+        return OrtRunner(outdir / artifact.files[0], [self._provider(request)])
+
+
+def _has_external_data(model: Path) -> bool:
+    return model.with_name(model.name + ".data").exists()

@@ -1,0 +1,121 @@
+"""OpenVINO: `openvino.convert_model` -> IR (.xml + .bin, weights compressed to fp16 only when
+the precision asks for it), compiled on the target device with the target's performance hint
+and a model cache directory, and `Core.query_model` for placement.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest, Placement, Runner
+
+if TYPE_CHECKING:
+    import numpy as np
+
+INFERENCE_PRECISION = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
+
+
+def default_cache_dir() -> Path:
+    """Compiled-blob cache outside the output directory: blobs are machine-specific."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "deploycc" / "openvino"
+
+
+def compile_config(request: BuildRequest) -> dict[str, str]:
+    config = {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION[request.precision]}
+    if request.target.backend.performance_hint:
+        config["PERFORMANCE_HINT"] = request.target.backend.performance_hint
+    if request.cache_dir is not None:
+        config["CACHE_DIR"] = str(request.cache_dir)
+    return config
+
+
+class OpenVinoRunner(Runner):
+    def __init__(self, xml: Path, device: str, config: dict[str, str]) -> None:
+        import openvino as ov
+
+        started = time.perf_counter()
+        self.compiled = ov.Core().compile_model(str(xml), device, config)
+        self.load_seconds = time.perf_counter() - started
+        self.request = self.compiled.create_infer_request()
+        self._outputs = [port.get_any_name() for port in self.compiled.outputs]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [port.get_any_name() for port in self.compiled.inputs]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        results = self.request.infer(feeds)
+        return {name: results[port].copy() for name, port in zip(self._outputs, self.compiled.outputs,
+                                                                   strict=True)}
+
+
+class OpenVinoBackend(Backend):
+    kind = "openvino"
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            return "openvino is not installed (pip install openvino)"
+        return None
+
+    def environment(self) -> dict[str, str]:
+        import openvino as ov
+
+        core = ov.Core()
+        facts = {"openvino": ov.get_version()}
+        for device in core.available_devices:
+            try:
+                facts[f"device.{device}"] = str(core.get_property(device, "FULL_DEVICE_NAME"))
+            except Exception:  # a device without that property still counts as present
+                facts[f"device.{device}"] = "present"
+        return facts
+
+    def build(self, request: BuildRequest) -> Artifact:
+        import openvino as ov
+
+        if request.precision not in INFERENCE_PRECISION:
+            raise BackendError(f"precision {request.precision} needs quantization (NNCF), which "
+                               f"deploycc does not run yet", hint="use --precision fp32, fp16 or bf16")
+        try:
+            model = ov.convert_model(str(request.model))
+        except Exception as error:
+            last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            raise BackendError(f"openvino.convert_model failed: {last}") from None
+        xml = request.outdir / "model.xml"
+        # save_model compresses weights to fp16 by default; only do it when fp16 was asked for
+        ov.save_model(model, str(xml), compress_to_fp16=request.precision == "fp16")
+        device = request.target.device.kind
+        placement = self.placement(model, device)
+        if placement.unsupported:
+            raise BackendError(f"{len(placement.unsupported)} op(s) not supported on {device}: "
+                               f"{', '.join(placement.unsupported[:5])}")
+        if request.fail_on_fallback and placement.fallback:
+            raise BackendError(f"{len(placement.fallback)} op(s) fall back from {device}")
+        return Artifact(kind="openvino-ir", files=["model.xml", "model.bin"],
+                        settings={"device": device,
+                                  "compile": {k: v for k, v in compile_config(request).items()
+                                              if k != "CACHE_DIR"},  # a path of this machine
+                                  "compress_to_fp16": request.precision == "fp16"},
+                        placement=placement)
+
+    @staticmethod
+    def placement(model: Any, device: str) -> Placement:
+        import openvino as ov
+
+        supported = ov.Core().query_model(model, device)
+        counts: dict[str, int] = {}
+        for assigned in supported.values():
+            counts[assigned] = counts.get(assigned, 0) + 1
+        names = [op.get_friendly_name() for op in model.get_ops()]
+        unsupported = [n for n in names if n not in supported]
+        fallback = [f"{n} ({supported[n]})" for n in names if n in supported and supported[n] != device]
+        return Placement(primary=device, counts=counts, fallback=fallback, unsupported=unsupported,
+                         method="openvino Core.query_model")
+
+    def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:
+        return OpenVinoRunner(outdir / artifact.files[0], request.target.device.kind, compile_config(request))

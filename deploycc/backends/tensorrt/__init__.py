@@ -1,0 +1,53 @@
+"""TensorRT (Jetson targets and x86 GPUs): a real engine where TensorRT is importable, else a
+device bundle that builds the same engine on the device."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+from pathlib import Path
+
+from deploycc.backends.base import Artifact, Backend, BackendUnavailable, BuildRequest, Runner
+from deploycc.backends.tensorrt import bundle, fingerprint
+
+
+class TensorRTBackend(Backend):
+    kind = "tensorrt"
+
+    def unavailable_reason(self) -> str | None:
+        missing = [name for name in ("tensorrt", "cuda") if importlib.util.find_spec(name) is None]
+        if missing:
+            return (f"{' and '.join('cuda-python' if m == 'cuda' else m for m in missing)} not importable "
+                    f"here (pip install 'deploycc[tensorrt]' on a machine with an NVIDIA GPU)")
+        return None
+
+    def environment(self) -> dict[str, str]:
+        facts = {"machine": platform.machine()}
+        l4t = fingerprint.l4t_release()
+        if l4t:
+            facts["l4t"] = l4t
+        if self.unavailable_reason() is None:
+            facts.update({k: str(v) for k, v in fingerprint.current().items() if v is not None})
+        else:
+            facts["tensorrt"] = "not installed"
+        return facts
+
+    def build(self, request: BuildRequest) -> Artifact:
+        if self.unavailable_reason() is not None:
+            return bundle.write_bundle(request)
+        from deploycc.backends.tensorrt.engine import build_plan
+
+        plan = request.outdir / bundle.PLAN_NAME
+        placement, details = build_plan(request, request.model, plan)
+        return Artifact(kind="tensorrt-plan", files=[bundle.PLAN_NAME, bundle.PLAN_NAME + ".json"],
+                        settings={**bundle.settings(request), **details,
+                                  "trtexec": " ".join(bundle.trtexec_command(request))},
+                        placement=placement)
+
+    def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:
+        reason = self.unavailable_reason()
+        if reason is not None:
+            raise BackendUnavailable(f"cannot run a TensorRT engine: {reason}")
+        from deploycc.backends.tensorrt.engine import TensorRTRunner
+
+        return TensorRTRunner(outdir / artifact.files[0])

@@ -1,0 +1,107 @@
+"""The device bundle: everything needed to build and benchmark the TensorRT engine on the
+device, written when TensorRT is not importable where deploycc runs (as on the machines this
+project is developed on). It holds the legalized ONNX model, bundle.json (the build settings),
+the exact trtexec command equivalent to deploycc's build, and the deploycc command.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+from deploycc.backends.base import Artifact, BuildRequest
+
+BUNDLE_DIR = "bundle"
+BUNDLE_FILE = "bundle.json"
+MODEL_NAME = "model.onnx"
+PLAN_NAME = "model.plan"
+TIMING_CACHE = "timing.cache"
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+
+
+def workspace_mb(request: BuildRequest) -> int | None:
+    return request.workspace_mb or request.target.memory.workspace_mb
+
+
+def _dims(dims: list[int]) -> str:
+    return "x".join(str(d) for d in dims)
+
+
+def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = PLAN_NAME) -> list[str]:
+    """trtexec flags equivalent to deploycc's TensorRT build (memPoolSize from 8.4, workspace before)."""
+    command = ["trtexec", f"--onnx={onnx}", f"--saveEngine={plan}", f"--timingCacheFile={TIMING_CACHE}"]
+    workspace = workspace_mb(request)
+    if workspace:
+        new_flag = _version_tuple(request.target.backend.version) >= (8, 4)
+        command.append(f"--memPoolSize=workspace:{workspace}M" if new_flag else f"--workspace={workspace}")
+    if request.precision == "fp16":
+        command.append("--fp16")
+    elif request.precision == "int8":
+        command += ["--int8", "--fp16"]
+    if request.profiles:
+        for flag, pick in (("--minShapes", "min"), ("--optShapes", "opt"), ("--maxShapes", "max")):
+            shapes = ",".join(f"{p.input}:{_dims(getattr(p, pick))}" for p in request.profiles)
+            command.append(f"{flag}={shapes}")
+    if request.dla_core is not None:
+        command.append(f"--useDLACore={request.dla_core}")
+        if request.gpu_fallback:
+            command.append("--allowGPUFallback")
+    command.append("--skipInference")
+    return command
+
+
+def settings(request: BuildRequest) -> dict[str, Any]:
+    return {
+        "target": request.target.name,
+        "jetpack": request.target.jetpack.release if request.target.jetpack else None,
+        "tensorrt": request.target.backend.version,
+        "precision": request.precision,
+        "workspace_mb": workspace_mb(request),
+        "profiles": [{"input": p.input, "min": p.min, "opt": p.opt, "max": p.max} for p in request.profiles],
+        "dla_core": request.dla_core,
+        "gpu_fallback": request.gpu_fallback,
+    }
+
+
+def write_bundle(request: BuildRequest) -> Artifact:
+    """Copy the legalized model into OUTDIR/bundle with its build settings and commands."""
+    folder = request.outdir / BUNDLE_DIR
+    folder.mkdir()
+    shutil.copyfile(request.model, folder / MODEL_NAME)
+    files = [f"{BUNDLE_DIR}/{BUNDLE_FILE}", f"{BUNDLE_DIR}/{MODEL_NAME}"]
+    data = request.model.with_name(request.model.name + ".data")
+    if data.exists():
+        # The legalized model names its data file after itself; keep that name beside the copy.
+        shutil.copyfile(data, folder / data.name)
+        files.append(f"{BUNDLE_DIR}/{data.name}")
+    command = trtexec_command(request)
+    build = settings(request)
+    jetpack = f" --jetpack {build['jetpack']}" if build["jetpack"] else ""
+    deploycc_command = f"deploycc build {BUNDLE_DIR} --engine-only --target {request.target.name}{jetpack}"
+    (folder / BUNDLE_FILE).write_text(json.dumps({
+        "settings": build, "trtexec": command, "deploycc": deploycc_command,
+    }, indent=2) + "\n")
+    (folder / "trtexec.sh").write_text("#!/bin/sh\n# Builds the engine on the device, equivalent to "
+                                       "deploycc's TensorRT build.\nset -e\ncd \"$(dirname \"$0\")\"\n"
+                                       + shlex.join(command) + "\n")
+    (folder / "trtexec.sh").chmod(0o755)
+    files.append(f"{BUNDLE_DIR}/trtexec.sh")
+    return Artifact(kind="device-bundle", files=files, pending_on_device=True,
+                    settings={**build, "trtexec": shlex.join(command), "deploycc": deploycc_command},
+                    notes=[f"TensorRT is not installed here: the engine is pending on the device. "
+                           f"Copy {BUNDLE_DIR}/ to the {request.target.name} and run `{deploycc_command}` "
+                           f"(or `sh {BUNDLE_DIR}/trtexec.sh`)."])
+
+
+def is_bundle(path: Path) -> bool:
+    return path.is_dir() and (path / BUNDLE_FILE).is_file()
+
+
+def read_bundle(path: Path) -> dict[str, Any]:
+    return json.loads((path / BUNDLE_FILE).read_text())

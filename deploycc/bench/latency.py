@@ -1,0 +1,58 @@
+"""Latency of a loaded runner: warm-up, then timed iterations, reported as percentiles.
+
+`build` uses this for its benchmark summary; `deploycc bench` (its own issue) adds stability-
+driven warm-up, memory, batch sweeps and comparisons on top.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from deploycc.backends.base import Runner
+
+
+@dataclass
+class LatencyStats:
+    iterations: int
+    warmup: int
+    load_ms: float
+    first_inference_ms: float
+    min_ms: float
+    mean_ms: float
+    std_ms: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    throughput_per_s: float
+
+
+def measure(runner: Runner, feeds: dict[str, np.ndarray], *, warmup: int = 5,
+            iterations: int = 50) -> LatencyStats:
+    started = time.perf_counter()
+    runner.run(feeds)
+    first = time.perf_counter() - started
+    for _ in range(warmup):
+        runner.run(feeds)
+    samples = np.empty(iterations)
+    for i in range(iterations):
+        started = time.perf_counter()
+        runner.run(feeds)
+        samples[i] = time.perf_counter() - started
+    ms = samples * 1e3
+
+    def pick(q: float) -> float:
+        return round(float(np.percentile(ms, q)), 4)
+
+    return LatencyStats(
+        iterations=iterations, warmup=warmup, load_ms=round(runner.load_seconds * 1e3, 3),
+        first_inference_ms=round(first * 1e3, 4), min_ms=round(float(ms.min()), 4),
+        mean_ms=round(float(ms.mean()), 4), std_ms=round(float(ms.std()), 4), p50_ms=pick(50),
+        p90_ms=pick(90), p95_ms=pick(95), p99_ms=pick(99), max_ms=round(float(ms.max()), 4),
+        throughput_per_s=round(float(iterations / samples.sum()), 2))

@@ -1,0 +1,95 @@
+"""`deploycc build MODEL --target T -o OUTDIR` (and `deploycc build BUNDLE --engine-only`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from deploycc import api
+from deploycc.cli.legalize_cmd import options_from_flags, pipeline_options
+from deploycc.errors import OptionError
+from deploycc.pipeline.context import BuildOptions
+
+
+def parse_batch_range(text: str) -> tuple[int, int, int]:
+    match = re.fullmatch(r"(\d+):(\d+):(\d+)", text.strip())
+    if not match:
+        raise OptionError(f"--dynamic-batch {text!r}: expected MIN:OPT:MAX, e.g. 1:8:32")
+    low, opt, high = (int(g) for g in match.groups())
+    if not 1 <= low <= opt <= high:
+        raise OptionError(f"--dynamic-batch {text!r}: needs 1 <= MIN <= OPT <= MAX")
+    return low, opt, high
+
+
+def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[int]]]:
+    parts = text.split(":")
+    if len(parts) != 4:
+        raise OptionError(f"--shape-range {text!r}: expected NAME:MIN:OPT:MAX, "
+                          "e.g. x:1x3x224x224:8x3x224x224:32x3x224x224")
+    try:
+        dims = [[int(d) for d in part.split("x")] for part in parts[1:]]
+    except ValueError:
+        raise OptionError(f"--shape-range {text!r}: dims must be integers separated by 'x'") from None
+    if len({len(d) for d in dims}) != 1 or any(a > b for lo, hi in ((dims[0], dims[1]), (dims[1], dims[2]))
+                                                for a, b in zip(lo, hi, strict=True)):
+        raise OptionError(f"--shape-range {text!r}: MIN <= OPT <= MAX per dim, all of one rank")
+    return parts[0], (dims[0], dims[1], dims[2])
+
+
+@click.command("build")
+@click.argument("model", type=click.Path(dir_okay=True, path_type=str))
+@click.option("-t", "--target", default="ort-cpu", show_default=True, help="Target name, alias or .toml.")
+@click.option("-o", "--output", "outdir", type=click.Path(path_type=str),
+              help="Output directory (refused if it exists, unless --force).")
+@click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
+              help="Engine precision (default: the target's).")
+@click.option("--format", "artifact_format", type=click.Choice(["onnx", "ort"]), default="onnx",
+              show_default=True, help="ONNX Runtime artifact: optimized ONNX or ORT format.")
+@click.option("--fail-on-fallback", is_flag=True, help="Refuse when nodes leave the target's device/EP.")
+@click.option("--dynamic-batch", "batch_range", metavar="MIN:OPT:MAX",
+              help="Keep the batch dynamic; TensorRT profiles use this range.")
+@click.option("--shape-range", multiple=True, metavar="NAME:MIN:OPT:MAX",
+              help="A TensorRT profile for one input, dims as 1x3x224x224.")
+@click.option("--dla-core", type=int, help="Build for this DLA core (Jetson Xavier/Orin).")
+@click.option("--gpu-fallback/--no-gpu-fallback", default=True, show_default=True,
+              help="Let layers DLA cannot run fall back to the GPU.")
+@click.option("--workspace-mb", type=int, help="TensorRT workspace (default: the target's).")
+@click.option("--no-bench", is_flag=True, help="Skip the latency summary.")
+@click.option("--force", is_flag=True, help="Replace OUTDIR if it exists.")
+@click.option("--engine-only", is_flag=True, help="MODEL is a device bundle: build its engine only.")
+@pipeline_options(dynamic_batch_flag=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of a summary.")
+@click.pass_context
+def build_command(ctx: click.Context, model: str, target: str, outdir: str | None, jetpack: str | None,
+                  precision: str | None, artifact_format: str, fail_on_fallback: bool,
+                  batch_range: str | None,
+                  shape_range: tuple[str, ...], dla_core: int | None, gpu_fallback: bool,
+                  workspace_mb: int | None, no_bench: bool, force: bool, engine_only: bool, as_json: bool,
+                  **flags) -> None:
+    """Legalize MODEL, build TARGET's engine, verify it, and write OUTDIR atomically.
+
+    Exit code 0 when built and verified (or bundled for a device), 1 when the model could not be
+    made legal, built or verified (report.md says which stage and why), 2 on bad input or options.
+    """
+    from deploycc.report import console
+
+    options = BuildOptions(
+        legalize=options_from_flags(dynamic_batch=False, **flags), precision=precision,
+        artifact_format=artifact_format, fail_on_fallback=fail_on_fallback,
+        batch_range=parse_batch_range(batch_range) if batch_range else None,
+        shape_ranges=dict(parse_shape_range(text) for text in shape_range), dla_core=dla_core,
+        gpu_fallback=gpu_fallback, workspace_mb=workspace_mb, bench=not no_bench, force=force,
+        engine_only=engine_only)
+    if outdir is None and not engine_only:
+        raise OptionError("no output directory", hint="pass -o OUTDIR")
+    with console.progress_status("building", quiet=as_json) as update:
+        report = api.build(model, target, Path(outdir) if outdir else None, options, jetpack=jetpack,
+                           progress=update)
+    if as_json:
+        click.echo(report.to_json())
+    else:
+        console.render_build(report)
+    ctx.exit(report.exit_code)

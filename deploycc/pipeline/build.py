@@ -1,0 +1,310 @@
+"""`deploycc build`: legalize, build the target's engine, verify it against the original, take a
+latency summary, and leave everything a deployment needs in one directory, written atomically.
+
+    OUTDIR/model.legalized.onnx   the legalized model (+ .data when large)
+    OUTDIR/<artifact>             model.ort.onnx | model.ort | model.xml+bin | model.plan | bundle/
+    OUTDIR/manifest.json          reproducibility and cache key (no times, no absolute paths)
+    OUTDIR/report.json, report.md the full record, and what a person reads
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, BuildRequest, Profile
+from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
+from deploycc.pipeline.context import BuildOptions
+from deploycc.results import Result
+
+if TYPE_CHECKING:
+    from deploycc.bench.latency import LatencyStats
+    from deploycc.pipeline.legalize import LegalizeReport
+    from deploycc.targets.schema import Target
+    from deploycc.verify.verify import Verification
+
+LEGALIZED = "model.legalized.onnx"
+VERIFIED, PENDING, FAILED = "verified", "pending-on-device", "failed"
+
+
+@dataclass
+class BuildReport(Result):
+    model: str
+    target: str
+    outdir: str
+    status: str  # verified | pending-on-device | failed
+    stage: str  # the last stage reached: legalize | build | verify | bench | done
+    summary: str
+    next_step: str
+    precision: str
+    legalize: LegalizeReport | None
+    artifact: Artifact | None
+    verification: Verification | None
+    benchmark: LatencyStats | None
+    build_hash: str = ""
+    files: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FINDINGS if self.status == FAILED else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["exit_code"] = self.exit_code
+        return data
+
+
+def profiles_for(model: Path, options: BuildOptions) -> list[Profile]:
+    """TensorRT optimization profiles for every dynamic input of the legalized model."""
+    from deploycc import io
+    from deploycc.analysis.graphs import dims_of
+
+    graph = io.load(model, check=False).model.graph
+    profiles = []
+    for value in graph.inputs:
+        if value.name in graph.initializers:
+            continue
+        name = value.name or ""
+        dims = dims_of(value) or []
+        if name in options.shape_ranges:
+            profiles.append(Profile(name, *options.shape_ranges[name]))
+            continue
+        dynamic = [i for i, d in enumerate(dims) if not isinstance(d, int)]
+        if not dynamic:
+            continue
+        if options.batch_range is None or dynamic != [0]:
+            raise OptionError(f"input '{name}' has dynamic dims {dims}: TensorRT needs a profile for them",
+                              hint="give --dynamic-batch MIN:OPT:MAX (batch only) or --shape-range "
+                                   "NAME:MINxDIMS:OPTxDIMS:MAXxDIMS")
+        rest = [int(d) for d in dims[1:]]  # type: ignore[arg-type]
+        smallest, typical, largest = options.batch_range
+        profiles.append(Profile(name, [smallest, *rest], [typical, *rest], [largest, *rest]))
+    return profiles
+
+
+def _next_step(status: str, stage: str, message: str, target: Target) -> str:
+    if status == VERIFIED:
+        return "deploy the artifact; `deploycc bench` for a full benchmark"
+    if status == PENDING:
+        return "copy bundle/ to the device and run the deploycc command in report.md"
+    return {
+        "legalize": "see the illegal nodes below: `deploycc check --explain` names the rule each needs; "
+                    "a missing rule or a different target/opset is the way forward",
+        "build": f"the {target.backend.kind} build failed: {message}",
+        "verify": "the engine differs from the original beyond the precision's tolerance: try a higher "
+                  "precision (--precision fp32) or inspect the output named above",
+    }.get(stage, message)
+
+
+def build(model: str | Path, target: Target, outdir: str | Path, options: BuildOptions | None = None,
+          *, progress: Callable[[str], None] | None = None) -> BuildReport:
+    from deploycc import io
+    from deploycc.backends.registry import get_backend
+    from deploycc.pipeline.legalize import legalize
+
+    options = options or BuildOptions()
+    source, outdir = Path(model), Path(outdir)
+    precision = options.effective_precision(target)
+    if precision not in target.precision.supported:
+        raise OptionError(f"{target.name} does not support precision {precision}",
+                          hint=f"supported: {', '.join(target.precision.supported)}")
+    if options.batch_range is not None:
+        options.legalize.dynamic_batch = True
+    backend = get_backend(target.backend.kind)
+    seconds: dict[str, float] = {}
+    step = _Clock(seconds, progress)
+    with io.StagedDirectory(outdir, force=options.force) as staged:
+        staging = staged.staging
+        step("legalize")
+        legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
+        artifact: Artifact | None = None
+        verification = None
+        benchmark = None
+        status, stage, message = FAILED, "legalize", legalized.summary
+        if legalized.success:
+            step("build")
+            stage = "build"
+            request = BuildRequest(
+                model=staging / LEGALIZED, outdir=staging, target=target, precision=precision,
+                artifact_format=options.artifact_format, dla_core=options.dla_core,
+                gpu_fallback=options.gpu_fallback, fail_on_fallback=options.fail_on_fallback,
+                workspace_mb=options.workspace_mb)
+            if target.backend.kind == "tensorrt":
+                request.profiles = profiles_for(staging / LEGALIZED, options)
+            if target.backend.kind == "openvino":
+                from deploycc.backends.openvino import default_cache_dir
+
+                request.cache_dir = default_cache_dir()
+            try:
+                artifact = backend.build(request)
+                if artifact.pending_on_device:
+                    status, stage, message = PENDING, "done", artifact.notes[0]
+                else:
+                    step("verify")
+                    stage = "verify"
+                    verification, benchmark = _verify_and_bench(source, staging, artifact, backend,
+                                                                request, legalized, options, step)
+                    if verification.passed:
+                        status, stage, message = VERIFIED, "done", "verified"
+                    else:
+                        status, message = FAILED, f"verification failed: {verification.problem}"
+            except (BackendError, BackendUnavailable) as error:
+                message = str(error)
+        step("manifest")
+        environment = backend.environment() if backend.unavailable_reason() is None else \
+            {"unavailable": backend.unavailable_reason() or ""}
+        from deploycc.pipeline.manifest import build_manifest
+
+        manifest = build_manifest(model=source, target=target, options=options, legalized=legalized,
+                                  artifact=artifact, outdir=staging, status=status, environment=environment)
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        manifest_text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        if artifact is not None and artifact.kind == "device-bundle":
+            (staging / "bundle" / "manifest.json").write_text(manifest_text)
+        files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+        report = BuildReport(
+            model=str(source), target=target.name, outdir=str(outdir), status=status, stage=stage,
+            summary=_summary(status, message, target, artifact),
+            next_step=_next_step(status, stage, message, target),
+            precision=precision, legalize=legalized, artifact=artifact, verification=verification,
+            benchmark=benchmark, build_hash=manifest["build_hash"],
+            files=sorted([*files, "report.json", "report.md"]), seconds=seconds)
+        step.stop()
+        (staging / "report.json").write_text(report.to_json() + "\n")
+        from deploycc.report.markdown import build_markdown
+
+        (staging / "report.md").write_text(build_markdown(report))
+        staged.commit()
+    return report
+
+
+def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: Any,
+                      request: BuildRequest, legalized: LegalizeReport, options: BuildOptions,
+                      step: _Clock) -> tuple[Verification, LatencyStats | None]:
+    from deploycc.bench.latency import measure
+    from deploycc.verify.verify import compare_all, reference_outputs, signature_feeds
+
+    feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
+                                                       legalized.fed_layouts)
+    expected, reference = reference_outputs(source, original_feeds)
+    runner = backend.load(artifact, staging, request)
+    try:
+        actual = runner.run(feeds)
+        verification = compare_all(expected, actual, reference=reference, inputs=described,
+                                   precision=request.precision)
+        benchmark = None
+        if options.bench and verification.passed:
+            step("bench")
+            benchmark = measure(runner, feeds, iterations=options.bench_iterations)
+        return verification, benchmark
+    finally:
+        runner.close()
+
+
+def _summary(status: str, message: str, target: Target, artifact: Artifact | None) -> str:
+    if status == VERIFIED and artifact is not None:
+        return f"built {artifact.kind} for {target.name} and verified it against the original"
+    if status == PENDING:
+        return f"legalized and bundled for {target.name}; the TensorRT engine is pending on the device"
+    return message
+
+
+class _Clock:
+    """Times each stage and tells the progress display which one is running."""
+
+    def __init__(self, seconds: dict[str, float], progress: Callable[[str], None] | None) -> None:
+        self.seconds, self.progress = seconds, progress
+        self.current: str | None = None
+        self.started = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        self.stop()
+        self.current, self.started = stage, time.perf_counter()
+        if self.progress is not None:
+            self.progress(stage)
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.seconds[self.current] = round(time.perf_counter() - self.started, 3)
+            self.current = None
+
+
+def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOptions, *,
+                      target: str | None, jetpack: str | None,
+                      progress: Callable[[str], None] | None = None) -> BuildReport:
+    """On the device: build, verify and time the engine a device bundle describes."""
+    from deploycc import io
+    from deploycc.backends.registry import get_backend
+    from deploycc.backends.tensorrt import bundle as bundles
+    from deploycc.targets import registry
+    from deploycc.verify.inputs import generate
+
+    if not bundles.is_bundle(bundle_path):
+        raise OptionError(f"{bundle_path}: not a device bundle (no {bundles.BUNDLE_FILE})",
+                          hint="--engine-only takes the bundle/ folder that `deploycc build` wrote")
+    settings = bundles.read_bundle(bundle_path)["settings"]
+    if target not in (None, "ort-cpu", settings["target"]):
+        raise OptionError(f"the bundle was made for {settings['target']}, not {target}")
+    resolved = registry.resolve(settings["target"], jetpack or settings.get("jetpack"))
+    backend = get_backend("tensorrt")
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        raise BackendUnavailable(f"cannot build the engine here: {reason}",
+                                 hint=f"run this on the {settings['target']}")
+    outdir = outdir or bundle_path.parent / "engine"
+    seconds: dict[str, float] = {}
+    step = _Clock(seconds, progress)
+    model = bundle_path / bundles.MODEL_NAME
+    with io.StagedDirectory(outdir, force=options.force) as staged:
+        staging = staged.staging
+        step("build")
+        request = BuildRequest(
+            model=model, outdir=staging, target=resolved, precision=settings["precision"],
+            profiles=[Profile(p["input"], p["min"], p["opt"], p["max"]) for p in settings["profiles"]],
+            dla_core=settings["dla_core"], gpu_fallback=settings["gpu_fallback"],
+            workspace_mb=settings["workspace_mb"], timing_cache=bundle_path / bundles.TIMING_CACHE)
+        verification, benchmark, status, stage = None, None, FAILED, "build"
+        try:
+            artifact: Artifact | None = backend.build(request)
+            step("verify")
+            stage = "verify"
+            graph = io.load(model, check=False).model.graph
+            feeds = generate([v for v in graph.inputs if v.name not in graph.initializers], seed=0)
+            from deploycc.verify.verify import compare_all, reference_outputs
+
+            expected, reference = reference_outputs(model, feeds)
+            assert artifact is not None
+            runner = backend.load(artifact, staging, request)
+            try:
+                verification = compare_all(expected, runner.run(feeds), reference=reference,
+                                           inputs="generated (seed 0)", precision=request.precision)
+                if options.bench and verification.passed:
+                    from deploycc.bench.latency import measure
+
+                    step("bench")
+                    benchmark = measure(runner, feeds, iterations=options.bench_iterations)
+            finally:
+                runner.close()
+            status, stage = (VERIFIED, "done") if verification.passed else (FAILED, "verify")
+            message = "verified" if verification.passed else f"verification failed: {verification.problem}"
+        except BackendError as error:
+            artifact, message = None, str(error)
+        step.stop()
+        files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+        report = BuildReport(
+            model=str(model), target=resolved.name, outdir=str(outdir), status=status, stage=stage,
+            summary=_summary(status, message, resolved, artifact),
+            next_step=_next_step(status, stage, message, resolved), precision=request.precision,
+            legalize=None, artifact=artifact, verification=verification, benchmark=benchmark,
+            files=sorted([*files, "report.json", "report.md"]), seconds=seconds)
+        (staging / "report.json").write_text(report.to_json() + "\n")
+        from deploycc.report.markdown import build_markdown
+
+        (staging / "report.md").write_text(build_markdown(report))
+        staged.commit()
+    return report
