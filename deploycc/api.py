@@ -127,7 +127,7 @@ def legalize(
 
 def build(
     model: str | Path,
-    target: str | Target = "ort-cpu",
+    target: str | Target | None = "ort-cpu",
     outdir: str | Path | None = None,
     options: BuildOptions | None = None,
     *,
@@ -146,9 +146,10 @@ def build(
     options = options or Options()
     if options.engine_only:
         return build_from_bundle(Path(model), None if outdir is None else Path(outdir), options,
-                                 target=target if isinstance(target, str) else target.name,
+                                 target=target if target is None or isinstance(target, str) else target.name,
                                  jetpack=jetpack, progress=progress)
     if outdir is None:
         raise OptionError("no output directory", hint="pass -o OUTDIR")
-    resolved = target if not isinstance(target, str) else get_target(target, jetpack=jetpack)
+    chosen = "ort-cpu" if target is None else target
+    resolved = get_target(chosen, jetpack=jetpack) if isinstance(chosen, str) else chosen
     return run(model, resolved, outdir, options, progress=progress)

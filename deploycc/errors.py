@@ -39,7 +39,6 @@ class OptionError(DeployccError):
     """A command-line option or API argument is invalid."""
 
 
-class Interrupted(DeployccError):
-    """Ctrl-C or SIGTERM: whatever was being written has been removed."""
-
-    exit_code = 130
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that no `except Exception` on the way can swallow it;
+    staging folders are removed on the way out and the CLI exits 130."""

@@ -433,9 +433,9 @@ PARTIAL_MARK = ".partial-"
 
 
 def _terminated(signum: int, frame: Any) -> None:
-    from deploycc.errors import Interrupted
+    from deploycc.errors import Terminated
 
-    raise Interrupted(f"terminated by signal {signum}; nothing was written")
+    raise Terminated(f"terminated by signal {signum}")
 
 
 def _remove_stale(parent: Path, name: str) -> None:
@@ -517,10 +517,6 @@ class StagedDirectory:
             signal.signal(signal.SIGTERM, self._previous_handler)
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
-        if isinstance(error, KeyboardInterrupt):
-            from deploycc.errors import Interrupted
-
-            raise Interrupted("interrupted; nothing was written") from None
 
 
 def sha256_file(path: Path) -> str:

@@ -33,6 +33,19 @@ def compile_config(request: BuildRequest) -> dict[str, str]:
     return config
 
 
+def _stable_names(model: Any, onnx_path: Path) -> None:
+    """Rename the ops the frontend named from a process-wide counter (Reshape_13505), so the
+    same model gives the same IR in any process; names that come from the ONNX graph stay."""
+    from deploycc import io
+
+    graph = io.load(onnx_path, check=False).model.graph
+    kept = {n.name for n in graph} | {v.name for n in graph for v in n.outputs} | \
+        {v.name for v in graph.inputs} | {v.name for v in graph.outputs} | set(graph.initializers)
+    for index, op in enumerate(model.get_ordered_ops()):
+        if op.get_friendly_name() not in kept:
+            op.set_friendly_name(f"{op.get_type_name()}_{index}")
+
+
 class OpenVinoRunner(Runner):
     def __init__(self, xml: Path, device: str, config: dict[str, str]) -> None:
         import openvino as ov
@@ -86,6 +99,7 @@ class OpenVinoBackend(Backend):
         except Exception as error:
             last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
             raise BackendError(f"openvino.convert_model failed: {last}") from None
+        _stable_names(model, request.model)
         xml = request.outdir / "model.xml"
         # save_model compresses weights to fp16 by default; only do it when fp16 was asked for
         ov.save_model(model, str(xml), compress_to_fp16=request.precision == "fp16")

@@ -7,6 +7,7 @@ options; 3 an internal error (a bug: rerun with --debug and report it).
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from typing import Any
 
@@ -58,9 +59,17 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    from deploycc.errors import Terminated
+
+    raise Terminated(f"terminated by signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    # SIGTERM unwinds like Ctrl-C, so every command's staging files are removed on the way out.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         code = cli.main(args=args, prog_name="deploycc", standalone_mode=False)
     except DeployccError as error:
@@ -76,8 +85,9 @@ def main(argv: list[str] | None = None) -> Any:
             raise
         click.echo(f"deploycc: error: {error.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
-    except KeyboardInterrupt:
-        click.echo("deploycc: interrupted", err=True)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (errors.Terminated)
+        reason = str(interrupt) or "interrupted"
+        click.echo(f"deploycc: {reason}; nothing was written", err=True)
         sys.exit(130)
     except Exception as error:
         if debug:

@@ -4,7 +4,6 @@ of the pipeline's own verification)."""
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from deploycc.api import get_target
 from deploycc.errors import OptionError
 from deploycc.pipeline.context import LegalizeOptions, Pass, PassOutcome, PipelineState
 from deploycc.pipeline.manager import InvariantError, run_passes
-from examples.make_models import encoder_block, small_cnn
+from tests.pipeline.conftest import digest
 
 
 def _run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -27,34 +26,19 @@ def _run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return session.run(None, feeds)
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
-
-@pytest.fixture
-def encoder(tmp_path: Path) -> Path:
-    path = tmp_path / "encoder.onnx"
-    onnx.save(encoder_block(), path)
-    return path
-
-
-@pytest.fixture
-def cnn(tmp_path: Path) -> Path:
-    path = tmp_path / "cnn.onnx"
-    onnx.save(small_cnn(), path)
-    return path
 
 
 def test_encoder_down_to_jetson_nano_is_legal_and_equal(encoder: Path, tmp_path: Path) -> None:
     out = tmp_path / "out" / "nano.onnx"
-    before = _digest(encoder)
+    before = digest(encoder)
     report = api.legalize(encoder, "jetson-nano", out)
     assert report.success, report.summary
     assert report.opset == {"before": 20, "after": 13}
     fired = sorted({r.rule for r in report.rewrites})
     assert fired == ["gelu", "layer-normalization"]
     assert all(r.certificate is not None and r.certificate.status == "proven" for r in report.rewrites)
-    assert _digest(encoder) == before  # the input is never modified
+    assert digest(encoder) == before  # the input is never modified
     assert check_model(out, [get_target("jetson-nano")]).targets[0].legal
     feeds = {"x": np.random.default_rng(5).standard_normal((2, 7, 64)).astype(np.float32)}
     np.testing.assert_allclose(_run(out, feeds)[0], _run(encoder, feeds)[0], atol=1e-4, rtol=1e-3)

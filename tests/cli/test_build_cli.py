@@ -1,0 +1,47 @@
+"""`deploycc build` from the command line: exit codes, one-line errors, the JSON report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli.test_cli import GOOD, run
+from tests.cli.test_legalize_cli import REFUSED
+
+
+def test_build_exit_codes_and_json(write_model, tmp_path: Path) -> None:
+    model = str(write_model(GOOD))
+    built = run("build", model, "-t", "openvino-cpu", "-o", str(tmp_path / "ov"), "--json", "--no-bench",
+                "--batch", "2")
+    assert built.returncode == 0, built.stderr
+    report = json.loads(built.stdout)
+    assert report["status"] == "verified" and report["exit_code"] == 0
+    assert json.loads((tmp_path / "ov" / "report.json").read_text())["build_hash"] == report["build_hash"]
+    refused_model = str(write_model(REFUSED, "r.onnx"))
+    refused = run("build", refused_model, "-t", "jetson-xavier", "-o", str(tmp_path / "r"))
+    assert refused.returncode == 1 and "failed" in refused.stdout
+    again = run("build", model, "-t", "openvino-cpu", "-o", str(tmp_path / "ov"))
+    assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_build_bad_options_are_one_line_errors(write_model, tmp_path: Path) -> None:
+    model = str(write_model(GOOD))
+    cases = [
+        (["--dynamic-batch", "8:1:4"], "MIN <= OPT <= MAX"),
+        (["--shape-range", "x:1x8"], "expected NAME:MIN:OPT:MAX"),
+        (["--precision", "bf16"], "does not support precision bf16"),
+        ([], "no output directory"),
+    ]
+    for flags, message in cases:
+        out = ["-o", str(tmp_path / "o")] if flags else []
+        result = run("build", model, "-t", "ort-cpu", *out, *flags)
+        assert result.returncode == 2, (flags, result.stderr)
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_engine_only_here_says_where_to_run_it(write_model, tmp_path: Path) -> None:
+    model = str(write_model(GOOD))
+    assert run("build", model, "-t", "jetson-orin", "-o", str(tmp_path / "b"), "--batch", "1").returncode == 0
+    result = run("build", str(tmp_path / "b" / "bundle"), "--engine-only")
+    assert result.returncode == 1
+    assert "cannot build the engine here" in result.stderr and "jetson-orin" in result.stderr

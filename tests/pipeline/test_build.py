@@ -1,0 +1,227 @@
+"""`deploycc build` on the real backends installed here (ONNX Runtime, OpenVINO) and the device
+bundle for TensorRT targets: what lands in OUTDIR, verification, reproducibility, atomicity."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from deploycc import api
+from deploycc.backends.tensorrt import bundle, fingerprint
+from deploycc.errors import OptionError
+from deploycc.pipeline.context import BuildOptions, LegalizeOptions
+from tests.conftest import REPO
+from tests.pipeline.conftest import digest
+
+
+def test_ort_build_leaves_a_verified_deployable_directory(cnn: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ort"
+    report = api.build(cnn, "ort-cpu", out)
+    assert report.status == "verified" and report.exit_code == 0, report.summary
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json", "model.legalized.onnx", "model.ort.onnx", "report.json", "report.md"]
+    assert report.artifact is not None and report.artifact.placement is not None
+    counts = report.artifact.placement.counts
+    assert list(counts) == ["CPUExecutionProvider"] and counts["CPUExecutionProvider"] > 0
+    # the artifact is a model ORT loads and that computes what the original does
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    name = onnx.load(cnn).graph.input[0].name
+    expected = ort.InferenceSession(str(cnn), providers=["CPUExecutionProvider"]).run(None, {name: x})[0]
+    actual = ort.InferenceSession(str(out / "model.ort.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {name: x})[0]
+    np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=1e-4)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "verified" and manifest["build_hash"] == report.build_hash
+    assert manifest["input"][0]["sha256"] == digest(cnn)
+    assert manifest["outputs"]["model.ort.onnx"] == digest(out / "model.ort.onnx")
+    assert manifest["artifact"]["settings"]["graph_optimization_level"] == "extended"
+    assert {"onnx", "onnx-ir", "onnxscript", "onnxruntime", "openvino", "tensorrt"} <= \
+        set(manifest["versions"])
+    assert str(tmp_path) not in (out / "manifest.json").read_text()  # no absolute paths
+    markdown = (out / "report.md").read_text()
+    assert "**Status: verified**" in markdown and "## Verification" in markdown
+    assert report.benchmark is not None and report.benchmark.p50_ms > 0
+
+
+@pytest.mark.parametrize("target", ["ort-cpu", "openvino-cpu"])
+def test_same_build_twice_is_byte_identical(cnn: Path, tmp_path: Path, target: str) -> None:
+    first = api.build(cnn, target, tmp_path / "a", BuildOptions(bench=False))
+    second = api.build(cnn, target, tmp_path / "b", BuildOptions(bench=False))
+    assert first.status == second.status == "verified"
+    assert first.build_hash == second.build_hash
+    assert (tmp_path / "a" / "manifest.json").read_bytes() == (tmp_path / "b" / "manifest.json").read_bytes()
+    for name in json.loads((tmp_path / "a" / "manifest.json").read_text())["outputs"]:
+        assert digest(tmp_path / "a" / name) == digest(tmp_path / "b" / name), name
+
+
+def test_openvino_ir_and_fp16_compression(cnn: Path, tmp_path: Path) -> None:
+    fp32 = api.build(cnn, "openvino-cpu", tmp_path / "fp32", BuildOptions(bench=False))
+    fp16 = api.build(cnn, "openvino-cpu", tmp_path / "fp16", BuildOptions(precision="fp16", bench=False))
+    assert fp32.status == fp16.status == "verified"
+    assert "f16" not in (tmp_path / "fp32" / "model.xml").read_text()
+    assert 'element_type="f16"' in (tmp_path / "fp16" / "model.xml").read_text()
+    assert (tmp_path / "fp16" / "model.bin").stat().st_size < (tmp_path / "fp32" / "model.bin").stat().st_size
+    assert fp16.verification is not None and fp16.verification.precision == "fp16"
+    assert fp32.artifact is not None and fp32.artifact.settings["compile"]["PERFORMANCE_HINT"] == "LATENCY"
+    assert fp32.artifact.placement is not None and set(fp32.artifact.placement.counts) == {"CPU"}
+
+
+def test_ort_format_artifact(cnn: Path, tmp_path: Path) -> None:
+    report = api.build(cnn, "ort-cpu", tmp_path / "o", BuildOptions(artifact_format="ort", bench=False))
+    assert report.status == "verified"
+    assert report.artifact is not None and report.artifact.files == ["model.ort"]
+    assert (tmp_path / "o" / "model.ort").read_bytes()[4:8] == b"ORTM"  # the ORT flatbuffer identifier
+
+
+def test_tensorrt_target_writes_a_device_bundle(encoder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "xavier"
+    options = BuildOptions(batch_range=(1, 4, 8), legalize=LegalizeOptions(shapes={"x": ["batch", 16, 64]}))
+    report = api.build(encoder, "jetson-xavier", out, options)
+    assert report.status == "pending-on-device" and report.exit_code == 0
+    assert "pending on the device" in report.summary
+    data = json.loads((out / "bundle" / "bundle.json").read_text())
+    assert data["settings"]["precision"] == "fp16" and data["settings"]["tensorrt"] == "8.5.2"
+    command = data["trtexec"]
+    assert command[:2] == ["trtexec", "--onnx=model.onnx"]
+    assert "--fp16" in command and "--memPoolSize=workspace:4096M" in command
+    assert "--minShapes=x:1x16x64" in command and "--maxShapes=x:8x16x64" in command
+    assert data["deploycc"] == "deploycc build bundle --engine-only --target jetson-xavier --jetpack 5.1.2"
+    assert (out / "bundle" / "model.onnx").read_bytes() == (out / "model.legalized.onnx").read_bytes()
+    assert (out / "bundle" / "manifest.json").read_bytes() == (out / "manifest.json").read_bytes()
+    assert "trtexec --onnx=model.onnx" in (out / "bundle" / "trtexec.sh").read_text()
+    assert "pending on the device" in (out / "report.md").read_text()
+
+
+def test_tensorrt_8_2_uses_the_old_workspace_flag(encoder: Path, tmp_path: Path) -> None:
+    options = BuildOptions(legalize=LegalizeOptions(shapes={"x": [1, 16, 64]}), bench=False)
+    report = api.build(encoder, "jetson-nano", tmp_path / "nano", options)
+    assert report.status == "pending-on-device"
+    command = json.loads((tmp_path / "nano" / "bundle" / "bundle.json").read_text())["trtexec"]
+    assert any(flag.startswith("--workspace=") for flag in command)
+    assert not any(flag.startswith("--minShapes") for flag in command)  # static: no profile needed
+
+
+def test_dynamic_input_without_a_profile_is_refused_for_tensorrt(encoder: Path, tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match="TensorRT needs a profile"):
+        api.build(encoder, "jetson-xavier", tmp_path / "x")
+    assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
+
+
+def test_engine_only_needs_tensorrt_and_says_where_to_run(encoder: Path, tmp_path: Path) -> None:
+    from deploycc.backends.base import BackendUnavailable
+
+    options = BuildOptions(legalize=LegalizeOptions(shapes={"x": [1, 16, 64]}))
+    api.build(encoder, "jetson-orin", tmp_path / "orin", options)
+    with pytest.raises(BackendUnavailable, match="run this on the jetson-orin"):
+        api.build(tmp_path / "orin" / "bundle", None, None, BuildOptions(engine_only=True))
+    with pytest.raises(OptionError, match="not a device bundle"):
+        api.build(tmp_path / "orin", None, None, BuildOptions(engine_only=True))
+
+
+def test_fingerprints_say_what_differs(tmp_path: Path) -> None:
+    built = {"tensorrt": "8.5.2.2", "compute_capability": "7.2", "l4t": "35.4.1"}
+    assert fingerprint.mismatch(built, dict(built)) is None
+    problem = fingerprint.mismatch(built, {"tensorrt": "8.6.2", "compute_capability": "8.7", "l4t": "36.3.0"})
+    assert problem is not None and "tensorrt 8.5.2.2 (this machine: 8.6.2)" in problem
+    assert "compute_capability 7.2 (this machine: 8.7)" in problem and "--engine-only" in problem
+    release = tmp_path / "nv_tegra_release"
+    release.write_text("# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64\n")
+    assert fingerprint.l4t_release(release) == "35.4.1"
+    assert fingerprint.l4t_release(tmp_path / "absent") is None
+
+
+def test_trtexec_command_for_dla(encoder: Path) -> None:
+    from deploycc.backends.base import BuildRequest
+    from deploycc.targets.registry import resolve
+
+    request = BuildRequest(model=encoder, outdir=encoder.parent, target=resolve("jetson-orin"),
+                           precision="fp16", dla_core=1, gpu_fallback=True)
+    command = bundle.trtexec_command(request)
+    assert "--useDLACore=1" in command and "--allowGPUFallback" in command
+    request.gpu_fallback = False
+    assert "--allowGPUFallback" not in bundle.trtexec_command(request)
+
+
+def test_failed_legalization_is_exit_1_with_a_report(tmp_path: Path, write_model) -> None:
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 13, "custom.ops" : 1]>
+        g (float[2,4] x) => (float[2,4] y) { y = custom.ops.Mystery(x) }
+    """)
+    report = api.build(model, "openvino-cpu", tmp_path / "f")
+    assert report.status == "failed" and report.stage == "legalize" and report.exit_code == 1
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["manifest.json", "report.json", "report.md"]
+    assert "## Still illegal" in (tmp_path / "f" / "report.md").read_text()
+    assert "check --explain" in report.next_step
+
+
+def test_existing_outdir_is_refused_unless_forced(cnn: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(OptionError, match="already exists"):
+        api.build(cnn, "ort-cpu", out)
+    assert (out / "keep.txt").read_text() == "mine"
+    report = api.build(cnn, "ort-cpu", out, BuildOptions(force=True, bench=False))
+    assert report.status == "verified" and not (out / "keep.txt").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def _slow_model(path: Path) -> None:
+    """A model whose build takes a few seconds: enough time to be interrupted."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits, previous = [], [], "x"
+    for i in range(120):
+        weight = rng.standard_normal((256, 256)).astype(np.float32) / 16
+        inits.append(numpy_helper.from_array(weight, f"w{i}"))
+        nodes += [helper.make_node("MatMul", [previous, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Gelu", [f"m{i}"], [f"g{i}"])]
+        previous = f"g{i}"
+    graph = helper.make_graph(nodes, "slow",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [1, 256])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_build_leaves_nothing_and_the_next_run_succeeds(tmp_path: Path, sig: int) -> None:
+    model = tmp_path / "in" / "slow.onnx"
+    model.parent.mkdir()
+    _slow_model(model)
+    before = digest(model)
+    out = tmp_path / "out" / "build"
+    interrupted = 0
+    for delay in (0.5, 1.5, 3.0):
+        command = [sys.executable, "-m", "deploycc.cli", "build", str(model), "-t", "jetson-xavier",
+                   "-o", str(out), "--no-bench"]
+        child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        child.send_signal(sig)
+        _, stderr = child.communicate(timeout=120)
+        if child.returncode == 0:
+            break  # it finished before the signal: nothing to check at this delay
+        interrupted += 1
+        assert child.returncode == (130 if sig != signal.SIGKILL else -signal.SIGKILL), stderr
+        assert not out.exists(), f"partial output after {sig!r} at {delay} s"
+        if sig != signal.SIGKILL:
+            assert "Traceback" not in stderr and not list(out.parent.glob(".build.partial-*"))
+        assert digest(model) == before and sorted(os.listdir(model.parent)) == ["slow.onnx"]
+    assert interrupted, "the build finished before any signal: make the model slower"
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    report = api.build(model, "jetson-xavier", out, BuildOptions(bench=False))
+    assert report.status == "pending-on-device"
+    assert not list(out.parent.glob(".build.partial-*")), "a killed build's staging folder was not cleaned"
