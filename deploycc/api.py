@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from deploycc.analysis.check import CheckReport
     from deploycc.analysis.inspect import InspectReport
+    from deploycc.bench.run import BenchOptions, BenchReport
     from deploycc.pipeline.build import BuildReport
     from deploycc.pipeline.context import BuildOptions, LegalizeOptions
     from deploycc.pipeline.legalize import LegalizeReport
@@ -153,3 +154,18 @@ def build(
     chosen = "ort-cpu" if target is None else target
     resolved = get_target(chosen, jetpack=jetpack) if isinstance(chosen, str) else chosen
     return run(model, resolved, outdir, options, progress=progress)
+
+
+def bench(
+    subject: str | Path,
+    target: str | Target | None = None,
+    options: BenchOptions | None = None,
+    *,
+    jetpack: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> BenchReport:
+    """Time a build directory's engine, or a model as-is on `target`'s backend (default ort-cpu)."""
+    from deploycc.bench.run import bench as run
+
+    resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
+    return run(subject, resolved, options, progress=progress)

@@ -54,6 +54,7 @@ class BuildRequest:
     workspace_mb: int | None = None
     timing_cache: Path | None = None
     cache_dir: Path | None = None
+    threads: int | None = None  # runners: CPU threads (None: the backend's default)
 
 
 @dataclass

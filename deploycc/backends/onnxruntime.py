@@ -42,13 +42,12 @@ def session_options(level: str, threads: int = 0, optimized_path: Path | None = 
 
 
 class OrtRunner(Runner):
-    def __init__(self, path: Path, providers: list[str], threads: int = 0) -> None:
+    def __init__(self, path: Path, providers: list[str], threads: int = 0, level: str = "disabled") -> None:
+        """`level` "disabled" for an artifact ORT already optimized; "all" for a raw model."""
         import onnxruntime as ort
 
         started = time.perf_counter()
-        # The artifact is already optimized: load it as is.
-        self.session = ort.InferenceSession(str(path), session_options("disabled", threads),
-                                            providers=providers)
+        self.session = ort.InferenceSession(str(path), session_options(level, threads), providers=providers)
         self.load_seconds = time.perf_counter() - started
         self._outputs = [o.name for o in self.session.get_outputs()]
 
@@ -144,7 +143,7 @@ class OnnxRuntimeBackend(Backend):
         return Placement(primary=provider, counts=counts, fallback=fallback, method="onnxruntime profiling")
 
     def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:
-        return OrtRunner(outdir / artifact.files[0], [self._provider(request)])
+        return OrtRunner(outdir / artifact.files[0], [self._provider(request)], threads=request.threads or 0)
 
 
 def _has_external_data(model: Path) -> bool:

@@ -30,6 +30,8 @@ def compile_config(request: BuildRequest) -> dict[str, str]:
         config["PERFORMANCE_HINT"] = request.target.backend.performance_hint
     if request.cache_dir is not None:
         config["CACHE_DIR"] = str(request.cache_dir)
+    if request.threads:
+        config["INFERENCE_NUM_THREADS"] = str(request.threads)
     return config
 
 
@@ -48,6 +50,7 @@ def _stable_names(model: Any, onnx_path: Path) -> None:
 
 class OpenVinoRunner(Runner):
     def __init__(self, xml: Path, device: str, config: dict[str, str]) -> None:
+        """`xml` is an IR file, or an ONNX model that OpenVINO reads with its frontend."""
         import openvino as ov
 
         started = time.perf_counter()

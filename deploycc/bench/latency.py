@@ -33,8 +33,24 @@ class LatencyStats:
     throughput_per_s: float
 
 
+def summarize(seconds: np.ndarray, warmup: int, load_seconds: float, first_seconds: float) -> LatencyStats:
+    """Percentiles and throughput of per-run times (in seconds)."""
+    ms = np.asarray(seconds) * 1e3
+
+    def pick(q: float) -> float:
+        return round(float(np.percentile(ms, q)), 4)
+
+    return LatencyStats(
+        iterations=int(ms.size), warmup=warmup, load_ms=round(load_seconds * 1e3, 3),
+        first_inference_ms=round(first_seconds * 1e3, 4), min_ms=round(float(ms.min()), 4),
+        mean_ms=round(float(ms.mean()), 4), std_ms=round(float(ms.std()), 4), p50_ms=pick(50),
+        p90_ms=pick(90), p95_ms=pick(95), p99_ms=pick(99), max_ms=round(float(ms.max()), 4),
+        throughput_per_s=round(float(ms.size * 1e3 / ms.sum()), 2))
+
+
 def measure(runner: Runner, feeds: dict[str, np.ndarray], *, warmup: int = 5,
             iterations: int = 50) -> LatencyStats:
+    """A fixed warm-up and count: the summary `build` records."""
     started = time.perf_counter()
     runner.run(feeds)
     first = time.perf_counter() - started
@@ -45,14 +61,4 @@ def measure(runner: Runner, feeds: dict[str, np.ndarray], *, warmup: int = 5,
         started = time.perf_counter()
         runner.run(feeds)
         samples[i] = time.perf_counter() - started
-    ms = samples * 1e3
-
-    def pick(q: float) -> float:
-        return round(float(np.percentile(ms, q)), 4)
-
-    return LatencyStats(
-        iterations=iterations, warmup=warmup, load_ms=round(runner.load_seconds * 1e3, 3),
-        first_inference_ms=round(first * 1e3, 4), min_ms=round(float(ms.min()), 4),
-        mean_ms=round(float(ms.mean()), 4), std_ms=round(float(ms.std()), 4), p50_ms=pick(50),
-        p90_ms=pick(90), p95_ms=pick(95), p99_ms=pick(99), max_ms=round(float(ms.max()), 4),
-        throughput_per_s=round(float(iterations / samples.sum()), 2))
+    return summarize(samples, warmup, runner.load_seconds, first)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport, NodeGroup, TargetVerdict
     from deploycc.analysis.inspect import InspectReport
     from deploycc.api import TargetListing
+    from deploycc.bench.run import BenchReport
     from deploycc.pipeline.build import BuildReport
     from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
@@ -40,6 +42,36 @@ class progress_status:
     def __exit__(self, *exc) -> None:
         if self._status is not None:
             self._status.__exit__(*exc)
+
+
+class progress_bar:  # a context manager: named like one
+    """A rich progress bar for long runs: update(stage, done, total); silent off a terminal."""
+
+    def __init__(self, title: str, quiet: bool = False) -> None:
+        self.title, self.quiet = title, quiet
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        out = Console(stderr=True)
+        if not self.quiet and out.is_terminal:
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=out, transient=True)
+            self._progress.__enter__()
+            self._task = self._progress.add_task(self.title, total=None)
+
+        def update(stage: str, done: int, total: int) -> None:
+            if self._progress is not None:
+                self._progress.update(self._task, description=f"{self.title}: {stage}", completed=done,
+                                      total=total or None)
+
+        return update
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
 
 
 def _console() -> Console:
@@ -305,3 +337,52 @@ def render_build(report: BuildReport) -> None:
     out.print(f"[{colour}]{report.summary}[/{colour}]")
     out.print(f"  next: {report.next_step}")
     out.print(f"  {report.outdir}/report.md")
+
+
+def _mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def render_bench(report: BenchReport) -> None:
+    out = _console()
+    out.print(f"[bold]{report.subject}[/bold] on {report.target} ({report.artifact}), inputs "
+              + ", ".join(f"{k} {v}" for k, v in report.input_shapes.items()))
+    lat = report.latency
+    table = Table(title=f"latency over {lat.iterations} runs (ms)")
+    for column in ("min", "mean", "std", "p50", "p90", "p95", "p99", "max", "runs/s"):
+        table.add_column(column, justify="right")
+    table.add_row(*(f"{v:.3f}" for v in (lat.min_ms, lat.mean_ms, lat.std_ms, lat.p50_ms, lat.p90_ms,
+                                          lat.p95_ms, lat.p99_ms, lat.max_ms)), f"{lat.throughput_per_s:.1f}")
+    out.print(table)
+    warm = report.warmup
+    out.print(f"  load {report.load_ms:.1f} ms, first inference {report.first_inference_ms:.3f} ms, warm-up "
+              f"{warm.iterations} runs ({'stable' if warm.stable else 'not stable'}, CV {warm.final_cv:.1%})")
+    if report.batches:
+        sweep = Table(title="batch sweep")
+        for column in ("batch", "p50 ms", "p99 ms", "items/s"):
+            sweep.add_column(column, justify="right")
+        for item in report.batches:
+            sweep.add_row(str(item.batch), f"{item.latency.p50_ms:.3f}", f"{item.latency.p99_ms:.3f}",
+                          f"{item.items_per_s:.1f}")
+        out.print(sweep)
+    if report.throughput is not None:
+        t = report.throughput
+        out.print(f"  throughput: {t.inferences_per_s:.1f} inferences/s with {t.streams} streams "
+                  f"({t.method})")
+    memory = report.memory
+    device = (f"{_mib(memory.device_memory_bytes)} ({memory.device_memory_method})"
+              if memory.device_memory_bytes is not None else f"n/a ({memory.device_memory_unavailable})")
+    out.print(escape(f"  memory: peak RSS {_mib(memory.peak_rss_bytes)} (+{_mib(memory.increment_rss_bytes)} "
+                     f"over the pre-load baseline; {memory.rss_method}); device: {device}"))
+    roof = report.roofline
+    uncounted = f" (uncounted ops: {', '.join(roof.uncounted_ops)})" if roof.uncounted_ops else ""
+    out.print(f"  compute: {roof.flops / 1e9:.3f} GFLOP per inference, {roof.gflops_per_s_at_p50} GFLOP/s "
+              f"at p50{uncounted}")
+    if report.comparison is not None:
+        c = report.comparison
+        out.print(f"  vs {c.other}: median {c.median_ms:.3f} ms vs {c.other_median_ms:.3f} ms, ratio "
+                  f"{c.ratio_of_medians:.3f} (95% CI {c.ci95[0]:.3f}..{c.ci95[1]:.3f}, "
+                  f"{c.pairs} {c.order} pairs)")
+    out.print(escape("  conditions: " + ", ".join(f"{k}={v}" for k, v in report.conditions.items())))
+    for warning in report.warnings:
+        out.print(f"  [yellow]warning[/yellow]: {escape(warning)}")

@@ -1,0 +1,381 @@
+"""`deploycc bench`: latency, throughput and memory of a build directory's engine, or of a model
+as-is on a target's backend, with the conditions that make the numbers meaningful.
+
+The timed loop is the runner's `run` between two perf_counter calls and nothing else, so bench
+adds no measurable overhead to the backend's own call (benchmarks/bench_overhead.py checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deploycc.bench.latency import LatencyStats, summarize
+from deploycc.bench.memory import MemoryReport, RssPeak, Tegrastats, nvml_process_memory
+from deploycc.errors import OptionError
+from deploycc.results import Result
+
+if TYPE_CHECKING:
+    from deploycc.backends.base import Runner
+    from deploycc.targets.schema import Target
+
+WINDOW = 10
+
+
+@dataclass
+class BenchOptions:
+    warmup: int | None = None  # None: until the latency is stable (CV of a window under cv_bound)
+    warmup_cap: int = 300
+    warmup_seconds_cap: float = 30.0
+    cv_bound: float = 0.05
+    iterations: int | None = None  # default 100 unless duration is given
+    duration: float | None = None
+    batches: list[int] = field(default_factory=list)
+    threads: int | None = None
+    streams: int = 1
+    compare_to: Path | None = None
+    seed: int = 0
+
+
+@dataclass
+class Warmup:
+    iterations: int
+    final_cv: float
+    stable: bool
+    seconds: float
+
+
+@dataclass
+class BatchResult:
+    batch: int
+    latency: LatencyStats
+    items_per_s: float
+
+
+@dataclass
+class Throughput:
+    streams: int
+    seconds: float
+    inferences: int
+    inferences_per_s: float
+    method: str
+
+
+@dataclass
+class Roofline:
+    flops: int
+    gflops_per_s_at_p50: float | None
+    uncounted_ops: dict[str, int]
+
+
+@dataclass
+class Comparison:
+    other: str
+    order: str
+    pairs: int
+    median_ms: float
+    other_median_ms: float
+    ratio_of_medians: float  # this / other: below 1.0 this one is faster
+    ci95: tuple[float, float]
+    bootstrap_samples: int
+
+
+@dataclass
+class Subject:
+    """A loaded thing to time: a runner factory, its ONNX signature, and what it is."""
+
+    label: str
+    kind: str  # "build" or "model"
+    target: Target
+    artifact: str
+    onnx: Path  # the model whose signature the inputs follow (and whose FLOPs are counted)
+    make_runner: Callable[[int | None], Runner]
+    versions: dict[str, str]
+
+
+@dataclass
+class BenchReport(Result):
+    subject: str
+    kind: str
+    target: str
+    backend: str
+    artifact: str
+    input_shapes: dict[str, list[int]]
+    load_ms: float
+    first_inference_ms: float
+    warmup: Warmup
+    latency: LatencyStats
+    batches: list[BatchResult]
+    throughput: Throughput | None
+    memory: MemoryReport
+    roofline: Roofline
+    conditions: dict[str, str]
+    warnings: list[str]
+    comparison: Comparison | None = None
+
+
+def open_subject(path: Path, target: Target | None) -> Subject:
+    """A build directory (its engine) or a model file (as-is on the target's backend)."""
+    from deploycc.targets import registry
+
+    if path.is_dir():
+        report_file = path / "report.json"
+        if not report_file.is_file():
+            raise OptionError(f"{path}: not a build directory (no report.json)",
+                              hint="bench a model file, or a directory written by `deploycc build`")
+        report = json.loads(report_file.read_text())
+        artifact = report.get("artifact")
+        if report.get("status") != "verified" or not artifact:
+            raise OptionError(f"{path}: the build is {report.get('status')}; nothing to bench here",
+                              hint="a pending TensorRT engine is built and benched on the device")
+        built_target = registry.resolve(report["target"])
+        if target is not None and target.name != built_target.name:
+            raise OptionError(f"{path} was built for {built_target.name}, not {target.name}")
+        return _build_subject(path, built_target, artifact, report["precision"])
+    if target is None:
+        target = registry.resolve("ort-cpu")
+    return _model_subject(path, target)
+
+
+def _build_subject(path: Path, target: Target, artifact: dict[str, Any], precision: str) -> Subject:
+    from deploycc.backends.base import Artifact, BuildRequest
+    from deploycc.backends.registry import get_backend
+
+    backend = get_backend(target.backend.kind)
+    built = Artifact(kind=artifact["kind"], files=artifact["files"], settings=artifact.get("settings", {}))
+
+    def make(threads: int | None) -> Runner:
+        from deploycc.backends.openvino import default_cache_dir
+
+        request = BuildRequest(model=path / "model.legalized.onnx", outdir=path, target=target,
+                               precision=precision, cache_dir=default_cache_dir(), threads=threads)
+        return backend.load(built, path, request)
+
+    return Subject(str(path), "build", target, built.kind, path / "model.legalized.onnx", make,
+                   backend.environment())
+
+
+def _model_subject(path: Path, target: Target) -> Subject:
+    from deploycc import io
+    from deploycc.backends.registry import get_backend
+
+    io.load(path)  # the same checks as every command: a bad file is a one-line error
+    backend = get_backend(target.backend.kind)
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        raise OptionError(f"cannot bench on {target.name} here: {reason}")
+    kind = target.backend.kind
+
+    def make(threads: int | None) -> Runner:
+        if kind == "onnxruntime":
+            from deploycc.backends.onnxruntime import OrtRunner
+
+            return OrtRunner(path, [target.backend.execution_provider or "CPUExecutionProvider"],
+                             threads=threads or 0, level="all")  # ORT's defaults on the raw model
+        if kind == "openvino":
+            from deploycc.backends.openvino import OpenVinoRunner
+
+            config = {"PERFORMANCE_HINT": target.backend.performance_hint or "LATENCY"}
+            if threads:
+                config["INFERENCE_NUM_THREADS"] = str(threads)
+            return OpenVinoRunner(path, target.device.kind, config)
+        raise OptionError(f"benching a raw model on {kind} is not supported; build it first")
+
+    return Subject(str(path), "model", target, f"{kind} (model as-is)", path, make, backend.environment())
+
+
+def feeds_for(onnx: Path, batch: int | None, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs following the model's signature; `batch` sets a dynamic dim 0."""
+    from deploycc import io
+    from deploycc.analysis.graphs import dims_of
+    from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE, random_array
+
+    graph = io.load(onnx, check=False).model.graph
+    rng = np.random.default_rng(seed)
+    sizes: dict[str, int] = {}
+    feeds = {}
+    for value in graph.inputs:
+        if value.name in graph.initializers or value.dtype is None:
+            continue
+        dims = dims_of(value) or []
+        if batch is not None:
+            if not dims or isinstance(dims[0], int):
+                raise OptionError(f"--batch needs a dynamic batch; input '{value.name}' has dims {dims}",
+                                  hint="build with --dynamic-batch (or legalize without --batch)")
+            dims = [batch, *dims[1:]]
+        concrete = [d if isinstance(d, int) else sizes.setdefault(str(d), SYMBOLIC_DIM_SIZE) for d in dims]
+        feeds[value.name or ""] = random_array(value.dtype.numpy(), concrete, rng, name=value.name or "")
+    return feeds
+
+
+def warm_up(runner: Runner, feeds: dict[str, np.ndarray], options: BenchOptions) -> Warmup:
+    """A fixed count, or windows of runs until the window's coefficient of variation is small."""
+    started = time.perf_counter()
+    if options.warmup is not None:
+        for _ in range(options.warmup):
+            runner.run(feeds)
+        return Warmup(options.warmup, float("nan"), True, round(time.perf_counter() - started, 3))
+    done, cv = 0, float("inf")
+    while done < options.warmup_cap and time.perf_counter() - started < options.warmup_seconds_cap:
+        window = np.empty(WINDOW)
+        for i in range(WINDOW):
+            tick = time.perf_counter()
+            runner.run(feeds)
+            window[i] = time.perf_counter() - tick
+        done += WINDOW
+        cv = float(window.std() / window.mean()) if window.mean() > 0 else 0.0
+        if cv < options.cv_bound:
+            break
+    return Warmup(done, round(cv, 4), cv < options.cv_bound, round(time.perf_counter() - started, 3))
+
+
+def timed(runner: Runner, feeds: dict[str, np.ndarray], options: BenchOptions,
+          progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """Seconds per run: `iterations` runs, or as many as fit in `duration`."""
+    samples: list[float] = []
+    total = options.iterations or (100 if options.duration is None else 0)
+    deadline = None if options.duration is None else time.perf_counter() + options.duration
+    clock = time.perf_counter
+    while (deadline is None and len(samples) < total) or (deadline is not None and clock() < deadline):
+        tick = clock()
+        runner.run(feeds)
+        samples.append(clock() - tick)
+        if progress is not None and len(samples) % 10 == 0:
+            progress(len(samples), total)
+    return np.asarray(samples)
+
+
+def throughput(subject: Subject, feeds: dict[str, np.ndarray], streams: int, seconds: float,
+               threads: int | None) -> Throughput:
+    """`streams` runners, each in its own thread (the backends release the GIL while computing)."""
+    runners = [subject.make_runner(threads) for _ in range(streams)]
+    counts = [0] * streams
+    stop = threading.Event()
+
+    def work(index: int) -> None:
+        while not stop.is_set():
+            runners[index].run(feeds)
+            counts[index] += 1
+
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(streams)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    time.sleep(seconds)
+    stop.set()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    for runner in runners:
+        runner.close()
+    return Throughput(streams, round(elapsed, 3), sum(counts), round(sum(counts) / elapsed, 2),
+                      f"{streams} runner(s) in parallel threads")
+
+
+def bootstrap_ratio(a: np.ndarray, b: np.ndarray, samples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of median(a) / median(b)."""
+    rng = np.random.default_rng(seed)
+    ratios = np.empty(samples)
+    for i in range(samples):
+        ratios[i] = np.median(rng.choice(a, a.size)) / np.median(rng.choice(b, b.size))
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return round(float(low), 4), round(float(high), 4)
+
+
+def compare(a: Runner, b: Runner, feeds: dict[str, np.ndarray], pairs: int, other: str) -> Comparison:
+    """Interleaved A B B A ... so drift (thermal, frequency, noise) hits both alike."""
+    first, second = np.empty(pairs), np.empty(pairs)
+    clock = time.perf_counter
+    for i in range(pairs):
+        order = ((a, first), (b, second)) if i % 2 == 0 else ((b, second), (a, first))
+        for runner, sink in order:
+            tick = clock()
+            runner.run(feeds)
+            sink[i] = clock() - tick
+    low, high = bootstrap_ratio(first, second)
+    return Comparison(other=other, order="ABBA interleaved", pairs=pairs,
+                      median_ms=round(float(np.median(first)) * 1e3, 4),
+                      other_median_ms=round(float(np.median(second)) * 1e3, 4),
+                      ratio_of_medians=round(float(np.median(first) / np.median(second)), 4),
+                      ci95=(low, high), bootstrap_samples=2000)
+
+
+def bench(path: str | Path, target: Target | None = None, options: BenchOptions | None = None, *,
+          progress: Callable[[str, int, int], None] | None = None) -> BenchReport:
+    from deploycc.bench import flops
+    from deploycc.bench.conditions import conditions
+
+    options = options or BenchOptions()
+    if options.streams < 1 or (options.iterations is not None and options.iterations < 1):
+        raise OptionError("--streams and --iterations must be at least 1")
+    subject = open_subject(Path(path), target)
+    feeds = feeds_for(subject.onnx, None, options.seed)
+
+    def report_progress(stage: str) -> Callable[[int, int], None]:
+        return lambda done, total: progress(stage, done, total) if progress else None
+
+    with RssPeak() as rss, Tegrastats() as tegra:
+        runner = subject.make_runner(options.threads)
+        try:
+            tick = time.perf_counter()
+            runner.run(feeds)
+            first_ms = (time.perf_counter() - tick) * 1e3
+            if progress:
+                progress("warm-up", 0, 0)
+            warm = warm_up(runner, feeds, options)
+            samples = timed(runner, feeds, options, report_progress("timing"))
+            latency = summarize(samples, warm.iterations, runner.load_seconds, first_ms / 1e3)
+            device_memory, device_note = nvml_process_memory()
+            batches = []
+            for batch in options.batches:
+                batch_feeds = feeds_for(subject.onnx, batch, options.seed)
+                warm_up(runner, batch_feeds, BenchOptions(warmup=3))
+                stats = summarize(timed(runner, batch_feeds, options, report_progress(f"batch {batch}")),
+                                  3, 0.0, 0.0)
+                batches.append(BatchResult(batch, stats, round(batch * 1e3 / stats.mean_ms, 2)))
+            comparison = None
+            if options.compare_to is not None:
+                other_target = subject.target if options.compare_to.is_file() else None
+                other = open_subject(options.compare_to, other_target)
+                other_runner = other.make_runner(options.threads)
+                try:
+                    warm_up(other_runner, feeds, BenchOptions(warmup=max(5, warm.iterations // 2)))
+                    comparison = compare(runner, other_runner, feeds, max(samples.size, 20), other.label)
+                finally:
+                    other_runner.close()
+        finally:
+            runner.close()
+    memory = rss.report
+    memory.device_memory_bytes, memory.device_memory_method = device_memory, device_note
+    if device_memory is None:
+        memory.device_memory_unavailable, memory.device_memory_method = device_note, ""
+    if tegra.available:
+        memory.device_memory_bytes = tegra.peak_memory
+        memory.device_memory_method, memory.device_memory_unavailable = "tegrastats RAM (unified)", None
+        memory.power_mw = tegra.peak_power
+    stream_result = None
+    if options.streams > 1:
+        if progress:
+            progress(f"{options.streams} streams", 0, 0)
+        stream_result = throughput(subject, feeds, options.streams, options.duration or 5.0, options.threads)
+    counted = flops.count_for_inputs(subject.onnx, feeds)
+    achieved = round(counted.total / (latency.p50_ms * 1e6), 3) if latency.p50_ms else None
+    roofline = Roofline(counted.total, achieved, counted.uncounted)
+    facts, warnings = conditions(options.threads, subject.versions)
+    if not warm.stable:
+        warnings.append(f"latency did not settle during warm-up (last CV {warm.final_cv:.1%} after "
+                        f"{warm.iterations} runs)")
+    return BenchReport(
+        subject=subject.label, kind=subject.kind, target=subject.target.name,
+        backend=subject.target.backend.kind, artifact=subject.artifact,
+        input_shapes={k: list(v.shape) for k, v in feeds.items()}, load_ms=latency.load_ms,
+        first_inference_ms=latency.first_inference_ms, warmup=warm, latency=latency, batches=batches,
+        throughput=stream_result, memory=memory, roofline=roofline, conditions=facts, warnings=warnings,
+        comparison=comparison)
