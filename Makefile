@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= demo
 
-.PHONY: demo test lint typecheck pytest clean
+.PHONY: demo test lint typecheck pytest clean benchmarks
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("deploycc needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[dev,onnxsim]'
+	$(BIN)/python -m pip install -q -e '.[dev,onnxsim,ray]'
 	touch $@
 
 demo: $(VENV)/.installed
@@ -45,5 +45,17 @@ typecheck: $(VENV)/.installed
 pytest: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
+# Not part of CI: the side-by-side measurements in benchmarks/, in their own environment with
+# the peers (onnxsim, onnxslim) and PyTorch (CPU) to export the models.
+BENCH_VENV ?= .venv-bench
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]' torch==2.13.0
+	touch $@
+
+benchmarks: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python benchmarks/run_suite.py
+
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

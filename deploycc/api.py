@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import OptionError
 from deploycc.results import Result
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from deploycc.analysis.check import CheckReport
     from deploycc.analysis.inspect import InspectReport
+    from deploycc.audit.run import AuditOptions, AuditReport
     from deploycc.bench.run import BenchOptions, BenchReport
     from deploycc.pipeline.build import BuildReport
     from deploycc.pipeline.context import BuildOptions, LegalizeOptions
@@ -169,3 +170,18 @@ def bench(
 
     resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
     return run(subject, resolved, options, progress=progress)
+
+
+def audit(
+    paths: Sequence[str | Path],
+    targets: Sequence[str],
+    outdir: str | Path,
+    options: AuditOptions | None = None,
+    *,
+    jetpack: str | None = None,
+    progress: Callable[[Any, int], None] | None = None,
+) -> AuditReport:
+    """Every (model, target) cell through the requested stages, isolated; reports in `outdir`."""
+    from deploycc.audit.run import audit as run
+
+    return run(paths, targets, outdir, options, jetpack=jetpack, progress=progress)

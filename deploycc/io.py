@@ -311,7 +311,8 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     # Nodes whose op has the same signature at both opsets need no adapter (onnx's converter
     # lacks many, e.g. Sub 14 -> 13): hide them in a private domain while it runs.
     held_nodes = [node for node in graph if node.domain in ("", "ai.onnx") and
-                  schemas.valid_at_both(node.op_type, "", current, version, _non_default(node, current))]
+                  schemas.valid_at_both(node.op_type, "", current, version, _non_default(node, current),
+                                        len(node.inputs), len(node.outputs))]
     for node in held_nodes:
         node.domain = HOLD_DOMAIN
     try:

@@ -42,8 +42,9 @@ def session_options(level: str, threads: int = 0, optimized_path: Path | None = 
 
 
 class OrtRunner(Runner):
-    def __init__(self, path: Path, providers: list[str], threads: int = 0, level: str = "disabled") -> None:
-        """`level` "disabled" for an artifact ORT already optimized; "all" for a raw model."""
+    def __init__(self, path: Path, providers: list[str], threads: int = 0, level: str = "all") -> None:
+        """`level` is what ORT applies at load: "all" (its default) everywhere, so a portable
+        artifact still gets this machine's layout transforms; "disabled" to run ops as written."""
         import onnxruntime as ort
 
         started = time.perf_counter()

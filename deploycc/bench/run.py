@@ -178,7 +178,7 @@ def _model_subject(path: Path, target: Target) -> Subject:
             from deploycc.backends.onnxruntime import OrtRunner
 
             return OrtRunner(path, [target.backend.execution_provider or "CPUExecutionProvider"],
-                             threads=threads or 0, level="all")  # ORT's defaults on the raw model
+                             threads=threads or 0)  # ORT's defaults on the raw model
         if kind == "openvino":
             from deploycc.backends.openvino import OpenVinoRunner
 

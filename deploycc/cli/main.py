@@ -22,6 +22,8 @@ EXIT_INTERNAL = 3
 COMMANDS = {
     "targets": ("deploycc.cli.targets_cmd:targets", "List deployment targets, or show one in full."),
     "inspect": ("deploycc.cli.inspect_cmd:inspect_command", "Look inside an ONNX model."),
+    "audit": ("deploycc.cli.audit_cmd:audit_command",
+              "The conversion-success matrix of many models across targets."),
     "bench": ("deploycc.cli.bench_cmd:bench_command",
               "Latency, throughput, memory and FLOPs of a build's engine or a model as-is."),
     "build": ("deploycc.cli.build_cmd:build_command",

@@ -92,29 +92,41 @@ def function_body_ops(op: str, domain: str, opset: int) -> list[tuple[str, str]]
     return [(("" if n.domain == "ai.onnx" else n.domain), n.op_type) for n in body.node]
 
 
-def _formals(schema: Any) -> tuple:
-    return tuple((f.name, f.option) for f in (*schema.inputs, *schema.outputs)), len(schema.inputs)
-
-
 def _default(attr: Any) -> bytes:
     return attr.default_value.SerializeToString()
 
 
-def valid_at_both(op: str, domain: str, opset_a: int, opset_b: int, set_attributes: frozenset[str]) -> bool:
-    """True when a node of `op` setting `set_attributes` means the same at both opsets.
+def valid_at_both(op: str, domain: str, opset_a: int, opset_b: int, set_attributes: frozenset[str],
+                  inputs: int, outputs: int) -> bool:
+    """True when a node of `op` with `inputs`/`outputs` values, setting `set_attributes`, means
+    the same at both opsets.
 
-    That holds when the inputs and outputs are the same, and every attribute the node sets
-    exists at both with the same default: the version change only widened types or added an
-    attribute the node leaves at its default (Reshape's allowzero). The legality check judges
-    the dtypes separately. onnx's converter has no adapter for many of these (Sub 14 -> 13).
+    That holds when the formal parameters the node uses have the same kinds at both, neither
+    version requires one the node lacks, and every attribute the node sets exists at both with
+    the same default: the version change only widened types, added optional outputs, or added an
+    attribute the node leaves at its default (Reshape's allowzero, BatchNormalization's
+    training_mode). onnx's converter lacks adapters for many of these (Sub 14 -> 13, BN 15 -> 14).
     """
     a, b = get_schema(op, domain, opset_a), get_schema(op, domain, opset_b)
     if a is None or b is None:
         return False
     if a.since_version == b.since_version:
         return True
-    if _formals(a) != _formals(b):
-        return False
+    for count, kind in ((inputs, "inputs"), (outputs, "outputs")):
+        formals_a, formals_b = getattr(a, kind), getattr(b, kind)
+        for schema_formals in (formals_a, formals_b):
+            required = sum(1 for f in schema_formals if f.option == f.option.Single)
+            if count < required and not any(f.option == f.option.Variadic for f in schema_formals):
+                return False
+        # Inputs and outputs are positional: the names may change between versions (BN's
+        # mean became input_mean), what matters is the kind of each position the node uses.
+        options_a = [f.option for f in formals_a][:count]
+        options_b = [f.option for f in formals_b][:count]
+        variadic = bool(formals_a) and formals_a[-1].option == formals_a[-1].option.Variadic
+        if len(options_a) < count and not variadic:
+            return False
+        if options_a != options_b:
+            return False
     for name in set(a.attributes) | set(b.attributes):
         in_a, in_b = name in a.attributes, name in b.attributes
         if in_a and in_b:

@@ -31,18 +31,20 @@ class LegalizePass(Pass):
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
 
+        from deploycc.analysis.shapes import infer_shapes
+
         notes: list[str] = []
         fired_before = len(state.rewrites)
         self._type_rules(state, notes)
         for _ in range(MAX_ROUNDS):
             if not self._round(state):
                 break
+            # The next round judges the replacements: give their values types and shapes first.
+            infer_shapes(state.model)
         fired = state.rewrites[fired_before:]
         if fired:
             LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
             RemoveUnusedNodesPass()(state.model)  # what the rewrites replaced, initializers too
-            from deploycc.analysis.shapes import infer_shapes
-
             infer_shapes(state.model)
         counts: dict[str, int] = {}
         for rewrite in fired:

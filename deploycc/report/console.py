@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport, NodeGroup, TargetVerdict
     from deploycc.analysis.inspect import InspectReport
     from deploycc.api import TargetListing
+    from deploycc.audit.run import AuditReport
     from deploycc.bench.run import BenchReport
     from deploycc.pipeline.build import BuildReport
     from deploycc.pipeline.legalize import LegalizeReport
@@ -386,3 +387,19 @@ def render_bench(report: BenchReport) -> None:
     out.print(escape("  conditions: " + ", ".join(f"{k}={v}" for k, v in report.conditions.items())))
     for warning in report.warnings:
         out.print(f"  [yellow]warning[/yellow]: {escape(warning)}")
+
+
+def render_audit(report: AuditReport) -> None:
+    out = _console()
+    out.print(f"[bold]audit[/bold]: {len(report.models)} model(s) x {len(report.targets)} target(s), "
+              f"{len(report.cells)} cells ({report.reused} reused) in {report.seconds:.1f} s")
+    table = Table(title="success rate per target")
+    for column in ("target", "cells", "legal as exported", "after deploycc"):
+        table.add_column(column)
+    for s in report.summary:
+        table.add_row(s.target, str(s.cells), f"{s.legal_as_exported} ({s.rate_as_exported:.0%})",
+                      f"{s.succeeded} ({s.rate_after_deploycc:.0%})")
+    out.print(table)
+    for item in report.top_failures[:5]:
+        out.print(escape(f"  {item['cause']} at {item['stage']}: {item['count']} cell(s)"))
+    out.print(f"  reports: {report.outdir}/audit.html, audit.md, audit.json")

@@ -1,0 +1,63 @@
+"""An audit cell: one (model, target) pair run through the requested stages, and how it ended.
+
+The status taxonomy is fixed so audits can be compared across runs and corpora:
+  statuses   legal-as-exported, legalized, built, verified, benchmarked, failed
+  categories (why a cell failed) unsupported-op, opset, dtype, dynamic-shape, numeric-mismatch,
+             backend-error, backend-crash, timeout, out-of-memory, invalid-model, unschedulable
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+STAGES = ("check", "legalize", "build", "verify", "bench")
+DEFAULT_STAGES = ("check", "legalize", "build", "verify")
+STATUSES = ("legal-as-exported", "legalized", "built", "verified", "benchmarked", "failed")
+CATEGORIES = ("unsupported-op", "opset", "dtype", "dynamic-shape", "numeric-mismatch", "backend-error",
+              "backend-crash", "timeout", "out-of-memory", "invalid-model", "unschedulable")
+# The ConversionTarget's reason categories, as audit failure categories.
+FROM_LEGALITY = {"unsupported_op": "unsupported-op", "opset": "opset", "dtype": "dtype",
+                 "dynamic_shape": "dynamic-shape", "restriction": "unsupported-op"}
+
+
+@dataclass
+class CellSpec:
+    model: str
+    model_sha256: str
+    target: str
+    target_hash: str
+    stages: tuple[str, ...]
+    jetpack: str | None = None
+    batch: int | None = None
+    workdir: str = ""  # where build outputs of this cell go
+
+    def key(self, version: str) -> str:
+        text = "|".join([self.model_sha256, self.target_hash, version, ",".join(self.stages),
+                         str(self.batch)])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def needs_hardware(self, backend: str) -> bool:
+        """Stages that must run on the target itself (TensorRT engines and their benchmarks)."""
+        return backend == "tensorrt" and any(s in self.stages for s in ("build", "bench"))
+
+
+@dataclass
+class CellResult:
+    model: str
+    target: str
+    status: str
+    stage: str  # the last stage reached (or the one that failed)
+    category: str | None = None
+    message: str = ""
+    legal_as_exported: bool | None = None
+    blocking_ops: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+    cached: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status != "failed"

@@ -1,0 +1,122 @@
+"""Audit reports: audit.json (every cell), audit.md, and a self-contained audit.html (inline
+CSS, no scripts, no network) with the model x target matrix coloured by status, the success
+rate per target as exported vs after deploycc, and the top failure causes with their models.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from deploycc.audit.run import AuditReport
+
+COLOURS = {"legal-as-exported": "#9be7a0", "legalized": "#c8ecb0", "built": "#d8f0b8",
+           "verified": "#7fd88a", "benchmarked": "#5cc96b", "failed": "#f3a3a3"}
+
+
+def summarize(report: AuditReport) -> None:
+    from deploycc.audit.run import TargetSummary
+
+    by_target: dict[str, list] = defaultdict(list)
+    for cell in report.cells:
+        by_target[cell.target].append(cell)
+    report.summary = []
+    for target in report.targets:
+        cells = by_target[target]
+        exported = sum(1 for c in cells if c.legal_as_exported)
+        succeeded = sum(1 for c in cells if c.succeeded)
+        total = len(cells) or 1
+        report.summary.append(TargetSummary(target, len(cells), exported, succeeded,
+                                            round(exported / total, 4), round(succeeded / total, 4)))
+    causes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for cell in report.cells:
+        if cell.status == "failed":
+            what = f"{cell.category}: {', '.join(cell.blocking_ops[:3])}" if cell.blocking_ops and \
+                cell.category in ("unsupported-op", "opset", "dtype") else str(cell.category)
+            causes[(what, cell.stage)].append(f"{Path(cell.model).name} @ {cell.target}")
+    ranked = sorted(causes.items(), key=lambda item: -len(item[1]))
+    report.top_failures = [{"cause": cause, "stage": stage, "count": len(hits), "cells": hits[:10]}
+                           for (cause, stage), hits in ranked[:10]]
+
+
+def _label(path: str) -> str:
+    return Path(path).name
+
+
+def markdown(report: AuditReport) -> str:
+    lines = ["# deploycc audit", "",
+             f"{len(report.models)} model(s) x {len(report.targets)} target(s), stages "
+             f"{', '.join(report.stages)}; {report.reused} cell(s) reused from an earlier run; "
+             f"{report.seconds:.1f} s.", "", "## Success rate per target", "",
+             "| target | cells | legal as exported | after deploycc |", "|---|---|---|---|"]
+    for s in report.summary:
+        lines.append(f"| {s.target} | {s.cells} | {s.legal_as_exported} ({s.rate_as_exported:.0%}) | "
+                     f"{s.succeeded} ({s.rate_after_deploycc:.0%}) |")
+    lines += ["", "## Matrix", "", "| model | " + " | ".join(report.targets) + " |",
+              "|---" * (len(report.targets) + 1) + "|"]
+    grid = {(c.model, c.target): c for c in report.cells}
+    for model in report.models:
+        row = []
+        for target in report.targets:
+            cell = grid[(model, target)]
+            row.append(cell.status if cell.status != "failed" else f"failed ({cell.category})")
+        lines.append(f"| {_label(model)} | " + " | ".join(row) + " |")
+    if report.top_failures:
+        lines += ["", "## Top failure causes", ""]
+        for item in report.top_failures:
+            hits = item["cells"]
+            assert isinstance(hits, list)
+            lines.append(f"- {item['cause']} at {item['stage']} ({item['count']}): " + ", ".join(hits))
+    return "\n".join(lines) + "\n"
+
+
+def page(report: AuditReport) -> str:
+    e = html.escape
+    grid = {(c.model, c.target): c for c in report.cells}
+    rows = []
+    for model in report.models:
+        cells = []
+        for target in report.targets:
+            cell = grid[(model, target)]
+            text = cell.status if cell.status != "failed" else f"failed: {cell.category}"
+            title = f"{cell.stage}: {cell.message}" if cell.message else cell.stage
+            cells.append(f'<td style="background:{COLOURS.get(cell.status, "#eee")}" title="{e(title)}">'
+                         f"{e(text)}</td>")
+        rows.append(f"<tr><th>{e(_label(model))}</th>{''.join(cells)}</tr>")
+    rates = "".join(
+        f"<tr><th>{e(s.target)}</th>"
+        f"<td>{s.legal_as_exported}/{s.cells} ({s.rate_as_exported:.0%})</td>"
+        f"<td><b>{s.succeeded}/{s.cells} ({s.rate_after_deploycc:.0%})</b></td></tr>" for s in report.summary)
+    failures = "".join(
+        f"<li><b>{e(str(f['cause']))}</b> at {e(str(f['stage']))} ({f['count']}): "
+        f"{e(', '.join(str(c) for c in f['cells']))}</li>"  # type: ignore[attr-defined]
+        for f in report.top_failures)
+    headers = "".join(f"<th>{e(t)}</th>" for t in report.targets)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>deploycc audit</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; font-size: 14px; }}
+caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
+</style></head><body>
+<h1>deploycc audit</h1>
+<p>{len(report.models)} model(s) &times; {len(report.targets)} target(s),
+stages {e(', '.join(report.stages))}; {report.reused} cell(s) reused; {report.seconds:.1f} s.</p>
+<table><caption>Success rate per target: as exported vs after deploycc</caption>
+<tr><th>target</th><th>legal as exported</th><th>after deploycc</th></tr>{rates}</table>
+<table><caption>Model &times; target</caption><tr><th>model</th>{headers}</tr>{''.join(rows)}</table>
+<h2>Top failure causes</h2><ul>{failures or '<li>none</li>'}</ul>
+</body></html>
+"""
+
+
+def write_reports(report: AuditReport, outdir: Path) -> None:
+    from deploycc.io import write_text_atomic
+
+    write_text_atomic(outdir / "audit.json", report.to_json() + "\n")
+    write_text_atomic(outdir / "audit.md", markdown(report))
+    write_text_atomic(outdir / "audit.html", page(report))

@@ -1,0 +1,196 @@
+"""`deploycc audit`: the conversion-success matrix of a corpus of models across targets.
+
+Every (model, target) cell runs in its own process (timeout, memory limit), in parallel
+(`--jobs`) or as Ray tasks (`--executor ray`); finished cells are stored by key and skipped on a
+rerun; reports are written to OUTDIR as they would be by any executor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploycc.audit.cells import DEFAULT_STAGES, STAGES, CellResult, CellSpec
+from deploycc.audit.isolate import WORKER, run_isolated
+from deploycc.audit.store import CellStore
+from deploycc.errors import OptionError
+from deploycc.results import Result
+
+if TYPE_CHECKING:
+    from deploycc.targets.schema import Target
+
+
+@dataclass
+class AuditOptions:
+    stages: tuple[str, ...] = DEFAULT_STAGES
+    jobs: int = 1
+    timeout: float = 600.0
+    memory_limit_mb: int | None = None
+    fresh: bool = False
+    batch: int | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+    worker: Sequence[str] = WORKER  # the cell process; tests substitute one that really crashes
+
+
+@dataclass
+class TargetSummary:
+    target: str
+    cells: int
+    legal_as_exported: int
+    succeeded: int
+    rate_as_exported: float
+    rate_after_deploycc: float
+
+
+@dataclass
+class AuditReport(Result):
+    outdir: str
+    models: list[str]
+    targets: list[str]
+    stages: list[str]
+    cells: list[CellResult]
+    summary: list[TargetSummary]
+    top_failures: list[dict[str, object]]
+    counts: dict[str, int]
+    seconds: float = 0.0
+    reused: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def discover(paths: Sequence[str | Path]) -> list[Path]:
+    """Model files, folders searched recursively for *.onnx, or list files (one path per line)."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*.onnx") if p.is_file()))
+        elif path.suffix == ".onnx":
+            if not path.exists():
+                raise OptionError(f"{path}: no such model")
+            found.append(path)
+        elif path.is_file():
+            for line in path.read_text().splitlines():
+                entry = line.strip()
+                if entry and not entry.startswith("#"):
+                    listed = (path.parent / entry) if not Path(entry).is_absolute() else Path(entry)
+                    if not listed.exists():
+                        raise OptionError(f"{path}: lists {entry}, which does not exist")
+                    found.append(listed)
+        else:
+            raise OptionError(f"{path}: not a model, a folder or a list file")
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise OptionError("no models found", hint="give .onnx files, folders that hold them, or a list file")
+    return unique
+
+
+def resolve_targets(names: Sequence[str], jetpack: str | None) -> list[Target]:
+    from deploycc.targets import registry
+
+    if not names:
+        raise OptionError("no target given", hint="pass --target NAME (repeatable) or --target all")
+    if "all" in names:
+        return registry.list_targets()
+    return [registry.resolve(name, jetpack) for name in names]
+
+
+def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdir: Path,
+         jetpack: str | None) -> list[tuple[str, CellSpec]]:
+    from deploycc.io import sha256_file
+
+    unknown = [s for s in options.stages if s not in STAGES]
+    if unknown:
+        raise OptionError(f"unknown stage {unknown[0]!r}", hint=f"stages: {', '.join(STAGES)}")
+    version = _version()
+    cells = []
+    for model in models:
+        digest = sha256_file(model)
+        for target in targets:
+            spec = CellSpec(model=str(model), model_sha256=digest, target=target.name,
+                            target_hash=target.spec_hash, stages=tuple(options.stages), jetpack=jetpack,
+                            batch=options.batch)
+            key = spec.key(version)
+            spec.workdir = str(outdir / "builds" / key)
+            cells.append((key, spec))
+    return cells
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("deploycc")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def run_local(cells: list[tuple[str, CellSpec]], options: AuditOptions,
+              done: Callable[[str, CellResult], None]) -> None:
+    memory = options.memory_limit_mb << 20 if options.memory_limit_mb else None
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        futures = {pool.submit(run_isolated, spec, timeout=options.timeout, memory_limit=memory,
+                               worker=options.worker): key for key, spec in cells}
+        for future in as_completed(futures):
+            done(futures[future], future.result())
+
+
+def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str | Path,
+          options: AuditOptions | None = None, *, jetpack: str | None = None,
+          progress: Callable[[Counter[str], int], None] | None = None) -> AuditReport:
+    from deploycc.audit.report import summarize, write_reports
+
+    options = options or AuditOptions()
+    started = time.perf_counter()
+    out = Path(outdir)
+    models = discover(paths)
+    targets = resolve_targets(target_names, jetpack)
+    store = CellStore(out / "cells")
+    cells = plan(models, targets, options, out, jetpack)
+    results: dict[str, CellResult] = {}
+    pending = []
+    for key, spec in cells:
+        cached = None if options.fresh else store.get(key)
+        if cached is not None:
+            results[key] = cached
+        else:
+            pending.append((key, spec))
+    counts: Counter[str] = Counter(r.status for r in results.values())
+
+    def done(key: str, result: CellResult) -> None:
+        store.put(key, result)
+        results[key] = result
+        counts[result.status] += 1
+        if progress is not None:
+            progress(counts, len(cells))
+
+    if progress is not None:
+        progress(counts, len(cells))
+    if options.executor == "ray":
+        from deploycc.audit.ray_executor import run_ray
+
+        backends = {t.name: t.backend.kind for t in targets}
+        run_ray(pending, options, backends, done)
+    elif options.executor == "local":
+        run_local(pending, options, done)
+    else:
+        raise OptionError(f"unknown executor {options.executor!r}", hint="local or ray")
+    ordered = [results[key] for key, _ in cells]
+    report = AuditReport(outdir=str(out), models=[str(m) for m in models], targets=[t.name for t in targets],
+                         stages=list(options.stages), cells=ordered, summary=[], top_failures=[],
+                         counts=dict(Counter(r.status for r in ordered)),
+                         seconds=round(time.perf_counter() - started, 3),
+                         reused=sum(1 for r in ordered if r.cached))
+    summarize(report)
+    write_reports(report, out)
+    return report
+
+
+def iter_statuses(report: AuditReport) -> Iterator[tuple[str, str, str]]:
+    for cell in report.cells:
+        yield cell.model, cell.target, cell.status

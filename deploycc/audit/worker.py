@@ -1,0 +1,113 @@
+"""One audit cell, run in its own process: `python -m deploycc.audit.worker < spec.json`.
+
+The parent gives it a timeout and a memory limit; whatever happens in here (a segfault in a
+backend, a hang, an allocation storm) ends this process only. The last line of stdout is the
+cell's result as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from deploycc.audit.cells import FROM_LEGALITY, CellResult, CellSpec
+
+
+def _category(error: BaseException) -> str:
+    from deploycc.backends.base import BackendError, BackendUnavailable
+    from deploycc.errors import ModelInputError, OptionError
+    from deploycc.passes.opset import OpsetConversionError
+
+    if isinstance(error, MemoryError):
+        return "out-of-memory"
+    if isinstance(error, ModelInputError):
+        return "invalid-model"
+    if isinstance(error, OpsetConversionError):
+        return "opset"
+    if isinstance(error, OptionError) and "dynamic" in str(error):
+        return "dynamic-shape"
+    if isinstance(error, (BackendError, BackendUnavailable)):
+        return "backend-error"
+    return "backend-error"
+
+
+def run_cell(spec: CellSpec) -> CellResult:
+    from deploycc.analysis.check import check_model
+    from deploycc.pipeline.build import PENDING, VERIFIED, build
+    from deploycc.pipeline.context import BuildOptions, LegalizeOptions
+    from deploycc.pipeline.legalize import legalize
+    from deploycc.targets.registry import resolve
+
+    started = time.perf_counter()
+    result = CellResult(model=spec.model, target=spec.target, status="failed", stage="check")
+    try:
+        target = resolve(spec.target, spec.jetpack)
+        verdict = check_model(spec.model, [target]).targets[0]
+        result.legal_as_exported = verdict.legal
+        result.blocking_ops = sorted({g.op for g in verdict.illegal})
+        result.status = "legal-as-exported" if verdict.legal else "failed"
+        if not verdict.legal:
+            first = verdict.illegal[0] if verdict.illegal else None
+            if first is not None:
+                result.category = FROM_LEGALITY.get(first.category, "unsupported-op")
+                result.message = first.reason
+            else:
+                findings = [f for f in verdict.graph_findings if f.severity == "illegal"]
+                result.category = FROM_LEGALITY.get(findings[0].category, "dtype") if findings else "dtype"
+                result.message = "; ".join(f.message for f in findings)
+        stages = spec.stages
+        options = LegalizeOptions(batch=spec.batch, verify="verify" in stages)
+        if "build" in stages:
+            result.stage = "build"
+            report = build(spec.model, target, Path(spec.workdir),
+                           BuildOptions(legalize=options, bench="bench" in stages, force=True))
+            legalized = report.legalize
+            result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
+            result.details = {"build_status": report.status, "summary": report.summary}
+            if report.status == VERIFIED:
+                result.status = "benchmarked" if "bench" in stages and report.benchmark else "verified"
+                result.stage, result.category, result.message = "verify", None, ""
+                if report.benchmark is not None:
+                    result.details["p50_ms"] = report.benchmark.p50_ms
+            elif report.status == PENDING:
+                result.status, result.stage, result.category = "legalized", "build", None
+                result.message = "engine pending on the device (device bundle written)"
+            else:
+                result.status, result.stage = "failed", report.stage
+                result.category = ("numeric-mismatch" if report.stage == "verify" else
+                                   "backend-error" if report.stage == "build" else result.category or
+                                   "unsupported-op")
+                result.message = report.summary
+        elif "legalize" in stages:
+            result.stage = "legalize"
+            report_l = legalize(spec.model, target, options)
+            result.rules = sorted({r.rule for r in report_l.rewrites})
+            if report_l.success:
+                result.status, result.category, result.message = "legalized", None, ""
+            else:
+                result.status = "failed"
+                failed_verify = report_l.verification is not None and not report_l.verification.passed
+                result.category = "numeric-mismatch" if failed_verify else \
+                    (result.category or "unsupported-op")
+                result.message = report_l.summary
+    except BaseException as error:  # every failure is a cell result, never a dead worker
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        result.status, result.category = "failed", _category(error)
+        result.message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    result.seconds = round(time.perf_counter() - started, 3)
+    return result
+
+
+def main() -> None:
+    payload = json.loads(sys.stdin.read())
+    payload["stages"] = tuple(payload["stages"])
+    cell = run_cell(CellSpec(**payload))
+    sys.stdout.write("\n" + json.dumps(asdict(cell)) + "\n")
+
+
+if __name__ == "__main__":
+    main()

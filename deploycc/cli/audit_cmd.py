@@ -1,0 +1,47 @@
+"""`deploycc audit PATH... --target T... -o OUTDIR`."""
+
+from __future__ import annotations
+
+import click
+
+from deploycc.audit.cells import DEFAULT_STAGES, STAGES
+
+
+@click.command("audit")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("-t", "--target", "targets", multiple=True, required=True,
+              help="Target name (repeatable), or 'all'.")
+@click.option("-o", "--output", "outdir", required=True, type=click.Path(path_type=str),
+              help="Where cells, builds and reports go (a rerun resumes there).")
+@click.option("--stages", default=",".join(DEFAULT_STAGES), show_default=True,
+              help=f"Comma-separated stages from: {', '.join(STAGES)}.")
+@click.option("--jobs", type=int, default=1, show_default=True, help="Cells in parallel (local executor).")
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per cell.")
+@click.option("--memory-limit", "memory_limit_mb", type=int, help="MiB of address space per cell.")
+@click.option("--fresh", is_flag=True, help="Ignore results from earlier runs.")
+@click.option("--batch", type=int, help="Fix dynamic batch dims to N before legalizing.")
+@click.option("--jetpack", help="Resolve Jetson targets at this JetPack release.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--ray-address", help="Ray cluster address (default: start or join a local one).")
+@click.option("--json", "as_json", is_flag=True, help="Print audit.json instead of a summary.")
+def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str, stages: str, jobs: int,
+                  timeout: float, memory_limit_mb: int | None, fresh: bool, batch: int | None,
+                  jetpack: str | None, executor: str, ray_address: str | None, as_json: bool) -> None:
+    """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran."""
+    from deploycc import api
+    from deploycc.audit.run import AuditOptions
+    from deploycc.report import console
+
+    options = AuditOptions(stages=tuple(s.strip() for s in stages.split(",") if s.strip()), jobs=jobs,
+                           timeout=timeout, memory_limit_mb=memory_limit_mb, fresh=fresh, batch=batch,
+                           executor=executor, ray_address=ray_address)
+    with console.progress_bar("auditing", quiet=as_json) as update:
+        def progress(counts, total) -> None:
+            update(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",
+                   sum(counts.values()), total)
+
+        report = api.audit(list(paths), list(targets), outdir, options, jetpack=jetpack, progress=progress)
+    if as_json:
+        click.echo(report.to_json())
+    else:
+        console.render_audit(report)
