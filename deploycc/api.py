@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from deploycc.analysis.check import CheckReport
     from deploycc.analysis.inspect import InspectReport
+    from deploycc.audit.probe import ProbeReport
     from deploycc.audit.run import AuditOptions, AuditReport
     from deploycc.bench.run import BenchOptions, BenchReport
     from deploycc.pipeline.build import BuildReport
@@ -98,14 +99,41 @@ def check(
     jetpack: str | None = None,
     dla: bool = False,
     explain: bool = False,
+    capabilities: Sequence[str | Path] = (),
 ) -> CheckReport:
-    """Judge every node of `model` against each target; list every illegal node and why."""
+    """Judge every node of `model` against each target; list every illegal node and why.
+
+    `capabilities`: tables written by `deploycc probe -o FILE`, laid over the declared ones.
+    """
     from deploycc.analysis.check import check_model
 
     if not targets:
         raise OptionError("no target given", hint="pass at least one --target")
     resolved = [t if not isinstance(t, str) else get_target(t, jetpack=jetpack) for t in targets]
-    return check_model(model, resolved, dla=dla, explain=explain)
+    return check_model(model, resolved, dla=dla, explain=explain,
+                       capabilities=_load_capabilities(capabilities))
+
+
+def _load_capabilities(paths: Sequence[str | Path]) -> dict[str, dict[str, str]]:
+    import json
+
+    tables: dict[str, dict[str, str]] = {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            tables[str(data["target"])] = {str(k): str(v) for k, v in data["rows"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise OptionError(f"{path}: not a capability table written by `deploycc probe` "
+                              f"({error})") from None
+    return tables
+
+
+def probe(target: str, *, limit: int | None = None, progress: Callable[[int, int], None] | None = None
+          ) -> ProbeReport:
+    """Run the ONNX conformance cases on `target`'s backend, as exported and legalized."""
+    from deploycc.audit.probe import probe as run
+
+    return run(target, limit=limit, progress=progress)
 
 
 def legalize(

@@ -187,9 +187,10 @@ def explain_fixes(model: ir.Model, target: Target) -> list[dict[str, str]]:
     return fixes
 
 
-def judge_model(model: ir.Model, target: Target, *, dla: bool = False) -> TargetVerdict:
+def judge_model(model: ir.Model, target: Target, *, dla: bool = False,
+                probed: dict[str, str] | None = None) -> TargetVerdict:
     """One target's verdict on an already loaded (and shape-inferred) model."""
-    judge = ConversionTarget(target, dla=dla)
+    judge = ConversionTarget(target, dla=dla, probed=probed)
     verdicts = _judge_graphs(model, judge)
     findings = graph_findings(model, target)
     counts = {"legal": 0, "conditional": 0, "illegal": 0}
@@ -217,7 +218,8 @@ def judge_model(model: ir.Model, target: Target, *, dla: bool = False) -> Target
 
 
 def check_model(path: str | Path, targets: list[Target], *, dla: bool = False,
-                explain: bool = False) -> CheckReport:
+                explain: bool = False, capabilities: dict[str, dict[str, str]] | None = None) -> CheckReport:
+    """`capabilities`: probed tables by target name (`deploycc probe -o FILE`), laid over the declared."""
     from deploycc import io
 
     loaded = io.load(path, infer=True)
@@ -229,12 +231,14 @@ def check_model(path: str | Path, targets: list[Target], *, dla: bool = False,
         node_count=node_count,
         opset_imports={(k or "ai.onnx"): v for k, v in sorted(model.opset_imports.items())},
         notes=notes,
-        targets=[_verdict(model, target, dla, explain) for target in targets],
+        targets=[_verdict(model, target, dla, explain, (capabilities or {}).get(target.name))
+                 for target in targets],
     )
 
 
-def _verdict(model: ir.Model, target: Target, dla: bool, explain: bool) -> TargetVerdict:
-    verdict = judge_model(model, target, dla=dla)
+def _verdict(model: ir.Model, target: Target, dla: bool, explain: bool,
+             probed: dict[str, str] | None) -> TargetVerdict:
+    verdict = judge_model(model, target, dla=dla, probed=probed)
     if explain:
         verdict.fixes = explain_fixes(model, target)
     return verdict

@@ -31,6 +31,8 @@ COMMANDS = {
     "check": ("deploycc.cli.check_cmd:check_command", "Judge every node of a model against targets."),
     "legalize": ("deploycc.cli.legalize_cmd:legalize_command",
                  "Rewrite a model into one a target accepts, proving every rewrite."),
+    "probe": ("deploycc.cli.probe_cmd:probe_command",
+              "What a backend really runs: the ONNX conformance cases, raw and legalized."),
     "rules": ("deploycc.cli.rules_cmd:rules_command", "List the rewrite rule catalog."),
 }
 

@@ -74,8 +74,9 @@ def _values_bound(node: ir.Node, schema: Any, constraint: str) -> list[ir.Value]
 class ConversionTarget:
     """What one target accepts, as judgments on nodes."""
 
-    def __init__(self, target: Target, *, dla: bool = False) -> None:
+    def __init__(self, target: Target, *, dla: bool = False, probed: dict[str, str] | None = None) -> None:
         self.target = target
+        self.probed = probed or {}  # from `deploycc probe`: "domain|op|version|dtype" -> pass | fail
         self.table = target.ops
         self.with_dla = dla and target.dla is not None and target.dla.table is not None
         self.product = f"{self.table.product} {self.table.product_version}".strip()
@@ -110,9 +111,25 @@ class ConversionTarget:
             self._check_predicates(node, schema, entry, verdict)
         self._check_carried_dtypes(node, verdict)
         self._check_static_shapes(node, verdict)
+        if self.probed:
+            self._apply_probe(node, domain, version, verdict)
         if self.with_dla:
             verdict.dla = self._dla_status(node)
         return verdict
+
+    def _apply_probe(self, node: ir.Node, domain: str, version: int | None, verdict: NodeVerdict) -> None:
+        """Lay the probed behaviour of the real backend over the declared table."""
+        first = next((v for v in node.inputs if v is not None), None)
+        dtype = type_name(first) if first is not None else None
+        numpy_names = {"float32": "float32", "float64": "float64", "float16": "float16", "bool": "bool"}
+        found = self.probed.get(f"{domain}|{node.op_type}|{version}|{numpy_names.get(dtype or '', dtype)}")
+        if found == "fail" and verdict.status != ILLEGAL:
+            verdict.refuse("unsupported_op", f"{node.op_type}-{version} on {dtype} failed when probed on "
+                                             f"{self.product}")
+        elif found == "pass" and verdict.status == ILLEGAL and \
+                all(r.category in ("unsupported_op", "opset", "dtype") for r in verdict.reasons):
+            verdict.status, verdict.reasons = CONDITIONAL, []
+            verdict.conditions.append(f"ran when probed on {self.product}")
 
     def _entry(self, node: ir.Node, domain: str, version: int | None, opset: int,
                verdict: NodeVerdict) -> OpSupport | None:

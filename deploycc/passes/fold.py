@@ -29,6 +29,12 @@ def _const(value: ir.Value | None):
     return constant_tensor(value, max_elements=64)
 
 
+def _const_or_none(value: ir.Value) -> bool:
+    import onnx_ir as ir
+
+    return value.const_value is not None or ir.convenience.get_const_tensor(value) is not None
+
+
 def expected_elements(node: ir.Node) -> int | None:
     """How many elements the node would produce, when that is known without evaluating it."""
     op = node.op_type
@@ -54,10 +60,11 @@ def expected_elements(node: ir.Node) -> int | None:
                 return None
             return math.prod(data.shape.numpy()) * math.prod(int(r) for r in repeats.reshape(-1))
         if op == "Range":
-            start, limit, delta = (_const(v) for v in node.inputs[:3])
-            if start is None or limit is None or delta is None or float(delta) == 0:
+            bounds = [_const(v) for v in node.inputs[:3]]
+            if any(b is None or b.size != 1 for b in bounds):
                 return None
-            return max(0, math.ceil((float(limit) - float(start)) / float(delta)))
+            start, limit, delta = (float(b.reshape(-1)[0]) for b in bounds)  # type: ignore[union-attr]
+            return None if delta == 0 else max(0, math.ceil((limit - start) / delta))
     except (ValueError, TypeError, OverflowError):
         return None
     total = 0
@@ -75,8 +82,10 @@ def size_guard(limit_elements: int):
         elements = expected_elements(node)
         if elements is not None and elements > limit_elements:
             return False
-        if elements is None and node.op_type in GROWING_OPS:
-            return False  # size unknown and it can grow without bound: leave it to run time
+        if elements is None and node.op_type in GROWING_OPS and all(
+                v is None or _const_or_none(v) for v in node.inputs):
+            return False  # constant inputs, yet no size: it could grow without bound, leave it
+        # Otherwise the folder's own rules apply (it cannot fold non-constant inputs anyway).
         return None
 
     return should_fold

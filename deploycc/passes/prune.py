@@ -6,7 +6,11 @@
    (float16 -> float32 -> float16 is exact; float32 -> float16 -> float32 is not, and stays),
    Reshape/Expand to the shape the input already has, Transpose with the identity
    permutation, Slice over the whole tensor, Pad with zero pads.
-2. Identity nodes go (onnx-ir's IdentityEliminationPass keeps graph input/output names).
+2. Identity nodes go, keeping every graph's input and output names: y = Identity(x) is removed
+   when y is not a graph output; when it is, x takes its place only if x is made in the same
+   graph, read by nothing else and not an output itself. (onnx-ir's IdentityEliminationPass
+   renames x to y even when x feeds several outputs of a subgraph, which gives one value
+   several output names: found by `deploycc probe` on the AffineGrid conformance cases.)
 3. Outputs not named by --keep-outputs are dropped (when given), then dead nodes, unused
    initializers and unused opset imports.
 """
@@ -144,6 +148,32 @@ def _neutral_arithmetic(node: ir.Node, op: str) -> ir.Value | None:
     return None
 
 
+def _eliminate_identities(graph: ir.Graph) -> int:
+    removed = 0
+    for node in list(graph):
+        if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or not node.inputs:
+            continue
+        source, result = node.inputs[0], node.outputs[0]
+        if source is None:
+            continue
+        if not result.is_graph_output():
+            result.replace_all_uses_with(source)
+            graph.remove(node, safe=True)
+            removed += 1
+            continue
+        producer = source.producer()
+        if (producer is None or producer.graph is not graph or source.is_graph_output()
+                or len(source.uses()) != 1 or result.uses()):
+            continue
+        index = graph.outputs.index(result)
+        name = result.name
+        graph.remove(node, safe=False)
+        graph.outputs[index] = source
+        source.name = name
+        removed += 1
+    return removed
+
+
 def _to_identity(graph: ir.Graph, node: ir.Node, source: ir.Value) -> None:
     import onnx_ir as ir
 
@@ -160,11 +190,7 @@ class PrunePass(Pass):
         return options.keep_outputs is not None
 
     def run(self, state: PipelineState) -> PassOutcome:
-        from onnx_ir.passes.common import (
-            IdentityEliminationPass,
-            RemoveUnusedNodesPass,
-            RemoveUnusedOpsetsPass,
-        )
+        from onnx_ir.passes.common import RemoveUnusedNodesPass, RemoveUnusedOpsetsPass
 
         from deploycc.analysis.graphs import all_graphs
 
@@ -180,13 +206,11 @@ class PrunePass(Pass):
         notes = [f"{count} no-op {op}" for op, count in sorted(turned.items())]
         if state.options.keep_outputs is not None:
             notes.extend(self._keep_outputs(graph, state))
-        identities = sum(1 for sub in all_graphs(graph) for n in sub if n.op_type == "Identity")
-        IdentityEliminationPass()(state.model)
+        removed = sum(_eliminate_identities(sub) for sub in list(all_graphs(graph)))
         RemoveUnusedNodesPass()(state.model)
         RemoveUnusedOpsetsPass()(state.model)
-        remaining = sum(1 for sub in all_graphs(graph) for n in sub if n.op_type == "Identity")
-        if identities != remaining:
-            notes.append(f"{identities - remaining} Identity removed")
+        if removed:
+            notes.append(f"{removed} Identity removed")
         return PassOutcome(len(graph) != before or bool(turned), notes,
                            {"no_op_rewritten": turned})
 

@@ -1,0 +1,47 @@
+"""`deploycc probe --target T [-o FILE]`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command("probe")
+@click.option("-t", "--target", required=True,
+              help="Target whose real backend runs the cases (ORT or OpenVINO).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the probed capability table here.")
+@click.option("--limit", type=int, help="Run only the first N cases (the full run takes minutes).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write every case's result here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def probe_command(target: str, output: str | None, limit: int | None, report_path: str | None,
+                  as_json: bool) -> None:
+    """Run the ONNX conformance cases on a target's backend, as exported and after legalization."""
+    from deploycc import api
+    from deploycc.audit.probe import capability_table
+    from deploycc.errors import OptionError
+    from deploycc.io import write_text_atomic
+    from deploycc.report import console
+
+    resolved = api.get_target(target)
+    if resolved.backend.kind == "tensorrt":
+        raise OptionError(f"probe runs the cases on the backend itself; {resolved.name} needs TensorRT on "
+                          "the device", hint="run deploycc probe on the device")
+    with console.progress_bar(f"probing {resolved.name}", quiet=as_json) as update:
+        report = api.probe(resolved.name, limit=limit,
+                           progress=lambda done, total: update("cases", done, total))
+    if output:
+        write_text_atomic(Path(output), json.dumps(capability_table(report), indent=1, sort_keys=True) + "\n")
+    if report_path:
+        write_text_atomic(Path(report_path), report.to_json() + "\n")
+    if as_json:
+        click.echo(report.to_json())
+        return
+    click.echo(f"{report.target} ({report.backend}): {report.cases} cases; pass as exported "
+               f"{report.passed_raw}, after deploycc {report.passed_legalized}; "
+               f"{len(report.disagreements)} disagreement(s) with the declared table; {report.seconds:.0f} s")
+    for item in report.disagreements[:20]:
+        click.echo(f"  {item['case']}: {item['kind']} {item['detail']}")
