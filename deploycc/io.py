@@ -210,6 +210,34 @@ def validate_inline_tensors(proto: onnx.ModelProto, path: Path) -> None:
                               f"{list(tensor.dims)} needs {expected}")
 
 
+def _walk_value_infos(graph: onnx.GraphProto, where: str = "graph"):
+    for kind, values in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
+        for value in values:
+            yield value, f"{where} {kind} '{value.name}'"
+    for node in graph.node:
+        for attr in node.attribute:
+            subgraphs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
+            for sub in subgraphs:
+                yield from _walk_value_infos(sub, f"node '{node.name or node.op_type}' subgraph")
+
+
+def validate_declared_dims(proto: onnx.ModelProto, path: Path) -> None:
+    """Negative or absurdly large declared dims are refused before anything sizes a buffer by them."""
+    for tensor, where in _walk_all_tensors(proto):
+        if any(d < 0 for d in tensor.dims):
+            raise _fail(path, f"{where} declares a negative dim {list(tensor.dims)}")
+    for value, where in _walk_value_infos(proto.graph):
+        kind = value.type.WhichOneof("value")
+        if kind != "tensor_type" or not value.type.tensor_type.HasField("shape"):
+            continue
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim if d.HasField("dim_value")]
+        if any(d < 0 for d in dims):
+            raise _fail(path, f"{where} declares a negative dim {dims}")
+        if dims and math.prod(dims) > MAX_DECLARED_ELEMENTS:
+            raise _fail(path, f"{where} declares {math.prod(dims):.3g} elements ({dims}), more than any "
+                              f"real model holds")
+
+
 def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = False) -> None:
     """onnx.checker as a one-line error; weights are not loaded, so it works past 2 GB.
 
@@ -227,12 +255,15 @@ def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = Fa
                         "upgrade onnx, or export the model at a lower opset")
     try:
         onnx.checker.check_model(str(path) if has_external_data else proto, full_check=False)
-    except onnx.checker.ValidationError as error:
-        first = next((line for line in str(error).splitlines() if line.strip()), "invalid model")
-        raise _fail(path, f"fails the ONNX checker: {first.strip()}") from None
-    except Exception as error:  # the C++ checker raises other types for broken protos
-        first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
-        raise _fail(path, f"fails the ONNX checker: {first.strip()}") from None
+    except Exception as error:  # ValidationError, and other types the C++ checker raises
+        raise _fail(path, f"fails the ONNX checker: {_one_line(error)}") from None
+
+
+def _one_line(error: BaseException, limit: int = 300) -> str:
+    """The checker's message, which spans lines ("...of node:\nname: OpType: Add\n is not..."), as one."""
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+    text = text or type(error).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def load(path: str | os.PathLike[str], *, check: bool = True, infer: bool = False) -> LoadedModel:
@@ -249,6 +280,7 @@ def load(path: str | os.PathLike[str], *, check: bool = True, infer: bool = Fals
     proto = read_proto(model_path)
     external_files = validate_external_data(proto, model_path)
     validate_inline_tensors(proto, model_path)
+    validate_declared_dims(proto, model_path)
     if check:
         check_proto(proto, model_path, has_external_data=bool(external_files))
     notes: list[str] = []

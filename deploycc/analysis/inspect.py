@@ -194,7 +194,7 @@ def inspect_model(path: str | Path) -> InspectReport:
     from deploycc import io
     from deploycc.analysis.shapes import infer_shapes
 
-    loaded = io.load(path, check=False)
+    loaded = io.load(path)  # malformed models are refused by every command, inspect included
     model = loaded.model
     notes = []
     note = infer_shapes(model)

@@ -26,7 +26,7 @@ def session_options(level: str, threads: int = 0, optimized_path: Path | None = 
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # errors come back as exceptions
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level])
     options.intra_op_num_threads = threads
     if optimized_path is not None:

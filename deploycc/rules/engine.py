@@ -76,16 +76,18 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
     decision = Decision(node=label, op=node.op_type if not domain else f"{domain}::{node.op_type}")
     for rule in rules_for(domain, node.op_type):
         site = Site(node, node.inputs, site_opset)
-        reason = rule.applies_at(site_opset) or rule.check(site)
-        if reason is None:
-            used_beyond = [i for i in range(1, len(node.outputs)) if site.output_used(i)]
-            builder = Builder(opsets.get("", 1), f"{label}/{rule.name}")
-            try:
+        builder = Builder(opsets.get("", 1), f"{label}/{rule.name}")
+        try:
+            reason = rule.applies_at(site_opset) or rule.check(site)
+            if reason is None:
+                used_beyond = [i for i in range(1, len(node.outputs)) if site.output_used(i)]
                 outputs = list(rule.expand(site, builder))
                 if any(i >= len(outputs) for i in used_beyond):
                     raise Decline(f"output {used_beyond[-1]} is used and the rule does not produce it")
-            except Decline as declined:
-                reason = str(declined)
+        except Decline as declined:
+            reason = str(declined)
+        except Exception as error:  # a malformed node a rule did not foresee: decline, never crash
+            reason = f"cannot rewrite this node ({type(error).__name__}: {str(error)[:120]})"
         if reason is not None:
             decision.declined.append((rule.name, reason))
             continue

@@ -42,7 +42,13 @@ def _normalize(b: Builder, x: ir.Value, axes: Sequence[int], eps: float,
 
 
 def _require_rank(site: Site, index: int = 0) -> str | None:
-    return None if site.rank(index) is not None else "the input's rank is unknown (run shape inference)"
+    rank = site.rank(index)
+    if rank is None:
+        return "the input's rank is unknown (run shape inference)"
+    axis = site.attr("axis", -1)
+    if rank == 0 or not -rank <= axis < rank:
+        return f"axis {axis} does not fit an input of rank {rank}"
+    return None
 
 
 @register

@@ -41,7 +41,7 @@ def run_ort(source: bytes | Path, feeds: dict[str, np.ndarray], *, optimize: boo
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # errors come back as exceptions
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     if not optimize:  # proofs must run the ops as written, not ORT's fused versions of them
@@ -81,3 +81,39 @@ def serialize(model: ir.Model) -> bytes:
     from deploycc import io
 
     return io.to_proto(model).SerializeToString()
+
+
+def _run_ort_child(source: bytes | str, feeds: dict[str, np.ndarray], optimize: bool
+                   ) -> dict[str, np.ndarray] | str:
+    """In the child: run, and return the outputs or the error's first line (never raise across)."""
+    try:
+        return run_ort(source if isinstance(source, bytes) else Path(source), feeds, optimize=optimize,
+                       threads=0)
+    except Exception as error:
+        return _first_line(error)
+
+
+def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, optimize: bool = True,
+                     timeout: float = 1800) -> dict[str, np.ndarray]:
+    """run_ort in a separate process: a model that crashes ONNX Runtime (it segfaults on some
+    malformed-but-checker-valid models, found by tests/hostile/test_fuzz.py) fails this call
+    with RunError instead of killing deploycc."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        future = pool.submit(_run_ort_child, source if isinstance(source, bytes) else str(source), feeds,
+                             optimize)
+        try:
+            result = future.result(timeout=timeout)
+        except BrokenProcessPool:
+            raise RunError("onnxruntime crashed on this model (its process died)") from None
+        except TimeoutError:
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.kill()
+            raise RunError(f"onnxruntime did not finish in {timeout:g} s") from None
+    if isinstance(result, str):
+        raise RunError(result)
+    return result

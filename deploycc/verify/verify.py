@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploycc.verify.compare import TOLERANCES, OutputComparison, compare
-from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort, run_reference
+from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, run_reference
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -31,15 +31,17 @@ class Verification:
 
 
 def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
+    """The original on ORT CPU in a child process (a hostile model may crash ORT); the onnx
+    reference evaluator when ORT refuses it (not when it crashed)."""
     try:
-        return run_ort(path, feeds, optimize=True, threads=0), ORT
-    except Exception as ort_error:
-        if path.stat().st_size > (1 << 30):
-            raise RunError(f"onnxruntime cannot run the original: {str(ort_error).splitlines()[0]}") from None
+        return run_ort_isolated(path, feeds), ORT
+    except RunError as ort_error:
+        if "crashed" in str(ort_error) or path.stat().st_size > (1 << 30):
+            raise RunError(f"cannot run the original: {ort_error}") from None
         try:
             return run_reference(path.read_bytes(), feeds), REFERENCE
         except Exception:
-            raise RunError(f"onnxruntime cannot run the original: {str(ort_error).splitlines()[0]}") from None
+            raise RunError(f"onnxruntime cannot run the original: {ort_error}") from None
 
 
 def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list[int]]
@@ -64,13 +66,9 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
     feeds, original_feeds, described = feeds_for(state.model.graph, options, state.fed_layouts)
     try:
         expected, reference = _run_original(original, original_feeds)
-        actual = run_ort(candidate, feeds, optimize=True, threads=0)
+        actual = run_ort_isolated(candidate, feeds)
     except RunError as error:
         return Verification(False, ORT, described, precision, problem=str(error))
-    except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return Verification(False, ORT, described, precision,
-                            problem=f"onnxruntime cannot run the legalized model: {first}")
     return compare_all(expected, actual, reference=reference, inputs=described, precision=precision)
 
 
