@@ -212,7 +212,12 @@ def test_an_interrupted_build_leaves_nothing_and_the_next_run_succeeds(tmp_path:
         if child.returncode == 0:
             break  # it finished before the signal: nothing to check at this delay
         interrupted += 1
-        assert child.returncode == (130 if sig != signal.SIGKILL else -signal.SIGKILL), stderr
+        # 130 once deploycc handles the signal; killed outright when it arrives before the
+        # interpreter got that far (nothing was written then either)
+        assert child.returncode in (130, -sig), (child.returncode, stderr)
+        if out.exists():  # the signal came after the final rename: the output must be whole
+            assert {"manifest.json", "report.json", "report.md"} <= {p.name for p in out.iterdir()}
+            break
         assert not out.exists(), f"partial output after {sig!r} at {delay} s"
         if sig != signal.SIGKILL:
             assert "Traceback" not in stderr and not list(out.parent.glob(".build.partial-*"))
