@@ -77,7 +77,9 @@ def _run_backend(kind: str, model_bytes: bytes, feeds: dict[str, Any]) -> list[A
     core = ov.Core()
     model = core.read_model(model=model_bytes)
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    results = compiled(feeds)
+    # OpenVINO drops graph inputs nothing reads (a Shape folded to a constant): feed what it kept
+    kept = {name for port in compiled.inputs for name in port.get_names()}
+    results = compiled({k: v for k, v in feeds.items() if k in kept})
     return [results[port] for port in compiled.outputs]
 
 

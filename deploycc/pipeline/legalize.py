@@ -145,9 +145,10 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
         staged = staging / (Path(output).name if output else "legalized.onnx")
         from deploycc import io
 
-        io.save(state.model, staged, force_external=bool(loaded.external_files),
-                protect=protect)
-        if options.verify and success:  # a refused model is not written, so not verified either
+        # A refused model is neither written nor verified; without -o, only verification needs a file.
+        if success and (output is not None or options.verify):
+            io.save(state.model, staged, force_external=bool(loaded.external_files), protect=protect)
+        if options.verify and success:
             if progress is not None:
                 progress("verify")
             from deploycc.verify.verify import verify_files
