@@ -373,3 +373,17 @@ def test_rules_reach_into_subgraphs(tmp_path: Path, write_model) -> None:
     for branch in (True, False):
         feeds = {"c": np.array(branch), "x": x}
         np.testing.assert_allclose(_run(out, feeds)[0], _run(model, feeds)[0], atol=1e-5, rtol=1e-4)
+
+
+def test_a_folder_failure_stops_folding_not_the_pipeline(tmp_path: Path, write_model) -> None:
+    """onnxscript's folder raises on SplitToSequence with a scalar split (found by deploycc probe)."""
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 24]>
+        g (float[3,6] data, int64 split) => (seq(float[]) pieces) {
+            pieces = SplitToSequence<axis=1>(data, split)
+        }
+    """)
+    report = api.legalize(model, "ort-cpu", tmp_path / "s.onnx", LegalizeOptions(verify=False))
+    assert report.success, report.summary
+    fold = next(p for p in report.passes if p.name == "fold")
+    assert any("constant folding stopped early" in note for note in fold.notes)
