@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> Any:
     debug = "--debug" in args
     # SIGTERM unwinds like Ctrl-C, so every command's staging files are removed on the way out.
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as KeyboardInterrupt, always
     try:
         code = cli.main(args=args, prog_name="deploycc", standalone_mode=False)
     except DeployccError as error:
