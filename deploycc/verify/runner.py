@@ -83,14 +83,35 @@ def serialize(model: ir.Model) -> bytes:
     return io.to_proto(model).SerializeToString()
 
 
-def _run_ort_child(source: bytes | str, feeds: dict[str, np.ndarray], optimize: bool
-                   ) -> dict[str, np.ndarray] | str:
-    """In the child: run, and return the outputs or the error's first line (never raise across)."""
+_CHILD = """
+import json, sys
+import numpy as np
+from pathlib import Path
+from deploycc.verify.runner import run_ort
+model, feeds_file, out_file, optimize = sys.argv[1:5]
+with np.load(feeds_file, allow_pickle=False) as archive:
+    feeds = {name: archive[name] for name in archive.files}
+try:
+    outputs = run_ort(Path(model), feeds, optimize=optimize == "1", threads=0)
+except Exception as error:
+    lines = str(error).strip().splitlines()
+    sys.stderr.write((lines[0] if lines else type(error).__name__)[:300] + "\\n")
+    sys.exit(3)
+names = list(outputs)
+np.savez(out_file, **{f"o{i}": outputs[name] for i, name in enumerate(names)})
+Path(out_file + ".json").write_text(json.dumps(names))
+"""
+
+
+def _die_with_parent() -> None:
+    """Linux: the ORT child is killed when deploycc dies, so none is left behind by a SIGKILL."""
+    import ctypes
+    import signal
+
     try:
-        return run_ort(source if isinstance(source, bytes) else Path(source), feeds, optimize=optimize,
-                       threads=0)
-    except Exception as error:
-        return _first_line(error)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, optimize: bool = True,
@@ -98,22 +119,34 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
     """run_ort in a separate process: a model that crashes ONNX Runtime (it segfaults on some
     malformed-but-checker-valid models, found by tests/hostile/test_fuzz.py) fails this call
     with RunError instead of killing deploycc."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    import json
+    import subprocess
+    import sys
+    import tempfile
 
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        future = pool.submit(_run_ort_child, source if isinstance(source, bytes) else str(source), feeds,
-                             optimize)
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="deploycc-ort-") as folder:
+        work = Path(folder)
+        model = work / "model.onnx"
+        if isinstance(source, bytes):
+            model.write_bytes(source)
+        else:
+            model = source
+        np.savez(work / "feeds.npz", **feeds)  # type: ignore[arg-type]
+        out = str(work / "outputs.npz")
         try:
-            result = future.result(timeout=timeout)
-        except BrokenProcessPool:
-            raise RunError("onnxruntime crashed on this model (its process died)") from None
-        except TimeoutError:
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.kill()
+            child = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(work / "feeds.npz"), out,
+                                    "1" if optimize else "0"], capture_output=True, text=True,
+                                   timeout=timeout, preexec_fn=_die_with_parent)
+        except subprocess.TimeoutExpired:
             raise RunError(f"onnxruntime did not finish in {timeout:g} s") from None
-    if isinstance(result, str):
-        raise RunError(result)
-    return result
+        if child.returncode < 0:
+            raise RunError(f"onnxruntime crashed on this model (its process died by signal "
+                           f"{-child.returncode})")
+        if child.returncode != 0:
+            lines = child.stderr.strip().splitlines()
+            raise RunError(lines[-1] if lines else f"onnxruntime exited {child.returncode}")
+        names = json.loads(Path(out + ".json").read_text())
+        with np.load(out, allow_pickle=False) as archive:
+            return {name: archive[f"o{i}"] for i, name in enumerate(names)}
