@@ -1,7 +1,7 @@
 # The two commands a fresh machine needs (Python >= 3.10 and nothing else):
 #   make demo   - virtual environment, deploycc, example models made by our own code, builds for ort-cpu,
 #                 openvino-cpu and a Jetson bundle
-#   make test   - the same environment with dev extras, then ruff, mypy and pytest
+#   make test   - the same environment with dev extras, then ruff, hadolint, mypy and pytest
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
