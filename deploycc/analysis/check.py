@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.analysis.graphs import all_graphs, dynamic_dims
+from deploycc.analysis.graphs import all_graphs, dynamic_dims, graph_label, opset_map
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.legality.conversion_target import CONDITIONAL, ILLEGAL, ConversionTarget, NodeVerdict
 from deploycc.results import Result
@@ -92,12 +92,12 @@ def _group(verdicts: list[NodeVerdict], status: str) -> list[NodeGroup]:
 
 
 def _judge_graphs(model: ir.Model, judge: ConversionTarget) -> list[NodeVerdict]:
-    opsets = {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
+    opsets = opset_map(model)
     verdicts = []
     for graph in all_graphs(model.graph):
-        graph_label = "main" if graph is model.graph else (graph.name or "subgraph")
+        label = graph_label(model, graph)
         for node in graph:
-            verdicts.append(judge.judge(node, opsets, graph_label))
+            verdicts.append(judge.judge(node, opsets, label))
     return verdicts
 
 
@@ -173,10 +173,10 @@ def explain_fixes(model: ir.Model, target: Target) -> list[dict[str, str]]:
     from deploycc.rules.engine import decide
 
     judge = ConversionTarget(target)
-    opsets = {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
+    opsets = opset_map(model)
     fixes = []
     for graph in all_graphs(model.graph):
-        label = "main" if graph is model.graph else (graph.name or "subgraph")
+        label = graph_label(model, graph)
         for node in graph:
             if judge.judge(node, opsets, label).status != ILLEGAL:
                 continue

@@ -77,6 +77,16 @@ def opset_of(model: ir.Model, domain: str) -> int | None:
     return None
 
 
+def opset_map(model: ir.Model) -> dict[str, int]:
+    """The model's opset imports with the default domain spelled "" (never "ai.onnx")."""
+    return {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
+
+
+def graph_label(model: ir.Model, graph: ir.Graph) -> str:
+    """How reports name a graph: "main", or a subgraph's name."""
+    return "main" if graph is model.graph else (graph.name or "subgraph")
+
+
 def constant_tensor(value: ir.Value | None, max_elements: int | None = None) -> Any | None:
     """The numpy contents of an initializer or Constant output (up to max_elements), else None."""
     import onnx_ir as ir

@@ -13,15 +13,9 @@ from typing import TYPE_CHECKING
 from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
-    import onnx_ir as ir
-
     from deploycc.rules.engine import Decision
 
 MAX_ROUNDS = 8
-
-
-def _graph_label(model: ir.Model, graph: ir.Graph) -> str:
-    return "main" if graph is model.graph else (graph.name or "subgraph")
 
 
 class LegalizePass(Pass):
@@ -54,7 +48,7 @@ class LegalizePass(Pass):
 
     def _round(self, state: PipelineState) -> bool:
         """One sweep over the illegal nodes; True when something was rewritten."""
-        from deploycc.analysis.graphs import all_graphs
+        from deploycc.analysis.graphs import all_graphs, graph_label
         from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
         from deploycc.rules.engine import decide
 
@@ -63,7 +57,7 @@ class LegalizePass(Pass):
         unresolved: list[Decision] = []
         changed = False
         for graph in list(all_graphs(state.model.graph)):
-            label = _graph_label(state.model, graph)
+            label = graph_label(state.model, graph)
             for node in list(graph):
                 if judge.judge(node, opsets, label).status != ILLEGAL:
                     continue

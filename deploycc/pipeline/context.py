@@ -91,7 +91,9 @@ class PipelineState:
 
     @property
     def opsets(self) -> dict[str, int]:
-        return {("" if k == "ai.onnx" else k): v for k, v in self.model.opset_imports.items()}
+        from deploycc.analysis.graphs import opset_map
+
+        return opset_map(self.model)
 
 
 class Pass:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from deploycc.analysis.graphs import opset_map
 from deploycc.analysis.shapes import infer_shapes
 from deploycc.rules.engine import Decision, decide
 from deploycc.verify.inputs import generate
@@ -25,10 +26,6 @@ def _node(model: ir.Model, op: str) -> ir.Node:
     return next(n for n in model.graph if n.op_type == op)
 
 
-def _opsets(model: ir.Model) -> dict[str, int]:
-    return {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
-
-
 def rewrite_and_compare(text: str, op: str, rule: str, *, atol: float = 1e-4, rtol: float = 1e-4,
                         seeds: tuple[int, ...] = (11, 12), feeds: dict[str, np.ndarray] | None = None,
                         int_high: int | None = None) -> Decision:
@@ -37,7 +34,7 @@ def rewrite_and_compare(text: str, op: str, rule: str, *, atol: float = 1e-4, rt
     model = load(text)
     before = serialize(model)
     node = _node(model, op)
-    decision = decide(node, model.graph, _opsets(model))
+    decision = decide(node, model.graph, opset_map(model))
     assert decision.rewrite is not None, decision.explain()
     assert decision.rewrite.rule == rule
     certificate = decision.rewrite.certificate
@@ -60,7 +57,7 @@ def declines(text: str, op: str, expected_reason: str) -> Decision:
     """The catalog must leave the `op` node alone and say why."""
     model = load(text)
     node = _node(model, op)
-    decision = decide(node, model.graph, _opsets(model))
+    decision = decide(node, model.graph, opset_map(model))
     assert decision.rewrite is None
     assert any(expected_reason in reason for _, reason in decision.declined), decision.declined
     assert node in list(model.graph)
