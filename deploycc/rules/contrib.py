@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from deploycc.rules.activations import gelu_erf, gelu_tanh, hard_sigmoid
 from deploycc.rules.base import Builder, Decline, Rule, Site
 from deploycc.rules.catalog import register
-from deploycc.rules.normalization import _normalize
+from deploycc.rules.normalization import normalize, rms_normalize
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -126,12 +126,6 @@ def _skip_sum(site: Site, b: Builder, bias_index: int) -> ir.Value:
     return total
 
 
-def _rms(b: Builder, x: ir.Value, eps: float, dtype: ir.DataType | None) -> tuple[ir.Value, ir.Value]:
-    mean_square = b.reduce("ReduceMean", b.op("Mul", x, x), [-1])
-    rms = b.op("Sqrt", b.op("Add", mean_square, b.scalar_like(eps, dtype)))
-    return b.op("Div", x, rms), b.op("Div", b.scalar_like(1.0, dtype), rms)
-
-
 def _only_first_outputs(site: Site, supported: Sequence[int]) -> str | None:
     used = [i for i in range(1, site.output_count) if site.output_used(i) and i not in supported]
     return f"output {used[0]} (statistics) is used and not rewritten" if used else None
@@ -149,7 +143,7 @@ class SkipLayerNormalizationRule(_Contrib):
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         total = _skip_sum(site, b, 4)
-        normalized, mean, inv_std = _normalize(b, total, [-1], site.attr("epsilon", 1e-12), site.dtype(0))
+        normalized, mean, inv_std = normalize(b, total, [-1], site.attr("epsilon", 1e-12), site.dtype(0))
         y = b.op("Mul", normalized, site.inputs[2])
         if site.has_input(3):
             y = b.op("Add", y, site.inputs[3])
@@ -168,7 +162,7 @@ class SkipSimplifiedLayerNormalizationRule(_Contrib):
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         total = _skip_sum(site, b, 3)
-        normalized, inv_rms = _rms(b, total, site.attr("epsilon", 1e-12), site.dtype(0))
+        normalized, inv_rms = rms_normalize(b, total, [-1], site.attr("epsilon", 1e-12), site.dtype(0))
         y = b.op("Mul", normalized, site.inputs[2])
         return [y, inv_rms, inv_rms, total][:site.output_count]
 
@@ -187,5 +181,5 @@ class SimplifiedLayerNormalizationRule(Rule):
         return _only_first_outputs(site, [])
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
-        normalized, _ = _rms(b, site.inputs[0], site.attr("epsilon", 1e-5), site.dtype(0))  # type: ignore[arg-type]
+        normalized, _ = rms_normalize(b, site.inputs[0], [-1], site.attr("epsilon", 1e-5), site.dtype(0))  # type: ignore[arg-type]
         return [b.op("Mul", normalized, site.inputs[1])]

@@ -30,7 +30,7 @@ def _stash(site: Site, b: Builder, x: ir.Value) -> tuple[ir.Value, ir.DataType |
     return x, dtype, False
 
 
-def _normalize(b: Builder, x: ir.Value, axes: Sequence[int], eps: float,
+def normalize(b: Builder, x: ir.Value, axes: Sequence[int], eps: float,
                dtype: ir.DataType | None) -> tuple[ir.Value, ir.Value, ir.Value]:
     """(x - mean) * inv_std, with mean and inv_std kept for the optional outputs."""
     mean = b.reduce("ReduceMean", x, axes)
@@ -39,6 +39,14 @@ def _normalize(b: Builder, x: ir.Value, axes: Sequence[int], eps: float,
     std = b.op("Sqrt", b.op("Add", variance, b.scalar_like(eps, dtype)))
     inv_std = b.op("Div", b.scalar_like(1.0, dtype), std)  # Div, not Reciprocal: TensorRT 8.2 lacks it
     return b.op("Div", centered, std), mean, inv_std
+
+
+def rms_normalize(b: Builder, x: ir.Value, axes: Sequence[int], eps: float,
+                  dtype: ir.DataType | None) -> tuple[ir.Value, ir.Value]:
+    """x / sqrt(mean(x^2) + eps), with 1 / sqrt(...) kept for an optional statistics output."""
+    mean_square = b.reduce("ReduceMean", b.op("Mul", x, x), axes)
+    rms = b.op("Sqrt", b.op("Add", mean_square, b.scalar_like(eps, dtype)))
+    return b.op("Div", x, rms), b.op("Div", b.scalar_like(1.0, dtype), rms)
 
 
 def _require_rank(site: Site, index: int = 0) -> str | None:
@@ -72,7 +80,7 @@ class LayerNormalizationRule(Rule):
         axis = site.attr("axis", -1)
         axes = list(range(axis % rank, rank))
         x, stat_dtype, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
-        normalized, mean, inv_std = _normalize(b, x, axes, site.attr("epsilon", 1e-5), stat_dtype)
+        normalized, mean, inv_std = normalize(b, x, axes, site.attr("epsilon", 1e-5), stat_dtype)
         if cast_back:
             normalized = b.op("Cast", normalized, to=site.dtype(0).value)  # type: ignore[union-attr]
         y = b.op("Mul", normalized, site.inputs[1])
@@ -103,9 +111,7 @@ class RMSNormalizationRule(Rule):
         assert rank is not None
         axes = list(range(site.attr("axis", -1) % rank, rank))
         x, stat_dtype, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
-        mean_square = b.reduce("ReduceMean", b.op("Mul", x, x), axes)
-        eps = b.scalar_like(site.attr("epsilon", 1e-5), stat_dtype)
-        y = b.op("Div", x, b.op("Sqrt", b.op("Add", mean_square, eps)))
+        y, _ = rms_normalize(b, x, axes, site.attr("epsilon", 1e-5), stat_dtype)
         if cast_back:
             y = b.op("Cast", y, to=site.dtype(0).value)  # type: ignore[union-attr]
         return [b.op("Mul", y, site.inputs[1])]
@@ -137,7 +143,7 @@ class InstanceNormalizationRule(Rule):
         assert rank is not None
         x = site.inputs[0]
         assert x is not None
-        normalized, _, _ = _normalize(b, x, list(range(2, rank)), site.attr("epsilon", 1e-5), site.dtype(0))
+        normalized, _, _ = normalize(b, x, list(range(2, rank)), site.attr("epsilon", 1e-5), site.dtype(0))
         y = b.op("Mul", normalized, _per_channel(b, site.inputs[1], rank))
         return [b.op("Add", y, _per_channel(b, site.inputs[2], rank))]
 
@@ -171,7 +177,7 @@ class GroupNormalizationRule(Rule):
             raise Decline("num_groups attribute missing")
         x, stat_dtype, cast_back = _stash(site, b, site.inputs[0])  # type: ignore[arg-type]
         grouped = b.op("Reshape", x, b.ints([0, groups, -1]))
-        normalized, _, _ = _normalize(b, grouped, [2], site.attr("epsilon", 1e-5), stat_dtype)
+        normalized, _, _ = normalize(b, grouped, [2], site.attr("epsilon", 1e-5), stat_dtype)
         if cast_back:
             normalized = b.op("Cast", normalized, to=site.dtype(0).value)  # type: ignore[union-attr]
         scale, bias = site.inputs[1], site.inputs[2]
