@@ -194,25 +194,10 @@ def _model_subject(path: Path, target: Target) -> Subject:
 def feeds_for(onnx: Path, batch: int | None, seed: int) -> dict[str, np.ndarray]:
     """Seeded inputs following the model's signature; `batch` sets a dynamic dim 0."""
     from deploycc import io
-    from deploycc.analysis.graphs import dims_of
-    from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE, random_array
+    from deploycc.verify.inputs import generate
 
     graph = io.load(onnx, check=False).model.graph
-    rng = np.random.default_rng(seed)
-    sizes: dict[str, int] = {}
-    feeds = {}
-    for value in graph.inputs:
-        if value.name in graph.initializers or value.dtype is None:
-            continue
-        dims = dims_of(value) or []
-        if batch is not None:
-            if not dims or isinstance(dims[0], int):
-                raise OptionError(f"--batch needs a dynamic batch; input '{value.name}' has dims {dims}",
-                                  hint="build with --dynamic-batch (or legalize without --batch)")
-            dims = [batch, *dims[1:]]
-        concrete = [d if isinstance(d, int) else sizes.setdefault(str(d), SYMBOLIC_DIM_SIZE) for d in dims]
-        feeds[value.name or ""] = random_array(value.dtype.numpy(), concrete, rng, name=value.name or "")
-    return feeds
+    return generate([v for v in graph.inputs if v.name not in graph.initializers], seed=seed, batch=batch)
 
 
 def warm_up(runner: Runner, feeds: dict[str, np.ndarray], options: BenchOptions) -> Warmup:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deploycc.analysis.graphs import dims_of
 from deploycc.errors import OptionError
 
 if TYPE_CHECKING:
@@ -73,8 +74,10 @@ def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator,
 
 
 def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
-             sizes: dict[str, int] | None = None, int_high: int | None = None) -> dict[str, np.ndarray]:
-    """Seeded random arrays for the given graph inputs (integers below int_high when given)."""
+             sizes: dict[str, int] | None = None, int_high: int | None = None,
+             batch: int | None = None) -> dict[str, np.ndarray]:
+    """Seeded random arrays for the given graph inputs (integers below int_high when given;
+    `batch` sets every input's dim 0, which must be dynamic)."""
     rng = np.random.default_rng(seed)
     sizes = {} if sizes is None else sizes
     feeds = {}
@@ -83,6 +86,12 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
         if dims is None or value.dtype is None:
             raise OptionError(f"input '{value.name}' has no known shape or type",
                               hint="fix it with --shape or give inputs with --inputs data.npz")
+        if batch is not None:
+            if not dims or isinstance(value.shape[0], int):  # type: ignore[index]
+                raise OptionError(f"--batch needs a dynamic batch; input '{value.name}' has dims "
+                                  f"{dims_of(value)}",
+                                  hint="build with --dynamic-batch (or legalize without --batch)")
+            dims = [batch, *dims[1:]]
         feeds[value.name or ""] = random_array(value.dtype.numpy(), dims, rng, name=value.name or "",
                                                edges=edges, int_high=int_high)
     return feeds
