@@ -162,25 +162,34 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
 
         manifest = build_manifest(model=source, target=target, options=options, legalized=legalized,
                                   artifact=artifact, outdir=staging, status=status, environment=environment)
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         manifest_text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        (staging / "manifest.json").write_text(manifest_text)
         if artifact is not None and artifact.kind == "device-bundle":
             (staging / "bundle" / "manifest.json").write_text(manifest_text)
-        files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
         report = BuildReport(
             model=str(source), target=target.name, outdir=str(outdir), status=status, stage=stage,
             summary=_summary(status, message, target, artifact),
             next_step=_next_step(status, stage, message, target),
             precision=precision, legalize=legalized, artifact=artifact, verification=verification,
-            benchmark=benchmark, build_hash=manifest["build_hash"],
-            files=sorted([*files, "report.json", "report.md"]), seconds=seconds)
+            benchmark=benchmark, build_hash=manifest["build_hash"], files=_listing(staging),
+            seconds=seconds)
         step.stop()
-        (staging / "report.json").write_text(report.to_json() + "\n")
-        from deploycc.report.markdown import build_markdown
-
-        (staging / "report.md").write_text(build_markdown(report))
+        _write_reports(staging, report)
         staged.commit()
     return report
+
+
+def _listing(staging: Path) -> list[str]:
+    """Every file the output directory will hold, the two reports written last included."""
+    files = [str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()]
+    return sorted([*files, "report.json", "report.md"])
+
+
+def _write_reports(staging: Path, report: BuildReport) -> None:
+    from deploycc.report.markdown import build_markdown
+
+    (staging / "report.json").write_text(report.to_json() + "\n")
+    (staging / "report.md").write_text(build_markdown(report))
 
 
 def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: Any,
@@ -295,16 +304,12 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
         except BackendError as error:
             artifact, message = None, str(error)
         step.stop()
-        files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
         report = BuildReport(
             model=str(model), target=resolved.name, outdir=str(outdir), status=status, stage=stage,
             summary=_summary(status, message, resolved, artifact),
             next_step=_next_step(status, stage, message, resolved), precision=request.precision,
             legalize=None, artifact=artifact, verification=verification, benchmark=benchmark,
-            files=sorted([*files, "report.json", "report.md"]), seconds=seconds)
-        (staging / "report.json").write_text(report.to_json() + "\n")
-        from deploycc.report.markdown import build_markdown
-
-        (staging / "report.md").write_text(build_markdown(report))
+            files=_listing(staging), seconds=seconds)
+        _write_reports(staging, report)
         staged.commit()
     return report
