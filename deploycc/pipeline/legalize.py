@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc import io
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.pipeline.context import LegalizeOptions, Pass, PipelineState
 from deploycc.pipeline.manager import PassRecord, run_passes
@@ -102,7 +103,6 @@ def run_pipeline(path: str | Path, target: Target, options: LegalizeOptions,
                  progress: Callable[[str], None] | None = None
                  ) -> tuple[PipelineState, list[PassRecord], LoadedModel]:
     """Load and rewrite; returns the state, the pass records and the loaded model's metadata."""
-    from deploycc import io
     from deploycc.analysis.graphs import all_nodes
 
     loaded = io.load(path, infer=True)
@@ -123,12 +123,13 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     started = time.perf_counter()
     options = options or LegalizeOptions()
     mode = options.effective_mode(target)
-    if output is not None:
-        from deploycc import io
-
+    if output is not None:  # fail fast on the obvious case; the input's own data files below
         source = Path(path)
         io.refuse_overwrite(Path(output), (source, source.with_name(source.name + ".data")))
     state, records, loaded = run_pipeline(path, target, options, progress=progress)
+    if output is not None:
+        io.refuse_overwrite(Path(output), (loaded.path, *(loaded.path.parent / f.location
+                                                          for f in loaded.external_files)))
     if progress is not None:
         progress("final check")
     final = judge_model(state.model, target)
@@ -137,17 +138,14 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     success = legal or mode == "partial"
     verification = None
     files: list[Path] = []
-    protect = (loaded.path, *(loaded.path.parent / f.location for f in loaded.external_files))
     if output is not None:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".deploycc-", dir=Path(output).parent if output else None))
     try:
         staged = staging / (Path(output).name if output else "legalized.onnx")
-        from deploycc import io
-
         # A refused model is neither written nor verified; without -o, only verification needs a file.
         if success and (output is not None or options.verify):
-            io.save(state.model, staged, force_external=bool(loaded.external_files), protect=protect)
+            io.save(state.model, staged, force_external=bool(loaded.external_files))
         if options.verify and success:
             if progress is not None:
                 progress("verify")
@@ -205,7 +203,6 @@ def _blame(path: str | Path, target: Target, options: LegalizeOptions,
     """Find the first pass whose output no longer matches the original (rerunning prefixes)."""
     from dataclasses import replace
 
-    from deploycc import io
     from deploycc.verify.verify import verify_files
 
     ran = [r.name for r in records if r.ran]

@@ -387,3 +387,22 @@ def test_a_folder_failure_stops_folding_not_the_pipeline(tmp_path: Path, write_m
     assert report.success, report.summary
     fold = next(p for p in report.passes if p.name == "fold")
     assert any("constant folding stopped early" in note for note in fold.notes)
+
+
+def test_output_over_the_inputs_external_data_is_refused(tmp_path: Path) -> None:
+    """-o out.onnx would write out.onnx.data: refused when that is the input's own weights file."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from deploycc.errors import ModelInputError
+
+    weights = numpy_helper.from_array(np.arange(4096, dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [weights])
+    model = tmp_path / "in.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model,
+              save_as_external_data=True, location="out.onnx.data")
+    before = digest(tmp_path / "out.onnx.data")
+    with pytest.raises(ModelInputError, match="refusing to overwrite the input"):
+        api.legalize(model, "ort-cpu", tmp_path / "out.onnx")
+    assert digest(tmp_path / "out.onnx.data") == before and not (tmp_path / "out.onnx").exists()
