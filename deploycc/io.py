@@ -494,7 +494,8 @@ class StagedDirectory:
     staging folder is removed; a SIGKILLed build's staging folder is removed by the next run.
     """
 
-    def __init__(self, outdir: Path, *, force: bool = False) -> None:
+    def __init__(self, outdir: Path, *, force: bool = False, protect: tuple[Path, ...] = ()) -> None:
+        """`protect`: inputs that must survive, so an OUTDIR holding one is never replaced."""
         from deploycc.errors import OptionError
 
         self.outdir = outdir
@@ -502,6 +503,10 @@ class StagedDirectory:
             raise OptionError(f"{outdir}: already exists", hint="pass --force to replace it")
         if outdir.exists() and not outdir.is_dir():
             raise OptionError(f"{outdir}: exists and is not a directory")
+        inside = [p for p in protect if p.resolve().is_relative_to(outdir.resolve())]
+        if inside:
+            raise OptionError(f"{outdir}: holds the input {inside[0]}, which replacing it would delete",
+                              hint="choose another output directory")
         self.force = force
         self.path: Path | None = None
         self._previous_handler: Any = None

@@ -118,7 +118,7 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
     backend = get_backend(target.backend.kind)
     seconds: dict[str, float] = {}
     step = _Clock(seconds, progress)
-    with io.StagedDirectory(outdir, force=options.force) as staged:
+    with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         staging = staged.staging
         step("legalize")
         legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
@@ -269,7 +269,7 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
     seconds: dict[str, float] = {}
     step = _Clock(seconds, progress)
     model = bundle_path / bundles.MODEL_NAME
-    with io.StagedDirectory(outdir, force=options.force) as staged:
+    with io.StagedDirectory(outdir, force=options.force, protect=(bundle_path,)) as staged:
         staging = staged.staging
         step("build")
         request = BuildRequest(

@@ -230,3 +230,11 @@ def test_an_interrupted_build_leaves_nothing_and_the_next_run_succeeds(tmp_path:
     report = api.build(model, "jetson-xavier", out, BuildOptions(bench=False))
     assert report.status == "pending-on-device"
     assert not list(out.parent.glob(".build.partial-*")), "a killed build's staging folder was not cleaned"
+
+
+def test_force_never_replaces_a_directory_holding_the_input(cnn: Path) -> None:
+    folder = cnn.parent
+    before = digest(cnn)
+    with pytest.raises(OptionError, match="holds the input"):
+        api.build(cnn, "ort-cpu", folder, BuildOptions(force=True))
+    assert digest(cnn) == before
