@@ -128,12 +128,12 @@ def _load_capabilities(paths: Sequence[str | Path]) -> dict[str, dict[str, str]]
     return tables
 
 
-def probe(target: str, *, limit: int | None = None, progress: Callable[[int, int], None] | None = None
-          ) -> ProbeReport:
+def probe(target: str, *, limit: int | None = None, names: list[str] | None = None, jobs: int = 1,
+          progress: Callable[[int, int], None] | None = None) -> ProbeReport:
     """Run the ONNX conformance cases on `target`'s backend, as exported and legalized."""
     from deploycc.audit.probe import probe as run
 
-    return run(target, limit=limit, progress=progress)
+    return run(target, limit=limit, names=names, jobs=jobs, progress=progress)
 
 
 def legalize(

@@ -18,15 +18,14 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploycc.audit.conformance import ATOL, RTOL, outcome
 from deploycc.results import Result
 
-RTOL, ATOL = 1e-3, 1e-4
-REFUSAL_WORDS = ("NOT_IMPLEMENTED", "not supported", "Unsupported", "No conversion rule",
-                 "Could not find an implementation")
 CHUNK = 40
 
 
@@ -62,57 +61,6 @@ def all_cases() -> list[Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return collect_testcases()
-
-
-def _run_backend(kind: str, model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
-    if kind == "onnxruntime":
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.log_severity_level = 4
-        session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
-        return session.run(None, feeds)
-    import openvino as ov
-
-    core = ov.Core()
-    model = core.read_model(model=model_bytes)
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    # OpenVINO drops graph inputs nothing reads (a Shape folded to a constant): feed what it kept
-    kept = {name for port in compiled.inputs for name in port.get_names()}
-    results = compiled({k: v for k, v in feeds.items() if k in kept})
-    return [results[port] for port in compiled.outputs]
-
-
-def _outcome(kind: str, model_bytes: bytes, case: Any) -> tuple[str, str]:
-    import numpy as np
-
-    try:
-        for inputs, expected in case.data_sets:
-            import onnx
-
-            proto = onnx.load_from_string(model_bytes)
-            constants = {t.name for t in proto.graph.initializer}
-            names = [i.name for i in proto.graph.input if i.name not in constants]
-            feeds = dict(zip(names, inputs, strict=False))
-            try:
-                actual = _run_backend(kind, model_bytes, feeds)
-            except Exception as error:
-                lines = str(error).strip().splitlines()
-                text = lines[0][:160] if lines else type(error).__name__
-                refused = any(word in text for word in REFUSAL_WORDS)
-                return ("refused" if refused else "error"), text
-            for got, want in zip(actual, expected, strict=False):
-                got, want = np.asarray(got), np.asarray(want)
-                if want.dtype.kind in "fc":
-                    close = got.shape == want.shape and np.allclose(got, want, rtol=RTOL, atol=ATOL,
-                                                                    equal_nan=True)
-                    if not close:
-                        return "mismatch", "outputs differ beyond rtol 1e-3 / atol 1e-4"
-                elif got.shape != want.shape or not np.array_equal(got, want):
-                    return "mismatch", "outputs differ"
-    except Exception as error:  # inputs the harness cannot feed (sequences, optionals)
-        return "error", f"harness: {type(error).__name__}"
-    return "pass", ""
 
 
 def _legalized(case: Any, target_name: str) -> tuple[bytes | None, str]:
@@ -174,9 +122,9 @@ def probe_cases(names: list[str], target_name: str) -> list[dict[str, Any]]:
         if case.name not in wanted:
             continue
         op, domain, version, dtype = _describe(case)
-        raw, detail = _outcome(kind, case.model.SerializeToString(), case)
+        raw, detail = outcome(kind, case.model.SerializeToString(), case)
         legal_bytes, why = _legalized(case, target_name)
-        legalized = _outcome(kind, legal_bytes, case)[0] if legal_bytes is not None else "refused"
+        legalized = outcome(kind, legal_bytes, case)[0] if legal_bytes is not None else "refused"
         model = ir.serde.deserialize_model(case.model)
         infer_shapes(model)
         verdict = judge_model(model, target)
@@ -198,7 +146,18 @@ def _child(names: list[str], target: str, timeout: float) -> list[dict[str, Any]
     return json.loads(lines[-1]) if child.returncode == 0 and lines else None
 
 
-def probe(target_name: str, *, limit: int | None = None, names: list[str] | None = None,
+def _run_chunk(chunk: list[str], target: str) -> list[CaseResult]:
+    rows = _child(chunk, target, timeout=60 + 10 * len(chunk))
+    if rows is None:  # something in the chunk crashed or hung: one case per process
+        rows = []
+        for name in chunk:
+            single = _child([name], target, timeout=60)
+            rows.extend(single if single is not None else [asdict(CaseResult(
+                name, "?", "", None, None, "crash", "crash", "?", "the backend process died or hung"))])
+    return [CaseResult(**row) for row in rows]
+
+
+def probe(target_name: str, *, limit: int | None = None, names: list[str] | None = None, jobs: int = 1,
           progress: Callable[[int, int], None] | None = None) -> ProbeReport:
     from deploycc.targets.registry import resolve
 
@@ -209,19 +168,16 @@ def probe(target_name: str, *, limit: int | None = None, names: list[str] | None
         chosen = [n for n in chosen if n in set(names)]
     if limit is not None:
         chosen = chosen[:limit]
-    results: list[CaseResult] = []
-    for start in range(0, len(chosen), CHUNK):
-        chunk = chosen[start:start + CHUNK]
-        rows = _child(chunk, target.name, timeout=60 + 10 * len(chunk))
-        if rows is None:  # something in the chunk crashed or hung: one case per process
-            rows = []
-            for name in chunk:
-                single = _child([name], target.name, timeout=60)
-                rows.extend(single if single is not None else [asdict(CaseResult(
-                    name, "?", "", None, None, "crash", "crash", "?", "the backend process died or hung"))])
-        results.extend(CaseResult(**row) for row in rows)
-        if progress is not None:
-            progress(len(results), len(chosen))
+    chunks = [chosen[start:start + CHUNK] for start in range(0, len(chosen), CHUNK)]
+    done: dict[int, list[CaseResult]] = {}
+    # each chunk is its own process, so threads are enough to keep `jobs` of them busy
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(_run_chunk, chunk, target.name): index for index, chunk in enumerate(chunks)}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if progress is not None:
+                progress(sum(map(len, done.values())), len(chosen))
+    results = [row for index in sorted(done) for row in done[index]]
     disagreements = []
     for r in results:
         if r.declared in ("legal", "conditional") and r.raw in ("refused", "crash"):

@@ -14,11 +14,14 @@ import click
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write the probed capability table here.")
 @click.option("--limit", type=int, help="Run only the first N cases (the full run takes minutes).")
+@click.option("--case", "cases", multiple=True, help="Run only these cases (repeatable), by name.")
+@click.option("-j", "--jobs", type=int, default=1, show_default=True,
+              help="Chunks of cases run in this many processes at once.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write every case's result here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def probe_command(target: str, output: str | None, limit: int | None, report_path: str | None,
-                  as_json: bool) -> None:
+def probe_command(target: str, output: str | None, limit: int | None, cases: tuple[str, ...], jobs: int,
+                  report_path: str | None, as_json: bool) -> None:
     """Run the ONNX conformance cases on a target's backend, as exported and after legalization."""
     from deploycc import api
     from deploycc.audit.probe import capability_table
@@ -31,7 +34,7 @@ def probe_command(target: str, output: str | None, limit: int | None, report_pat
         raise OptionError(f"probe runs the cases on the backend itself; {resolved.name} needs TensorRT on "
                           "the device", hint="run deploycc probe on the device")
     with console.progress_bar(f"probing {resolved.name}", quiet=as_json) as update:
-        report = api.probe(resolved.name, limit=limit,
+        report = api.probe(resolved.name, limit=limit, names=list(cases) or None, jobs=jobs,
                            progress=lambda done, total: update("cases", done, total))
     if output:
         write_text_atomic(Path(output), json.dumps(capability_table(report), indent=1, sort_keys=True) + "\n")

@@ -26,6 +26,9 @@ CATEGORIES = ("unsupported_op", "opset", "dtype", "dynamic_shape", "restriction"
 LEGAL = "legal"
 ILLEGAL = "illegal"
 CONDITIONAL = "conditional"
+# The condition on a function op the target has no kernel for; deploycc expands such bodies
+# itself (rules/functions.py) rather than trust the runtime's copy of onnx to know the op.
+RUNTIME_EXPANDS = "expanded into its ONNX function body by the runtime"
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ class ConversionTarget:
                 and schemas.has_function_body(node.op_type, domain, opset)):
             blocked = self._body_blocker(node.op_type, domain, opset, depth=0)
             if blocked is None:
-                verdict.allow_if("expanded into its ONNX function body by the runtime")
+                verdict.allow_if(RUNTIME_EXPANDS)
             else:
                 verdict.refuse("unsupported_op",
                                f"{label} has no implementation in {self.product} and its function "

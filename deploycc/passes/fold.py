@@ -99,10 +99,20 @@ class FoldPass(Pass):
         from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
         from onnxscript.optimizer import fold_constants
 
+        from deploycc.analysis.graphs import all_graphs
+        from deploycc.io import HOLD_DOMAIN
+
         limit_elements = max(1, state.options.fold_limit_bytes // 4)
         before = len(state.model.graph)
         notes: list[str] = []
         modified = False
+        # onnxscript's folder turns CastLike into Cast and drops `saturate` (found by `deploycc
+        # probe`: float8 casts with saturate=0 came out saturating); hide those from it.
+        held = [node for graph in all_graphs(state.model.graph) for node in graph
+                if node.op_type == "CastLike" and node.domain in ("", "ai.onnx")
+                and "saturate" in node.attributes]
+        for node in held:
+            node.domain = HOLD_DOMAIN
         try:
             modified = bool(fold_constants(state.model, input_size_limit=limit_elements,
                                            output_size_limit=limit_elements,
@@ -114,6 +124,9 @@ class FoldPass(Pass):
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             notes.append(f"constant folding stopped early: {first[:160]}")
             modified = True
+        finally:
+            for node in held:
+                node.domain = ""
         RemoveUnusedNodesPass()(state.model)
         LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
         after = len(state.model.graph)

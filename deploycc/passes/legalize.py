@@ -3,7 +3,9 @@ illegal, to a fixed point (a rule's replacement may itself need a rule), then st
 
 Whole-graph type rules run first (float64 for targets without it, int64 Slice bounds for
 targets that carry int64 as int32), because they change what the node verdicts see. Only
-illegal nodes are touched: a legal or conditionally legal node is never rewritten.
+illegal nodes are touched, and function ops the target would leave to the runtime to expand
+(deploycc expands those bodies itself, so their ops are checked too); any other legal or
+conditionally legal node is never rewritten.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class LegalizePass(Pass):
     def _round(self, state: PipelineState) -> bool:
         """One sweep over the illegal nodes; True when something was rewritten."""
         from deploycc.analysis.graphs import all_graphs, graph_label
-        from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+        from deploycc.legality.conversion_target import ILLEGAL, RUNTIME_EXPANDS, ConversionTarget
         from deploycc.rules.engine import decide
 
         judge = ConversionTarget(state.target)
@@ -59,13 +61,14 @@ class LegalizePass(Pass):
         for graph in list(all_graphs(state.model.graph)):
             label = graph_label(state.model, graph)
             for node in list(graph):
-                if judge.judge(node, opsets, label).status != ILLEGAL:
+                verdict = judge.judge(node, opsets, label)
+                if verdict.status != ILLEGAL and RUNTIME_EXPANDS not in verdict.conditions:
                     continue
                 decision = decide(node, graph, opsets, prove=state.options.prove, graph_label=label)
                 if decision.rewrite is not None:
                     state.rewrites.append(decision.rewrite)
                     changed = True
-                else:
+                elif verdict.status == ILLEGAL:
                     unresolved.append(decision)
         state.unresolved = unresolved
         return changed

@@ -1,7 +1,11 @@
 """Opset: bring the default-domain opset into the target's range.
 
-A model already inside the range is left alone (unless `--opset N` asks for another); one
-outside is converted to the target's preferred opset. Converting up within 18..25 uses
+A model already inside the range is left alone (unless `--opset N` asks for another), except
+where a node's op version at the model's opset has no kernel on the target while an older
+version does (ORT 1.32 implements QuantizeLinear up to an older version than onnx 1.23's): then
+the model goes down to the highest opset at which that node runs and no other node stops
+running, if the converter can take it there. One outside the range is converted to the
+target's preferred opset. Converting up within 18..25 uses
 onnxscript's converter on the IR; everything else uses onnx's converter on the graph without
 its large initializers. Converting down, ops born after the destination opset have no adapter:
 the rule catalog rewrites them first, and an op no rule can rewrite is named with its versions.
@@ -37,26 +41,65 @@ def destination(state: PipelineState) -> tuple[int | None, int]:
 
 
 def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list[str]]:
-    """Rewrite, with the catalog, every node whose op does not exist at `version`."""
+    """Rewrite, with the catalog, every node whose op does not exist at `version`, to a fixed
+    point: a replacement may hold ops born after `version` too (Gelu's ONNX body has CastLike)."""
     from deploycc.analysis.graphs import all_graphs
+    from deploycc.analysis.shapes import infer_shapes
     from deploycc.legality import schemas
     from deploycc.rules.engine import decide
 
-    fired, blocked = [], []
-    for graph in list(all_graphs(state.model.graph)):
-        for node in list(graph):
-            if node.domain not in ("", "ai.onnx"):
-                continue
-            born = schemas.first_version(node.op_type, "")
-            if born is None or born <= version:
-                continue
-            decision = decide(node, graph, state.opsets, prove=state.options.prove)
-            if decision.rewrite is not None:
-                state.rewrites.append(decision.rewrite)
-                fired.append(f"{decision.node}: {decision.rewrite.rule}")
-            else:
-                blocked.append(f"{node.op_type} (first at opset {born}; {decision.explain()})")
+    fired: list[str] = []
+    for _ in range(4):
+        blocked = []
+        progressed = False
+        for graph in list(all_graphs(state.model.graph)):
+            for node in list(graph):
+                if node.domain not in ("", "ai.onnx"):
+                    continue
+                born = schemas.first_version(node.op_type, "")
+                if born is None or born <= version:
+                    continue
+                decision = decide(node, graph, state.opsets, prove=state.options.prove)
+                if decision.rewrite is not None:
+                    state.rewrites.append(decision.rewrite)
+                    fired.append(f"{decision.node}: {decision.rewrite.rule}")
+                    progressed = True
+                else:
+                    blocked.append(f"{node.op_type} (first at opset {born}; {decision.explain()})")
+        if not progressed:
+            break
+        infer_shapes(state.model)  # the next sweep reads the replacements' types
     return fired, blocked
+
+
+def kernel_opset(state: PipelineState, current: int) -> int | None:
+    """The highest opset below `current` that gives a kernel to nodes the target refuses only for
+    their op version, without making any other node illegal; None when there is none."""
+    from deploycc.analysis.graphs import all_graphs
+    from deploycc.legality import schemas
+    from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+
+    judge = ConversionTarget(state.target)
+    nodes = [node for graph in all_graphs(state.model.graph) for node in graph
+             if node.domain in ("", "ai.onnx")]
+
+    def illegal_at(opset: int) -> set[int]:
+        opsets = dict(state.opsets, **{"": opset})
+        return {index for index, node in enumerate(nodes) if judge.judge(node, opsets).status == ILLEGAL}
+
+    def version_only(index: int) -> bool:
+        verdict = judge.judge(nodes[index], state.opsets)
+        return bool(verdict.reasons) and all(r.category == "opset" for r in verdict.reasons)
+
+    now = illegal_at(current)
+    if not any(version_only(index) for index in now):
+        return None
+    born = max((schemas.first_version(node.op_type, "") or 1 for node in nodes), default=1)
+    for candidate in range(current - 1, max(born, state.target.opset.min) - 1, -1):
+        then = illegal_at(candidate)
+        if then < now:
+            return candidate
+    return None
 
 
 class OpsetPass(Pass):
@@ -65,6 +108,8 @@ class OpsetPass(Pass):
 
     def run(self, state: PipelineState) -> PassOutcome:
         current, wanted = destination(state)
+        if current is not None and current == wanted and state.options.opset is None:
+            return self._toward_kernels(state, current)
         if current is None or current == wanted:
             return PassOutcome(False, details={"opset": current})
         target = state.target
@@ -82,6 +127,17 @@ class OpsetPass(Pass):
         state.model = self._convert(state.model, current, wanted)
         notes.append(f"converted opset {current} -> {wanted}")
         return PassOutcome(True, notes, {"from": current, "to": wanted})
+
+    def _toward_kernels(self, state: PipelineState, current: int) -> PassOutcome:
+        lower = kernel_opset(state, current)
+        if lower is None:
+            return PassOutcome(False, details={"opset": current})
+        try:
+            state.model = self._convert(state.model, current, lower)
+        except OpsetConversionError as error:  # stay: the legalizer and the report name the node
+            return PassOutcome(False, [f"kept opset {current}: {error}"], {"opset": current})
+        return PassOutcome(True, [f"converted opset {current} -> {lower}: the target implements an older "
+                                  "version of an op the model uses"], {"from": current, "to": lower})
 
     @staticmethod
     def _convert(model: ir.Model, current: int, wanted: int) -> ir.Model:

@@ -163,6 +163,10 @@ class Builder:
         return self.op("Div", exp, self.reduce("ReduceSum", exp, [axis]))
 
 
+# A rule whose op_type is ANY_OP is tried, after the op's own rules, for every op of its domain.
+ANY_OP = "*"
+
+
 class Decline(Exception):
     """Raised from inside `expand` when a rule finds, late, that it cannot rewrite this node."""
 

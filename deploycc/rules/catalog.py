@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from deploycc.rules.base import Rule
+from deploycc.rules.base import ANY_OP, Rule
 
 FAMILIES = (
     "arithmetic",
@@ -20,6 +20,7 @@ FAMILIES = (
     "contrib",
     "resize_pad",
     "types",
+    "functions",
 )
 
 RULES: dict[str, Rule] = {}
@@ -51,8 +52,8 @@ def _load() -> None:
 
 def rules_for(domain: str, op_type: str) -> list[Rule]:
     _load()
-    key = ("" if domain == "ai.onnx" else domain, op_type)
-    return list(_BY_OP.get(key, []))
+    domain = "" if domain == "ai.onnx" else domain
+    return list(_BY_OP.get((domain, op_type), [])) + list(_BY_OP.get((domain, ANY_OP), []))
 
 
 def all_rules() -> dict[str, Rule]:
