@@ -39,7 +39,9 @@ def assert_agreement(target_name: str, backend_accepts, min_ratio: float, max_fa
     """Compare verdicts with the backend on every case; print and bound the disagreements."""
     agree, disagreements = 0, []
     for case in cases():
-        ours = judged()[case.name][target_name].legal
+        verdict = judged()[case.name][target_name]
+        # a node that converts but computes a wrong result (probed) is a conversion the backend accepts
+        ours = verdict.legal or all(group.category == "wrong_result" for group in verdict.illegal)
         theirs, message = backend_accepts(case.model)
         if ours == theirs:
             agree += 1

@@ -19,7 +19,8 @@ CATEGORIES = ("unsupported-op", "opset", "dtype", "dynamic-shape", "numeric-mism
               "backend-crash", "timeout", "out-of-memory", "invalid-model", "unschedulable")
 # The ConversionTarget's reason categories, as audit failure categories.
 FROM_LEGALITY = {"unsupported_op": "unsupported-op", "opset": "opset", "dtype": "dtype",
-                 "dynamic_shape": "dynamic-shape", "restriction": "unsupported-op"}
+                 "dynamic_shape": "dynamic-shape", "restriction": "unsupported-op",
+                 "wrong_result": "numeric-mismatch"}
 
 
 @dataclass

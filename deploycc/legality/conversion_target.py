@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from deploycc.targets.schema import OpSupport, Target
 
 # The fixed taxonomy of reasons a node is refused (audits reuse it).
-CATEGORIES = ("unsupported_op", "opset", "dtype", "dynamic_shape", "restriction")
+CATEGORIES = ("unsupported_op", "opset", "dtype", "dynamic_shape", "restriction", "wrong_result")
 
 LEGAL = "legal"
 ILLEGAL = "illegal"
@@ -243,7 +243,8 @@ class ConversionTarget:
         for ref in entry.predicates:
             problem = predicates.REGISTRY[ref.name].check(node, ref, schema)
             if problem:
-                verdict.refuse("restriction", f"{node.op_type}: {problem}", ref.describe())
+                verdict.refuse("wrong_result" if ref.wrong_result else "restriction",
+                               f"{node.op_type}: {problem}", ref.describe())
             else:
                 verdict.allow_if(ref.describe())
 

@@ -196,3 +196,54 @@ def _attribute_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     if value is None or value in allowed:
         return None
     return f"{name}={value!r} is not supported (supported: {', '.join(map(str, allowed))})"
+
+
+@predicate("input_dtype_in", "the given input has one of these element types", ("input", "dtypes"),
+           ("dtypes",))
+def _input_dtype_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    from deploycc.dtypes import type_name
+
+    index, value = _input(node, ref, schema)
+    found = type_name(value) if value is not None else None
+    allowed = list(ref.arg("dtypes"))
+    if found is None or found in allowed:
+        return None
+    return f"{_label(node, index, ref)} is {found} (supported: {', '.join(allowed)})"
+
+
+def cast_destination(node: ir.Node) -> str | None:
+    """The element type a Cast or CastLike node produces, by name."""
+    from deploycc.dtypes import dtype_name
+
+    if node.op_type == "CastLike":
+        like = node.inputs[1] if len(node.inputs) > 1 else None
+        return dtype_name(like.dtype) if like is not None and like.dtype is not None else None
+    attr = node.attributes.get("to")
+    if attr is None:
+        return None
+    import onnx_ir as ir
+
+    return dtype_name(ir.DataType(int(attr.value)))
+
+
+@predicate("saturating_cast_not_to", "a saturating Cast/CastLike does not produce these types", ("dtypes",),
+           ("dtypes",))
+def _saturating_cast_not_to(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    attr = node.attributes.get("saturate")
+    if attr is not None and int(attr.value) == 0:
+        return None
+    destination = cast_destination(node)
+    if destination is None or destination not in list(ref.arg("dtypes")):
+        return None
+    return f"a saturating cast to {destination} does not saturate out-of-range values on this target"
+
+
+@predicate("float_mod_is_fmod", "Mod on floating-point inputs sets fmod=1")
+def _float_mod_is_fmod(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    value = node.inputs[0] if node.inputs else None
+    attr = node.attributes.get("fmod")
+    if value is None or value.dtype is None or not value.dtype.is_floating_point():
+        return None
+    if attr is not None and int(attr.value) == 1:
+        return None
+    return "Mod with fmod=0 (Python's sign rule) on floating-point inputs is not supported"

@@ -2,6 +2,9 @@
 
 - Reciprocal(x) = 1 / x (TensorRT 8.2's parser has Div but not Reciprocal)
 - Sum(a, b, ...) = a + b + ... ; Mean(a, b, ...) = (a + b + ...) / n (broadcasting Adds)
+- Mod(x, y) with Python's sign rule on floats, from the C fmod and one correction
+- CumProd along a static axis, unrolled as the running product numpy computes
+- Det of 2x2 and 3x3 matrices by cofactor expansion
 """
 
 from __future__ import annotations
@@ -59,3 +62,136 @@ class MeanRule(Rule):
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         total = _chain(b, site.inputs)
         return [b.op("Div", total, b.scalar_like(float(len(site.inputs)), site.dtype(0)))]
+
+
+@register
+class PythonModRule(Rule):
+    """Mod(x, y, fmod=0) on floats: r = fmod(x, y); r + y where r != 0 and sign(r) != sign(y), else r.
+
+    fmod(x, +-inf) = x for finite x is spelled out: OpenVINO's fmod gives NaN there.
+    """
+
+    name = "python-mod"
+    family = "arithmetic"
+    op_type = "Mod"
+    since = 10
+
+    def check(self, site: Site) -> str | None:
+        dtype = site.dtype(0)
+        if dtype is None or not dtype.is_floating_point():
+            return "integer Mod needs no rewrite"
+        if int(site.attr("fmod", 0)) == 1:
+            return "fmod=1 is already the C remainder"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        x, y = site.input(0), site.input(1)
+        by_infinity = b.op("And", b.op("IsInf", y), b.op("Not", b.op("IsInf", x)))
+        remainder = b.op("Where", by_infinity, x, b.op("Mod", x, y, fmod=1))
+        zero = b.scalar_like(0.0, site.dtype(0))
+        signs_differ = b.op("Xor", b.op("Less", remainder, zero), b.op("Less", y, zero))
+        fix = b.op("And", b.op("Not", b.op("Equal", remainder, zero)), signs_differ)
+        return [b.op("Where", fix, b.op("Add", remainder, y), remainder)]
+
+
+MAX_UNROLLED = 64
+
+
+@register
+class CumProdRule(Rule):
+    """CumProd(x, axis) = Concat(p_0, p_1, ...), p_i = p_(i-1) * x_i: the running product, unrolled.
+
+    exclusive shifts in a 1, reverse runs from the end. A non-constant axis is fine on a rank-1
+    input (it can only be 0) and otherwise picks among every axis's product at run time (Where).
+    """
+
+    name = "cumprod"
+    family = "arithmetic"
+    op_type = "CumProd"
+    since = 26
+
+    def check(self, site: Site) -> str | None:
+        shape = site.shape(0)
+        if shape is None or any(d is None for d in shape):
+            return "the input shape is not static"
+        if not shape:
+            return "the input is a scalar"
+        axis = site.constant(1)
+        axes = [int(axis.reshape(-1)[0]) % len(shape)] if axis is not None else list(range(len(shape)))
+        if any(shape[a] > MAX_UNROLLED for a in axes):  # type: ignore[operator]
+            return f"the axis is longer than {MAX_UNROLLED}, too many nodes to unroll"
+        return None
+
+    def _along(self, site: Site, b: Builder, axis: int) -> ir.Value:
+        shape = site.shape(0)
+        assert shape is not None
+        length = int(shape[axis])  # type: ignore[arg-type]
+        x = site.input(0)
+        pieces = [b.op("Slice", x, b.ints([i]), b.ints([i + 1]), b.ints([axis])) for i in range(length)]
+        order = list(range(length))[::-1] if int(site.attr("reverse", 0)) else list(range(length))
+        running: dict[int, ir.Value] = {}
+        previous = None
+        for i in order:
+            previous = pieces[i] if previous is None else b.op("Mul", previous, pieces[i])
+            running[i] = previous
+        if int(site.attr("exclusive", 0)):
+            one = b.op("Expand", b.scalar_like(1, site.dtype(0)), b.op("Shape", pieces[0]))
+            shifted = {order[0]: one}
+            shifted.update({order[k]: running[order[k - 1]] for k in range(1, length)})
+            running = shifted
+        return b.op("Concat", *[running[i] for i in range(length)], axis=axis)
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        shape = site.shape(0)
+        assert shape is not None
+        rank = len(shape)
+        axis = site.constant(1)
+        if axis is not None or rank == 1:
+            return [self._along(site, b, int(axis.reshape(-1)[0]) % rank if axis is not None else 0)]
+        # the axis arrives at run time: compute along each, keep the one asked for
+        asked = b.op("Mod", b.op("Add", b.op("Cast", b.op("Reshape", site.input(1), b.ints([])), to=7),
+                                 b.ints([rank])), b.ints([rank]))
+        result = self._along(site, b, rank - 1)
+        for candidate in range(rank - 2, -1, -1):
+            chosen = b.op("Equal", asked, b.ints([candidate]))
+            result = b.op("Where", chosen, self._along(site, b, candidate), result)
+        return [result]
+
+
+@register
+class DeterminantRule(Rule):
+    """Det of 2x2: ad - bc; of 3x3: a(ei - fh) - b(di - fg) + c(dh - eg), over any leading batch dims."""
+
+    name = "determinant"
+    family = "arithmetic"
+    op_type = "Det"
+    since = 11
+
+    def check(self, site: Site) -> str | None:
+        shape = site.shape(0)
+        if shape is None or len(shape) < 2 or shape[-1] != shape[-2] or shape[-1] not in (2, 3):
+            return "only static 2x2 and 3x3 matrices are expanded"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        shape = site.shape(0)
+        assert shape is not None
+        n = int(shape[-1])  # type: ignore[arg-type]
+        x = site.input(0)
+        rank = len(shape)
+
+        def entry(row: int, column: int) -> ir.Value:
+            matrix_axes = [rank - 2, rank - 1]
+            starts, ends = b.ints([row, column]), b.ints([row + 1, column + 1])
+            picked = b.op("Slice", x, starts, ends, b.ints(matrix_axes))
+            return b.squeeze(picked, matrix_axes)
+
+        def minor(r0: int, r1: int, c0: int, c1: int) -> ir.Value:
+            return b.op("Sub", b.op("Mul", entry(r0, c0), entry(r1, c1)),
+                        b.op("Mul", entry(r0, c1), entry(r1, c0)))
+
+        if n == 2:
+            return [minor(0, 1, 0, 1)]
+        terms = [b.op("Mul", entry(0, 0), minor(1, 2, 1, 2)), b.op("Mul", entry(0, 1), minor(1, 2, 0, 2)),
+                 b.op("Mul", entry(0, 2), minor(1, 2, 0, 1))]
+        return [b.op("Add", b.op("Sub", terms[0], terms[1]), terms[2])]

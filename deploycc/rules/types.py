@@ -119,3 +119,90 @@ def narrow_float64(model: ir.Model) -> int:
                 if value.dtype is not None and value.dtype.name == "DOUBLE" and not value.is_graph_output():
                     value.dtype = ir.DataType.FLOAT
     return changed
+
+
+SMALL_FLOATS = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT4E2M1")
+
+
+class _SaturatingCast(Rule):
+    """Shared by Cast and CastLike: clip to the destination's finite range (NaN kept), then cast
+    without saturating. Values in range round as before, so the result is the spec's saturation."""
+
+    family = "types"
+    since = 19
+
+    def destination(self, site: Site) -> ir.DataType | None:
+        raise NotImplementedError
+
+    def check(self, site: Site) -> str | None:
+        if int(site.attr("saturate", 1)) == 0:
+            return "the cast does not saturate"
+        destination = self.destination(site)
+        if destination is None or destination.name not in SMALL_FLOATS:
+            return "the destination is not a float8/float4 type"
+        source = site.dtype(0)
+        if source is None or not source.is_floating_point():
+            return "the input is not floating point"
+        return None
+
+    def clipped(self, site: Site, b: Builder) -> ir.Value:
+        import ml_dtypes
+
+        destination = self.destination(site)
+        assert destination is not None
+        largest = float(ml_dtypes.finfo(destination.numpy()).max)
+        x = site.input(0)
+        assert x is not None
+        low, high = b.scalar_like(-largest, site.dtype(0)), b.scalar_like(largest, site.dtype(0))
+        clipped = b.op("Clip", x, low, high)
+        return b.op("Where", b.op("IsNaN", x), x, clipped)  # NaN stays NaN (OpenVINO's Clip gives -max)
+
+
+@register
+class SaturatingCastRule(_SaturatingCast):
+    """Cast(x, to=T) with saturate=1 = Cast(Clip(x, -max(T), max(T)), to=T, saturate=0), T float8/float4."""
+
+    name = "saturating-cast"
+    op_type = "Cast"
+
+    def destination(self, site: Site) -> ir.DataType | None:
+        import onnx_ir as ir
+
+        to = site.attr("to")
+        return None if to is None else ir.DataType(int(to))
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        return [b.op("Cast", self.clipped(site, b), to=int(site.attr("to")), saturate=0)]
+
+
+@register
+class SaturatingCastLikeRule(_SaturatingCast):
+    """CastLike(x, like), saturate=1 = CastLike(Clip(x, -max, max), like, saturate=0), like float8/float4."""
+
+    name = "saturating-castlike"
+    op_type = "CastLike"
+
+    def destination(self, site: Site) -> ir.DataType | None:
+        return site.dtype(1)
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        return [b.op("CastLike", self.clipped(site, b), site.input(1), saturate=0)]
+
+
+@register
+class OptionalGetTensorRule(Rule):
+    """OptionalGetElement(x) = x when x is a plain tensor: the spec returns a tensor input as it is."""
+
+    name = "optional-get-tensor"
+    family = "types"
+    op_type = "OptionalGetElement"
+    since = 18
+
+    def check(self, site: Site) -> str | None:
+        value = site.input(0)
+        if value is None or value.type is None or type(value.type).__name__ != "TensorType":
+            return "the input is an optional or a sequence, not a plain tensor"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        return [b.op("Identity", site.input(0))]

@@ -204,11 +204,15 @@ def _op_entry(row: Reader) -> OpSupport:
             item = {"name": item}
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise row.fail(f"predicates[{index}]", "must be a name or a table with 'name'")
-        args = {k: v for k, v in item.items() if k != "name"}
+        args = {k: v for k, v in item.items() if k not in ("name", "wrong_result")}
         problem = predicates.validate(item["name"], args)
         if problem:
             raise row.fail(f"predicates[{index}]", problem)
-        refs.append(PredicateRef(item["name"], tuple(sorted((k, _freeze(v)) for k, v in args.items()))))
+        wrong_result = item.get("wrong_result", False)
+        if not isinstance(wrong_result, bool):
+            raise row.fail(f"predicates[{index}].wrong_result", "must be true or false")
+        refs.append(PredicateRef(item["name"], tuple(sorted((k, _freeze(v)) for k, v in args.items())),
+                                 wrong_result))
     return OpSupport(
         op=row.text("op", required=True),
         domain="" if domain == "ai.onnx" else domain,

@@ -36,6 +36,9 @@ class PredicateRef:
 
     name: str
     args: tuple[tuple[str, Any], ...] = ()
+    # The backend converts and runs such a node but computes something else (found by probe),
+    # as opposed to refusing it: reported with category "wrong_result".
+    wrong_result: bool = False
 
     def arg(self, key: str, default: Any = None) -> Any:
         return dict(self.args).get(key, default)

@@ -209,3 +209,23 @@ def test_json_of_the_api_result_round_trips(write_model):
     assert data == json.loads(json.dumps(report.to_dict()))
     assert data["legal"] is False
     assert {t["target"] for t in data["targets"]} == {"jetson-xavier", "ort-cpu"}
+
+
+@pytest.mark.parametrize(
+    ("signature", "body", "op", "needle"),
+    [
+        ("(float[4] x) => (float8e4m3fn[4] y)", "y = Cast <to = 17> (x)", "Cast",
+         "does not saturate out-of-range values"),
+        ("(float[4] x, float[4] d) => (float[4] y)", "y = Mod <fmod = 0> (x, d)", "Mod", "fmod=0"),
+        ("(float16[4] x) => (float16[4] y)", "y = Celu (x)", "Celu", "is float16 (supported: float32)"),
+    ],
+)
+def test_probed_openvino_restrictions(write_model, signature, body, op, needle):
+    """Restrictions found by `deploycc probe`: OpenVINO converts these, then computes otherwise."""
+    model = write_model(f"""
+    <ir_version: 10, opset_import: ["" : 21]>
+    g {signature} {{ {body} }}
+    """)
+    v = verdict(deploycc.check(model, ["openvino-cpu"]), "openvino-cpu")
+    assert any(needle in r for r in reasons(v)[op]), reasons(v)
+    assert verdict(deploycc.check(model, ["ort-cpu"]), "ort-cpu").legal

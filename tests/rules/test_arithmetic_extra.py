@@ -1,0 +1,74 @@
+"""Mod with Python's sign rule, CumProd unrolled, Det by cofactors: each against ORT's own kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.rules.helpers import declines, rewrite_and_compare
+
+INF = np.inf
+
+
+@pytest.mark.parametrize("dtype", ["float", "double", "float16"])
+def test_python_mod_on_floats(dtype: str) -> None:
+    np_dtype = {"float": np.float32, "double": np.float64, "float16": np.float16}[dtype]
+    x = np.array([-4.3, 7.2, 5.0, 4.3, -7.2, 8.0, -3.0, 3.0, -1.0, 1.0, 0.0, -0.0, 2.5, -2.5], dtype=np_dtype)
+    y = np.array([2.1, -3.4, 8.0, -2.1, 3.4, 5.0, INF, INF, -INF, -INF, 3.0, -3.0, 0.5, 0.5], dtype=np_dtype)
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g ({dtype}[14] x, {dtype}[14] y) => ({dtype}[14] z) {{ z = Mod <fmod=0> (x, y) }}
+    """, "Mod", "python-mod", feeds={"x": x, "y": y}, seeds=(1,), atol=1e-3 if dtype == "float16" else 1e-5)
+
+
+def test_integer_mod_is_left_alone() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (int32[4] x, int32[4] y) => (int32[4] z) { z = Mod (x, y) }
+    """, "Mod", "integer Mod needs no rewrite")
+
+
+@pytest.mark.parametrize("attributes", ["", "<exclusive=1>", "<reverse=1>", "<exclusive=1, reverse=1>"])
+def test_cumprod_constant_axis(attributes: str) -> None:
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 26]>
+        g (double[3,5] x) => (double[3,5] y) {{
+            axis = Constant <value = int64 {{-1}}> ()
+            y = CumProd {attributes} (x, axis)
+        }}
+    """, "CumProd", "cumprod", atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, -2])
+def test_cumprod_axis_given_at_run_time(axis: int) -> None:
+    x = np.arange(1, 7, dtype=np.int32).reshape(2, 3)
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 26]>
+        g (int32[2,3] x, int32 axis) => (int32[2,3] y) { y = CumProd <exclusive=1> (x, axis) }
+    """, "CumProd", "cumprod", feeds={"x": x, "axis": np.array(axis, dtype=np.int32)}, seeds=(1,))
+
+
+def test_cumprod_declines_a_long_axis() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 26]>
+        g (float[2,500] x) => (float[2,500] y) {
+            axis = Constant <value = int64 {1}> ()
+            y = CumProd (x, axis)
+        }
+    """, "CumProd", "too many nodes to unroll")
+
+
+@pytest.mark.parametrize("shape", ["[2,2]", "[4,2,2]", "[3,3]", "[2,5,3,3]"])
+def test_determinant(shape: str) -> None:
+    out = "[]" if shape in ("[2,2]", "[3,3]") else shape.rsplit(",", 2)[0] + "]"
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (float{shape} x) => (float{out if out != "[]" else ""} y) {{ y = Det (x) }}
+    """, "Det", "determinant", atol=1e-4, rtol=1e-4)
+
+
+def test_determinant_declines_larger_matrices() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (float[4,4] x) => (float y) { y = Det (x) }
+    """, "Det", "only static 2x2 and 3x3")
