@@ -247,3 +247,4 @@ def _float_mod_is_fmod(node: ir.Node, ref: PredicateRef, schema: Any) -> str | N
     if attr is not None and int(attr.value) == 1:
         return None
     return "Mod with fmod=0 (Python's sign rule) on floating-point inputs is not supported"
+

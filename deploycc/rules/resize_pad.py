@@ -6,8 +6,9 @@
 - Resize 'nearest' with integer scale factors >= 1 and asymmetric/floor rounding: each output
   pixel copies input pixel floor(i / s), which is Expand-based tiling (Unsqueeze, Expand,
   Reshape) per spatial axis.
-Other modes (cubic, linear with other coordinate modes, fractional nearest) have no exact
-rewrite into simpler ops and are declined with the mode named.
+- Resize with a static shape and constant scales/sizes, any mode: separable per axis, so it is
+  one MatMul (linear, cubic, antialias) or Gather (nearest) per resized axis, with the spec's
+  1-D weights computed by onnx's reference implementation.
 """
 
 from __future__ import annotations
@@ -134,3 +135,125 @@ class ResizeNearestIntegerRule(Rule):
             current[axis] *= scale
             y = b.op("Reshape", y, b.ints(current))
         return [y]
+
+
+def _resize_inputs(site: Site) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """(roi, scales, sizes) as constants over every axis (None where absent or not constant)."""
+    def constant(index: int) -> np.ndarray | None:
+        value = site.constant(index) if site.has_input(index) else None
+        return None if value is None or value.size == 0 else np.asarray(value)
+
+    return constant(1), constant(2), constant(3)
+
+
+@register
+class ResizeSeparableRule(Rule):
+    """Resize with a static shape = per resized axis a, y = W_a x along a: W_a is the spec's 1-D
+    interpolation matrix (out x in), built by running onnx's reference Resize on the identity.
+
+    Linear and cubic interpolation, antialias, exclude_outside and every coordinate transform are
+    separable per axis, so the N-D Resize is a MatMul per axis; nearest picks one input per output,
+    a Gather. Declined: keep_aspect_ratio_policy (its scale couples the axes) and a non-zero
+    extrapolation value.
+    """
+
+    name = "resize-separable"
+    family = "resize_pad"
+    op_type = "Resize"
+    since = 11
+    MAX_AXIS = 4096
+
+    def check(self, site: Site) -> str | None:
+        shape, out = site.shape(0), site.node.outputs[0].shape
+        if shape is None or any(d is None for d in shape) or out is None or \
+                not all(isinstance(d, int) for d in out):
+            return "the input or output shape is not static"
+        dtype = site.dtype(0)
+        mode = site.attr("mode", "nearest")
+        if mode != "nearest" and (dtype is None or not dtype.is_floating_point()):
+            return "linear/cubic interpolation of a non-float input rounds; not rewritten"
+        if site.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+            return "keep_aspect_ratio_policy couples the axes' scales"
+        if float(site.attr("extrapolation_value", 0.0)) != 0.0 and \
+                site.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+            return "a non-zero extrapolation value is not a linear map"
+        roi, scales, sizes = _resize_inputs(site)
+        if scales is None and sizes is None:
+            return "scales and sizes are not constant"
+        if site.has_input(1) and site.input(1) is not None and roi is None and \
+                site.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+            return "roi is not constant"
+        if max(int(d) for d in [*shape, *out]) > self.MAX_AXIS:  # type: ignore[arg-type]
+            return f"an axis is longer than {self.MAX_AXIS}"
+        return None
+
+    def _matrix(self, site: Site, axis: int, in_len: int, out_len: int) -> np.ndarray:
+        """W (out_len x in_len): column j is the 1-D Resize of the j-th unit vector."""
+        import onnx_ir as ir
+        from onnx.reference import ReferenceEvaluator
+
+        attributes = [ir.Attr(a.name, a.type, a.value) for a in site.node.attributes.values()
+                      if a.name not in ("axes", "keep_aspect_ratio_policy")]
+        roi, scales, sizes = _resize_inputs(site)
+        axes = site.attr("axes")
+        rank = len(site.shape(0) or [])
+        position = list(np.asarray(axes) % rank).index(axis) if axes is not None else axis
+        count = len(axes) if axes is not None else rank
+        # a 2-D problem [in_len, in_len] resized along its last axis only: row j is Resize(e_j)
+        inputs = ["x", "roi", "scales", "sizes"]
+        feeds: dict[str, np.ndarray] = {"x": np.eye(in_len, dtype=np.float64)}
+        feeds["roi"] = np.array([0.0, float(roi[position]), 1.0, float(roi[position + count])]) \
+            if roi is not None else np.zeros(0)
+        if sizes is not None:
+            feeds["scales"] = np.zeros(0, np.float32)
+            feeds["sizes"] = np.array([in_len, out_len], np.int64)
+        else:
+            assert scales is not None
+            feeds["scales"] = np.array([1.0, float(scales[position])], np.float32)
+            feeds["sizes"] = np.zeros(0, np.int64)
+        used = {n: feeds[n] for n in inputs if n == "x" or feeds[n].size}
+        values = {n: ir.Value(name=n, type=ir.TensorType(ir.DataType.from_numpy(a.dtype)),
+                              shape=ir.Shape(a.shape)) for n, a in used.items()}
+        node = ir.Node("", "Resize", [values.get(n) for n in inputs], attributes=attributes, num_outputs=1)
+        node.outputs[0].name = "y"
+        graph = ir.Graph(list(values.values()), node.outputs, nodes=[node],
+                         opset_imports={"": max(site.opset, 18)})
+        model = ir.serde.serialize_model(ir.Model(graph, ir_version=10))
+        rows = np.asarray(list(ReferenceEvaluator(model).run(None, used))[0])
+        if rows.shape != (in_len, out_len):
+            raise ValueError(f"the 1-D resize of axis {axis} gives {rows.shape}, not {(in_len, out_len)}")
+        return np.asarray(rows, dtype=np.float64).T
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        shape = [int(d) for d in site.shape(0) or []]  # type: ignore[arg-type]
+        out = [int(d) for d in site.node.outputs[0].shape or []]  # type: ignore[arg-type]
+        rank = len(shape)
+        nearest = site.attr("mode", "nearest") == "nearest"
+        dtype = site.dtype(0)
+        y = site.input(0)
+        assert y is not None
+        for axis in range(rank):
+            if shape[axis] == out[axis] and self._is_identity(site, axis, shape[axis]):
+                continue
+            weights = self._matrix(site, axis, shape[axis], out[axis])
+            if nearest:
+                picks = weights.argmax(axis=1)
+                if not np.array_equal(weights, np.eye(shape[axis])[picks]):
+                    raise ValueError("nearest weights are not a selection")
+                y = b.op("Gather", y, b.ints(picks.tolist()), axis=axis)
+                continue
+            matrix = b.const(weights.astype(dtype.numpy() if dtype is not None else np.float32))
+            if axis == rank - 1:
+                y = b.op("MatMul", y, b.op("Transpose", matrix, perm=[1, 0]))
+            elif axis == rank - 2:
+                y = b.op("MatMul", matrix, y)
+            else:
+                perm = [a for a in range(rank) if a != axis] + [axis]
+                back = [perm.index(a) for a in range(rank)]
+                moved = b.op("MatMul", b.op("Transpose", y, perm=perm),
+                             b.op("Transpose", matrix, perm=[1, 0]))
+                y = b.op("Transpose", moved, perm=back)
+        return [y]
+
+    def _is_identity(self, site: Site, axis: int, length: int) -> bool:
+        return bool(np.array_equal(self._matrix(site, axis, length, length), np.eye(length)))

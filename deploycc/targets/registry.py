@@ -234,6 +234,10 @@ def _add_restrictions(entries: tuple[OpSupport, ...], overlays: list[Reader]) ->
         parsed = _op_entry(overlay)
         if not parsed.predicates and not parsed.restrictions:
             raise overlay.fail("predicates", "a [[restrict]] entry needs predicates or restrictions")
+        earlier = extra.get((parsed.domain, parsed.op))
+        if earlier is not None:  # several entries for one op add up
+            parsed = replace(parsed, predicates=earlier.predicates + parsed.predicates,
+                             restrictions=earlier.restrictions + parsed.restrictions)
         extra[(parsed.domain, parsed.op)] = parsed
     updated = []
     for entry in entries:

@@ -218,6 +218,12 @@ def test_json_of_the_api_result_round_trips(write_model):
          "does not saturate out-of-range values"),
         ("(float[4] x, float[4] d) => (float[4] y)", "y = Mod <fmod = 0> (x, d)", "Mod", "fmod=0"),
         ("(float16[4] x) => (float16[4] y)", "y = Celu (x)", "Celu", "is float16 (supported: float32)"),
+        # two [[restrict]] entries for Resize add up: both are still judged
+        ("(float[1,1,4,4] x, float[4] s) => (float[1,1,2,2] y)", "y = Resize <antialias = 1> (x, , s)",
+         "Resize", "antialias=1 is not supported"),
+        ("(float[1,1,4,4] x, float[4] s) => (float[1,1,2,2] y)",
+         "y = Resize <coordinate_transformation_mode = \"half_pixel_symmetric\"> (x, , s)", "Resize",
+         "'half_pixel_symmetric' is not supported"),
     ],
 )
 def test_probed_openvino_restrictions(write_model, signature, body, op, needle):

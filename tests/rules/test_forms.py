@@ -43,13 +43,14 @@ def test_resize_nearest_integer_scales() -> None:
     """, "Resize", "resize-nearest-integer")
 
 
-def test_resize_cubic_is_declined() -> None:
-    declines("""
+def test_resize_cubic_falls_to_the_separable_form() -> None:
+    decision = rewrite_and_compare("""
         <ir_version: 10, opset_import: ["" : 13]>
         g (float[1,2,3,4] x) => (float[1,2,6,8] y) <float[4] scales = {1.0, 1.0, 2.0, 2.0}> {
             y = Resize<mode="cubic">(x, , scales)
         }
-    """, "Resize", "'cubic'")
+    """, "Resize", "resize-separable", atol=1e-4, rtol=1e-4)
+    assert any("'cubic'" in why for rule, why in decision.declined if rule == "resize-nearest-integer")
 
 
 @pytest.mark.parametrize(("call", "rule"), [("Reciprocal(x)", "reciprocal"), ("Sum(x, x, x)", "sum"),
@@ -88,3 +89,27 @@ def test_upsample_becomes_resize() -> None:
             y = Upsample<mode="nearest">(x, scales)
         }
     """, "Upsample", "upsample-to-resize")
+
+
+@pytest.mark.parametrize(("attributes", "scales", "out"), [
+    ('<mode="linear", antialias=1>', "1, 1, 0.6, 0.6", "[1,2,3,3]"),
+    ('<mode="cubic", exclude_outside=1>', "1, 1, 0.8, 2", "[1,2,4,10]"),
+    ('<mode="linear", coordinate_transformation_mode="half_pixel_symmetric">', "1, 1, 0.6, 1.7", "[1,2,3,8]"),
+    ('<mode="nearest", nearest_mode="ceil">', "1, 1, 0.7, 2.5", "[1,2,3,12]"),
+    ('<mode="linear">', "1, 1.5, 1, 1", "[1,3,5,5]"),  # an axis that is not one of the last two
+])
+def test_resize_separable(attributes: str, scales: str, out: str) -> None:
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 19]>
+        g (float[1,2,5,5] x) => (float{out} y) {{
+            s = Constant <value = float[4] {{{scales}}}> ()
+            y = Resize {attributes} (x, , s)
+        }}
+    """, "Resize", "resize-separable", atol=1e-4, rtol=1e-4)
+
+
+def test_resize_separable_declines_runtime_scales() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 19]>
+        g (float[1,1,4,4] x, float[4] s) => (float[1,1,2,2] y) { y = Resize <mode="linear"> (x, , s) }
+    """, "Resize", "scales and sizes are not constant")
