@@ -5,6 +5,7 @@
 - Mod(x, y) with Python's sign rule on floats, from the C fmod and one correction
 - CumProd along a static axis, unrolled as the running product numpy computes
 - Det of 2x2 and 3x3 matrices by cofactor expansion
+- BitShift on signed integers (opset 28) by multiplication and floor division in int64
 """
 
 from __future__ import annotations
@@ -195,3 +196,68 @@ class DeterminantRule(Rule):
         terms = [b.op("Mul", entry(0, 0), minor(1, 2, 1, 2)), b.op("Mul", entry(0, 1), minor(1, 2, 0, 2)),
                  b.op("Mul", entry(0, 2), minor(1, 2, 0, 1))]
         return [b.op("Add", b.op("Sub", terms[0], terms[1]), terms[2])]
+
+
+SIGNED_WIDTHS = {"INT8": 8, "INT16": 16, "INT32": 32}
+
+
+@register
+class SignedBitShiftRule(Rule):
+    """BitShift on signed T (w bits) in int32: RIGHT = floor(x / 2^y), LEFT = x * 2^y wrapped to w bits;
+    y < 0 or y >= w gives the sign fill alone (-1 for RIGHT of a negative x, else 0).
+
+    Every constant stays within int32 (OpenVINO computes int64 as int32): a right shift by w-1 is
+    the sign fill too, and a 32-bit left shift multiplies twice by at most 2^30, wrapping.
+    """
+
+    name = "signed-bitshift"
+    family = "arithmetic"
+    op_type = "BitShift"
+    since = 28
+
+    def check(self, site: Site) -> str | None:
+        dtype = site.dtype(0)
+        if dtype is None or dtype.name not in SIGNED_WIDTHS:
+            return "only int8/int16/int32 shifts are rewritten (unsigned ones are plain shifts)"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        import numpy as np
+
+        dtype = site.dtype(0)
+        assert dtype is not None
+        width = SIGNED_WIDTHS[dtype.name]
+        int32 = 6
+
+        def const(value: int) -> ir.Value:
+            return b.const(np.array([value], np.int32))
+
+        def power_of_two(exponent: ir.Value) -> ir.Value:  # 2^k, exact in float32 for k < 32
+            raised = b.op("Pow", b.const(np.array(2.0, np.float32)), b.op("Cast", exponent, to=1))
+            return b.op("Cast", raised, to=int32)
+
+        x = b.op("Cast", site.input(0), to=int32)
+        shift = b.op("Cast", site.input(1), to=int32)
+        zero = const(0)
+        right = site.attr("direction") == "RIGHT"
+        limit = width - 1 if right else width  # a right shift by w-1 is the sign fill already
+        outside = b.op("Or", b.op("Less", shift, zero), b.op("GreaterOrEqual", shift, const(limit)))
+        exponent = b.op("Where", outside, zero, shift)
+        if right:
+            power = power_of_two(exponent)
+            quotient = b.op("Div", x, power)  # truncated or floored by the backend: corrected below
+            remainder = b.op("Sub", x, b.op("Mul", quotient, power))
+            floored = b.op("Sub", quotient, b.op("Cast", b.op("Less", remainder, zero), to=int32))
+            fill = b.op("Where", b.op("Less", x, zero), const(-1), zero)
+            result = b.op("Where", outside, fill, floored)
+        elif width == 32:
+            first = b.op("Min", exponent, const(30))
+            product = b.op("Mul", b.op("Mul", x, power_of_two(first)),
+                           power_of_two(b.op("Sub", exponent, first)))  # int32 multiplication wraps
+            result = b.op("Where", outside, zero, product)
+        else:
+            half = const(1 << (width - 1))
+            shifted = b.op("Mul", x, power_of_two(exponent))  # < 2^(2w) fits int32 for w <= 16
+            wrapped = b.op("Sub", b.op("Mod", b.op("Add", shifted, half), const(1 << width)), half)
+            result = b.op("Where", outside, zero, wrapped)
+        return [b.op("Cast", result, to=int(dtype))]

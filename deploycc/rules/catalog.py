@@ -20,6 +20,7 @@ FAMILIES = (
     "contrib",
     "resize_pad",
     "types",
+    "shapes",
     "functions",
 )
 

@@ -219,7 +219,7 @@ class ResizeSeparableRule(Rule):
         graph = ir.Graph(list(values.values()), node.outputs, nodes=[node],
                          opset_imports={"": max(site.opset, 18)})
         model = ir.serde.serialize_model(ir.Model(graph, ir_version=10))
-        rows = np.asarray(list(ReferenceEvaluator(model).run(None, used))[0])
+        rows = np.asarray(next(iter(ReferenceEvaluator(model).run(None, used))))
         if rows.shape != (in_len, out_len):
             raise ValueError(f"the 1-D resize of axis {axis} gives {rows.shape}, not {(in_len, out_len)}")
         return np.asarray(rows, dtype=np.float64).T

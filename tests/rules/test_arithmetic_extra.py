@@ -72,3 +72,58 @@ def test_determinant_declines_larger_matrices() -> None:
         <ir_version: 10, opset_import: ["" : 21]>
         g (float[4,4] x) => (float y) { y = Det (x) }
     """, "Det", "only static 2x2 and 3x3")
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32"])
+def test_signed_bitshift(direction: str, dtype: str) -> None:
+    """Arithmetic right shifts, wrapping left shifts, and out-of-range shift amounts (opset 28)."""
+    np_dtype = np.dtype(dtype)
+    width = np_dtype.itemsize * 8
+    low, high = np.iinfo(np_dtype).min, np.iinfo(np_dtype).max
+    x = np.array([-8, -1, low, high, 64, 1, -64, 5, 0, -3, 7, -128 % high], dtype=np_dtype)
+    y = np.array([1, 1, 1, 1, 1, width - 1, 1, width, width + 3, -1, 2, 3], dtype=np_dtype)
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 28]>
+        g ({dtype}[12] x, {dtype}[12] y) => ({dtype}[12] z) {{
+            z = BitShift <direction="{direction}"> (x, y)
+        }}
+    """, "BitShift", "signed-bitshift", feeds={"x": x, "y": y}, seeds=(1,), atol=0, rtol=0)
+
+
+def test_unsigned_bitshift_is_left_alone() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 28]>
+        g (uint8[3] x, uint8[3] y) => (uint8[3] z) { z = BitShift <direction="LEFT"> (x, y) }
+    """, "BitShift", "unsigned ones are plain shifts")
+
+
+@pytest.mark.parametrize(("axes", "out"), [([0], "[1,3,4,5]"), ([-1], "[3,4,5,1]"), ([2], "[3,4,1,5]")])
+def test_unsqueeze_with_axes_at_run_time(axes: list[int], out: str) -> None:
+    x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[3,4,5] x, int64[{len(axes)}] axes) => (float{out} y) {{ y = Unsqueeze (x, axes) }}
+    """, "Unsqueeze", "unsqueeze-runtime-axes", feeds={"x": x, "axes": np.array(axes, np.int64)}, seeds=(1,))
+
+
+@pytest.mark.parametrize(("axes", "out"), [([1, 4], "[3,1,4,5,1]"), ([5, 2, 4], "[3,4,1,5,1,1]"),
+                                           ([-1, 0], "[1,3,4,5,1]")])
+def test_unsqueeze_with_several_axes_at_run_time(axes: list[int], out: str) -> None:
+    """Random axes repeat, so the rule's proof cannot run (reported as such); checked on real axes here."""
+    from deploycc.analysis.graphs import opset_map
+    from deploycc.rules.engine import decide
+    from deploycc.verify.runner import run_ort, serialize
+    from tests.rules.helpers import load
+
+    model = load(f"""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[3,4,5] x, int64[{len(axes)}] axes) => (float{out} y) {{ y = Unsqueeze (x, axes) }}
+    """)
+    feeds = {"x": np.arange(60, dtype=np.float32).reshape(3, 4, 5), "axes": np.array(axes, np.int64)}
+    expected = run_ort(serialize(model), feeds)["y"]
+    decision = decide(next(iter(model.graph)), model.graph, opset_map(model))
+    assert decision.rewrite is not None and decision.rewrite.rule == "unsqueeze-runtime-axes"
+    assert decision.rewrite.certificate is not None and "repeated axis" in decision.rewrite.certificate.detail
+    actual = run_ort(serialize(model), feeds)["y"]
+    assert actual.shape == expected.shape and np.array_equal(actual, expected)
