@@ -11,6 +11,9 @@ sequence lengths.
 RotaryEmbedding: x viewed as (B, S, H, D); the first rotary_embedding_dim features split into
 halves (or even/odd features when interleaved) x1, x2 and rotated by the cached angles
 (cos, sin) at each position: (x1 cos - x2 sin, x1 sin + x2 cos); the rest passes through.
+
+TensorScatter (opset 24, the KV-cache write): ScatterElements along the sequence axis at
+write_indices[b] + s (modulo the cache length when circular).
 """
 
 from __future__ import annotations
@@ -203,3 +206,44 @@ class RotaryEmbeddingRule(Rule):
     def _slice(b: Builder, x: ir.Value, start: int, end: int | None, step: int = 1) -> ir.Value:
         stop = end if end is not None else np.iinfo(np.int64).max
         return b.op("Slice", x, b.ints([start]), b.ints([stop]), b.ints([-1]), b.ints([step]))
+
+
+@register
+class TensorScatterRule(Rule):
+    """TensorScatter(past, update, w) = ScatterElements(past, i, update, axis): i[b, .., s, ..] = w[b] + s
+    (mod the cache length when mode=circular), i broadcast to update's shape."""
+
+    name = "tensor-scatter"
+    family = "attention"
+    op_type = "TensorScatter"
+    since = 24
+
+    def check(self, site: Site) -> str | None:
+        past, update = site.shape(0), site.shape(1)
+        if past is None or update is None or len(past) != len(update):
+            return "the cache and update ranks are unknown"
+        axis = int(site.attr("axis", -2)) % len(past)
+        if update[axis] is None or (site.attr("mode", "linear") == "circular" and past[axis] is None):
+            return "the sequence lengths are not static"
+        if axis == 0:
+            return "the sequence axis is the batch axis"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        past, update = site.shape(0), site.shape(1)
+        assert past is not None and update is not None
+        rank = len(past)
+        axis = int(site.attr("axis", -2)) % rank
+        along = [1] * rank
+        along[axis] = int(update[axis])  # type: ignore[arg-type]
+        steps = b.const(np.arange(along[axis], dtype=np.int64).reshape(along))
+        per_batch = [-1] + [1] * (rank - 1)
+        if site.has_input(2):
+            starts = b.op("Reshape", b.op("Cast", site.input(2), to=7), b.ints(per_batch))
+            index = b.op("Add", starts, steps)
+        else:
+            index = steps
+        if site.attr("mode", "linear") == "circular":
+            index = b.op("Mod", index, b.ints([int(past[axis])]))  # type: ignore[arg-type]
+        index = b.op("Expand", index, b.op("Shape", site.input(1)))
+        return [b.op("ScatterElements", site.input(0), index, site.input(1), axis=axis)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.rules.helpers import rewrite_and_compare
@@ -75,3 +76,18 @@ def test_rotary_embedding_3d_partial_with_position_ids() -> None:
             y = RotaryEmbedding<num_heads=2, rotary_embedding_dim=4>(x, cos, sin, position_ids)
         }
     """, "RotaryEmbedding", "rotary-embedding", int_high=16)
+
+
+@pytest.mark.parametrize(("mode", "update_len", "starts"), [("linear", 1, [3, 0]), ("linear", 2, [1, 2]),
+                                                           ("circular", 3, [2, 3])])
+def test_tensor_scatter_writes_the_cache(mode: str, update_len: int, starts: list[int]) -> None:
+    rng = np.random.default_rng(0)
+    feeds = {"past": rng.standard_normal((2, 3, 5, 4)).astype(np.float32),
+             "update": rng.standard_normal((2, 3, update_len, 4)).astype(np.float32),
+             "w": np.array(starts, dtype=np.int64)}
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 24]>
+        g (float[2,3,5,4] past, float[2,3,{update_len},4] update, int64[2] w) => (float[2,3,5,4] present) {{
+            present = TensorScatter <mode="{mode}"> (past, update, w)
+        }}
+    """, "TensorScatter", "tensor-scatter", feeds=feeds, seeds=(1,), atol=0, rtol=0)
