@@ -38,6 +38,12 @@ class LegalizePass(Pass):
             # The next round judges the replacements: give their values types and shapes first.
             infer_shapes(state.model)
         fired = state.rewrites[fired_before:]
+        if any(rewrite.rule.startswith("function-body") for rewrite in fired):
+            # ONNX bodies are written for any shape: their Shape/Concat arithmetic folds away here
+            # (OpenVINO's Scan cannot read an outer value computed at run time; a constant it can).
+            from deploycc.passes.fold import FoldPass
+
+            notes.extend(FoldPass().run(state).notes)
         if fired:
             LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
             RemoveUnusedNodesPass()(state.model)  # what the rewrites replaced, initializers too

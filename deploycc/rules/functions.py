@@ -99,7 +99,8 @@ def inlined(site: Site, opset: int) -> onnx.GraphProto:
 
     from deploycc.legality import schemas
 
-    schema = schemas.get_schema(site.op_type, "", site.opset)
+    domain = "" if site.node.domain == "ai.onnx" else site.node.domain
+    schema = schemas.get_schema(site.op_type, domain, site.opset)
     if schema is None:
         raise Decline(f"onnx has no schema for {site.op_type} at opset {site.opset}")
     node = _node_proto(site, schema)
@@ -127,9 +128,6 @@ def inlined(site: Site, opset: int) -> onnx.GraphProto:
         raise Decline("onnx's inliner left the call in place")
     if any(n.domain not in ("", "ai.onnx") for n in result.graph.node):
         raise Decline("the body uses ops outside the default ONNX domain")
-    if any(attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-           for n in result.graph.node for attr in n.attribute):
-        raise Decline("the body holds a subgraph (Loop, Scan or If), which is not inlined here")
     return result.graph
 
 
@@ -145,21 +143,34 @@ class FunctionBodyRule(Rule):
         import onnx_ir as ir
 
         graph = ir.serde.deserialize_graph(inlined(site, b.opset))
-        values: dict[str, ir.Value] = {}
-        for index, value in enumerate(site.inputs):
-            if value is not None:
-                values[f"in{index}"] = value
-        for node in graph:
-            if any(v is not None and (v.name or "") not in values for v in node.inputs):
+        # Rewire the body onto the model's values with replace_all_uses_with, which also reaches
+        # the subgraphs (a Scan body) that read outer values by reference.
+        graph.outputs.clear()  # outputs are found by name (out0...) below; the call graph is dropped
+        known = {id(value) for value in site.inputs if value is not None}
+        for formal in graph.inputs:
+            actual = site.inputs[int(formal.name[2:])]  # type: ignore[index]
+            formal.replace_all_uses_with(actual)  # type: ignore[arg-type]
+        produced: dict[str, ir.Value] = {}
+        for node in list(graph):
+            if any(v is not None and id(v) not in known for v in node.inputs):
                 raise Decline("the inlined body reads a value it does not define")
-            inputs = [values[v.name or ""] if v is not None else None for v in node.inputs]
-            outputs = b.ops(node.op_type, *inputs, outputs=len(node.outputs),
+            outputs = b.ops(node.op_type, *node.inputs, outputs=len(node.outputs),
                             **{name: attr for name, attr in node.attributes.items()})
             for body_value, made in zip(node.outputs, outputs, strict=True):
-                values[body_value.name or ""] = made
+                body_value.replace_all_uses_with(made)
+                known.add(id(made))
+                produced[body_value.name or ""] = made
         defined: list[ir.Value] = []  # in order; the engine declines when a used output is missing
         for index in range(site.output_count):
-            if f"out{index}" not in values:
+            if f"out{index}" not in produced:
                 break
-            defined.append(values[f"out{index}"])
+            defined.append(produced[f"out{index}"])
         return defined
+
+
+@register
+class PreviewFunctionBodyRule(FunctionBodyRule):
+    """op -> its ONNX function body, for the preview domain (FlexAttention): no runtime knows these yet."""
+
+    name = "function-body-preview"
+    domain = "ai.onnx.preview"

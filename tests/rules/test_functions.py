@@ -75,3 +75,55 @@ def _has_swiglu() -> bool:
     except onnx.defs.SchemaError:
         return False
     return True
+
+
+def test_a_body_with_a_scan_reads_the_models_values() -> None:
+    """LinearAttention's body is a Scan whose loop body reads values computed outside it: the
+    rewrite rewires those references onto the model's own values (taken from the onnx case)."""
+    import onnx_ir as ir
+
+    from deploycc.analysis.graphs import opset_map
+    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.audit.conformance import as_value
+    from deploycc.rules.engine import decide
+    from deploycc.verify.runner import serialize
+
+    case = next(c for c in _cases() if c.name == "test_linear_attention_linear")
+    model = ir.serde.deserialize_model(case.model)
+    infer_shapes(model)
+    node = next(n for n in model.graph if n.op_type == "LinearAttention")
+    decision = decide(node, model.graph, opset_map(model))
+    assert decision.rewrite is not None and decision.rewrite.rule == "function-body", decision.explain()
+    assert decision.rewrite.certificate is not None and decision.rewrite.certificate.status == "proven"
+    ops = {n.op_type for n in model.graph}
+    assert "Scan" in ops and "LinearAttention" not in ops
+    inputs, expected = case.data_sets[0]
+    names = [v.name for v in model.graph.inputs]
+    actual = run_ort(serialize(model), dict(zip(names, map(as_value, inputs), strict=True)))
+    for want, name in zip(expected, [v.name for v in model.graph.outputs], strict=False):
+        np.testing.assert_allclose(actual[name], as_value(want), rtol=1e-4, atol=1e-5)
+
+
+def test_preview_domain_bodies() -> None:
+    """FlexAttention (ai.onnx.preview) has a body but no runtime kernel: the preview rule inlines it."""
+    import onnx_ir as ir
+
+    from deploycc.analysis.graphs import opset_map
+    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.rules.engine import decide
+
+    case = next(c for c in _cases() if c.name == "test_flexattention")
+    model = ir.serde.deserialize_model(case.model)
+    infer_shapes(model)
+    node = next(n for n in model.graph if n.op_type == "FlexAttention")
+    decision = decide(node, model.graph, opset_map(model))
+    assert decision.rewrite is not None, decision.explain()
+    assert decision.rewrite.rule == "function-body-preview"
+    assert decision.rewrite.certificate is not None and decision.rewrite.certificate.status == "proven"
+    assert all(n.domain in ("", "ai.onnx") for n in model.graph)
+
+
+def _cases():
+    from deploycc.audit.probe import all_cases
+
+    return all_cases()
