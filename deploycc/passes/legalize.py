@@ -70,7 +70,9 @@ class LegalizePass(Pass):
                 verdict = judge.judge(node, opsets, label)
                 if verdict.status != ILLEGAL and RUNTIME_EXPANDS not in verdict.conditions:
                     continue
-                decision = decide(node, graph, opsets, prove=state.options.prove, graph_label=label)
+                decision = decide(node, graph, opsets, prove=state.options.prove, graph_label=label,
+                                  accepts=lambda candidate, label=label: judge.judge(  # type: ignore[misc]
+                                      candidate, opsets, label).status != ILLEGAL)
                 if decision.rewrite is not None:
                     state.rewrites.append(decision.rewrite)
                     changed = True

@@ -11,7 +11,7 @@ form of ops whose signature changed (ReduceMean axes became an input at 18, Sque
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -22,10 +22,14 @@ if TYPE_CHECKING:
 class Site:
     """One node as a rule sees it: attributes, inputs (maybe re-homed for a proof), opset."""
 
-    def __init__(self, node: ir.Node, inputs: Sequence[ir.Value | None], opset: int) -> None:
+    def __init__(self, node: ir.Node, inputs: Sequence[ir.Value | None], opset: int,
+                 accepts: Callable[[ir.Node], bool] | None = None) -> None:
         self.node = node
         self.inputs = list(inputs)
         self.opset = opset
+        # Whether the target runs a node (the legalizer passes its judge): a rule whose
+        # replacement is only worth it when the target takes it asks here. None: not known.
+        self.accepts = accepts
 
     @property
     def op_type(self) -> str:
@@ -104,12 +108,12 @@ class Builder:
         value.name = name
         return value
 
-    def ops(self, op_type: str, *inputs: ir.Value | None, outputs: int, **attributes: Any
-            ) -> Sequence[ir.Value]:
+    def ops(self, op_type: str, *inputs: ir.Value | None, outputs: int, domain: str = "",
+            **attributes: Any) -> Sequence[ir.Value]:
         attrs = {k: v for k, v in attributes.items() if v is not None}
         name = self._name()
         values = self.tape.op_multi_out(op_type, list(inputs), attrs or None,
-                                        num_outputs=outputs, name=name)
+                                        num_outputs=outputs, domain=domain, name=name)
         for i, value in enumerate(values):
             value.name = f"{name}:{i}"
         return values

@@ -22,6 +22,7 @@ FAMILIES = (
     "types",
     "shapes",
     "functions",
+    "widen",
 )
 
 RULES: dict[str, Rule] = {}

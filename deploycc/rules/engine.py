@@ -4,6 +4,7 @@ rewrite, and remember why every other rule declined (the final report lists them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -65,7 +66,8 @@ def _replace(graph: ir.Graph, node: ir.Node, builder: Builder, outputs: list[ir.
 
 
 def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: bool = True,
-           prove: bool = True, graph_label: str = "main") -> Decision:
+           prove: bool = True, graph_label: str = "main",
+           accepts: Callable[[ir.Node], bool] | None = None) -> Decision:
     """Try the catalog's rules for `node`; with apply, rewrite with the first that accepts."""
     from deploycc.verify.certify import FAILED
     from deploycc.verify.certify import prove as prove_rewrite
@@ -75,7 +77,7 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
     label = node_label(node)
     decision = Decision(node=label, op=node.op_type if not domain else f"{domain}::{node.op_type}")
     for rule in rules_for(domain, node.op_type):
-        site = Site(node, node.inputs, site_opset)
+        site = Site(node, node.inputs, site_opset, accepts)
         builder = Builder(opsets.get("", 1), f"{label}/{rule.name}")
         try:
             reason = rule.applies_at(site_opset) or rule.check(site)

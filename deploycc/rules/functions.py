@@ -154,8 +154,8 @@ class FunctionBodyRule(Rule):
         for node in list(graph):
             if any(v is not None and id(v) not in known for v in node.inputs):
                 raise Decline("the inlined body reads a value it does not define")
-            outputs = b.ops(node.op_type, *node.inputs, outputs=len(node.outputs),
-                            **{name: attr for name, attr in node.attributes.items()})
+            attributes: dict[str, Any] = dict(node.attributes.items())
+            outputs = b.ops(node.op_type, *node.inputs, outputs=len(node.outputs), **attributes)
             for body_value, made in zip(node.outputs, outputs, strict=True):
                 body_value.replace_all_uses_with(made)
                 known.add(id(made))

@@ -91,6 +91,43 @@ def _model(graph_inputs: list[ir.Value], initializers: list[ir.Value], nodes: Se
     return ir.Model(graph, ir_version=10)
 
 
+# Types random inputs cannot be drawn in, nor fed to ORT from numpy: a proof model takes them as
+# float32 and casts at its boundary (inputs in, outputs out), in both models alike.
+CAST_AT_BOUNDARY = {"BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ"}
+
+
+def _float_boundary(feeds: list[ir.Value]) -> tuple[list[ir.Value], list[ir.Node]]:
+    """Graph inputs of a CAST_AT_BOUNDARY type become float32 inputs Cast to that type."""
+    import onnx_ir as ir
+
+    inputs, casts = [], []
+    for value in feeds:
+        if value.dtype is None or value.dtype.name not in CAST_AT_BOUNDARY:
+            inputs.append(value)
+            continue
+        wide = ir.Value(name=value.name, shape=value.shape, type=ir.TensorType(ir.DataType.FLOAT))
+        value.name = f"{value.name}/narrow"
+        casts.append(ir.Node("", "Cast", [wide], attributes=[ir.AttrInt64("to", int(value.dtype))],
+                             outputs=[value]))
+        inputs.append(wide)
+    return inputs, casts
+
+
+def _float_outputs(outputs: list[ir.Value]) -> tuple[list[ir.Value], list[ir.Node]]:
+    import onnx_ir as ir
+
+    results, casts = [], []
+    for value in outputs:
+        if value.dtype is None or value.dtype.name not in CAST_AT_BOUNDARY:
+            results.append(value)
+            continue
+        cast = ir.Node("", "Cast", [value], attributes=[ir.AttrInt64("to", int(ir.DataType.FLOAT))])
+        cast.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+        casts.append(cast)
+        results.append(cast.outputs[0])
+    return results, casts
+
+
 def compared_outputs(node: ir.Node, replacement_count: int) -> list[int]:
     """Outputs a rewrite must reproduce: the first, and every other one somebody reads."""
     site = Site(node, node.inputs, 0)
@@ -124,9 +161,14 @@ def prove(rule: Rule, node: ir.Node, opsets: dict[str, int], site_opset: int,
     # An output that is also one of the inputs cannot be renamed: pass it through an Identity.
     replaced_outputs = [replacement[i] if replacement[i].producer() is not None
                         else builder.op("Identity", replacement[i]) for i in indices]
-    before = _model(original_feeds, original_constants, [original],
-                    [original.outputs[i] for i in indices], opsets)
-    after = _model(replaced_feeds, replaced_constants, builder.nodes, replaced_outputs, opsets)
+    original_feeds, casts_in = _float_boundary(original_feeds)
+    original_outputs, casts_out = _float_outputs([original.outputs[i] for i in indices])
+    before = _model(original_feeds, original_constants, [*casts_in, original, *casts_out],
+                    original_outputs, opsets)
+    replaced_feeds, casts_in = _float_boundary(replaced_feeds)
+    replaced_outputs, casts_out = _float_outputs(replaced_outputs)
+    after = _model(replaced_feeds, replaced_constants, [*casts_in, *builder.nodes, *casts_out],
+                   replaced_outputs, opsets)
     worst_abs = worst_rel = 0.0
     try:
         before_bytes, after_bytes = serialize(before), serialize(after)

@@ -1,0 +1,89 @@
+"""Running a node in a wider element type, where the target has the op but not for this type.
+
+ONNX Runtime's CPU kernels mostly lack bfloat16 (Add, Mul, Expand... "Could not find an
+implementation") and some lack 8/16-bit integers (Max, Min on int16). The node runs in float32
+(or int32/int64) between Casts: for floats each op's result is rounded back to the narrow type,
+which is what a narrow kernel computes (ml_dtypes and the ONNX reference compute bfloat16 the
+same way); for integers only ops that select or compare values are widened, so no overflow
+can differ. Tried last, after the op's own rules and its function body, and only when the
+target accepts the widened node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from deploycc.rules.base import ANY_OP, Builder, Decline, Rule, Site
+from deploycc.rules.catalog import register
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+WIDER_FLOATS = {"BFLOAT16": "FLOAT", "FLOAT16": "FLOAT"}
+WIDER_INTEGERS = {"INT8": "INT32", "UINT8": "INT32", "INT16": "INT32", "UINT16": "INT32", "UINT32": "INT64"}
+# Integer ops whose results are among their inputs (or booleans): widening cannot overflow.
+SELECTING_OPS = {"Max", "Min", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "TopK",
+                 "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "Where", "Sort"}
+# The element type is the point of these ops.
+TYPE_OPS = {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "BitCast",
+            "Constant", "Identity", "Shape", "Size", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+            "BitwiseNot"}
+
+
+def _wider(site: Site, index: int) -> str | None:
+    """The wider type input `index` is computed in, or None to leave it as it is."""
+    dtype = site.dtype(index)
+    if dtype is None:
+        return None
+    if dtype.name in WIDER_FLOATS:
+        return WIDER_FLOATS[dtype.name]
+    exponent = site.op_type == "Pow" and index == 1
+    if dtype.name in WIDER_INTEGERS and (site.op_type in SELECTING_OPS or exponent):
+        return WIDER_INTEGERS[dtype.name]
+    return None
+
+
+@register
+class ComputeWiderRule(Rule):
+    """op(x: T) = Cast(op(Cast(x, W)), T): bfloat16/float16 in float32, small-integer selections in int32."""
+
+    name = "compute-wider"
+    family = "widen"
+    op_type = ANY_OP
+    atol = 1e-3
+    rtol = 1e-2  # a bfloat16 result has 8 significant bits
+
+    def check(self, site: Site) -> str | None:
+        if site.op_type in TYPE_OPS:
+            return f"{site.op_type} is about its element type"
+        if not any(_wider(site, index) for index in range(len(site.inputs))):
+            return "no input is of a type this rule widens (bfloat16, float16, small integers)"
+        if any(value.dtype is None for value in site.node.outputs):
+            return "an output type is unknown"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        import onnx_ir as ir
+
+        inputs: list[ir.Value | None] = []
+        for index, value in enumerate(site.inputs):
+            wider = _wider(site, index)
+            if value is None or wider is None:
+                inputs.append(value)
+                continue
+            cast = b.op("Cast", value, to=int(ir.DataType[wider]))
+            cast.type, cast.shape = ir.TensorType(ir.DataType[wider]), value.shape
+            inputs.append(cast)
+        domain = "" if site.node.domain == "ai.onnx" else site.node.domain
+        outputs = b.ops(site.op_type, *inputs, outputs=site.output_count, domain=domain,
+                        **dict(site.node.attributes.items()))
+        inner = outputs[0].producer()
+        if site.accepts is not None and inner is not None and not site.accepts(inner):
+            raise Decline(f"the target lacks {site.op_type} in the wider type too")
+        results = []
+        for made, original in zip(outputs, site.node.outputs, strict=True):
+            dtype = original.dtype
+            narrow = dtype is not None and (dtype.name in WIDER_FLOATS or dtype.name in WIDER_INTEGERS)
+            results.append(b.op("Cast", made, to=int(dtype)) if narrow and dtype is not None else made)
+        return results

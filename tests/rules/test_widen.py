@@ -1,0 +1,55 @@
+"""compute-wider: a node run in a wider type between Casts, where the target lacks the narrow kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.rules.helpers import declines, load, rewrite_and_compare
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul", "Div"])
+def test_bfloat16_arithmetic_runs_in_float32(op: str) -> None:
+    # float in and out, so both graphs can be fed and compared; the bfloat16 node is the rewritten one
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (float[3,8] a, float[3,8] b) => (float[3,8] y) {{
+            a16 = Cast <to=16> (a)
+            b16 = Cast <to=16> (b)
+            s = {op} (a16, b16)
+            y = Cast <to=1> (s)
+        }}
+    """, op, "compute-wider", atol=0, rtol=0)  # each op rounds to bfloat16 exactly as a bf16 kernel
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint16", "int8"])
+def test_small_integer_max_runs_in_int32(dtype: str) -> None:
+    info = np.iinfo(np.dtype(dtype))
+    x = np.array([info.min, -1 if info.min else 0, 7, info.max], dtype=dtype)
+    y = np.array([info.max, 0, 7, info.min], dtype=dtype)
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g ({dtype}[4] x, {dtype}[4] y) => ({dtype}[4] z) {{ z = Max (x, y) }}
+    """, "Max", "compute-wider", feeds={"x": x, "y": y}, seeds=(1,), atol=0, rtol=0)
+
+
+def test_integer_arithmetic_is_not_widened() -> None:
+    # int8 Add wraps; in int32 it would not: the rule must leave it alone
+    declines("""
+        <ir_version: 10, opset_import: ["" : 14]>
+        g (int8[4] x, int8[4] y) => (int8[4] z) { z = Add (x, y) }
+    """, "Add", "no input is of a type this rule widens")
+
+
+def test_declines_when_the_target_lacks_the_wider_op_too() -> None:
+    from deploycc.analysis.graphs import opset_map
+    from deploycc.rules.engine import decide
+
+    model = load("""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (bfloat16[4] x) => (bfloat16[4] y) { y = Neg (x) }
+    """)
+    node = next(iter(model.graph))
+    decision = decide(node, model.graph, opset_map(model), accepts=lambda candidate: False)
+    assert decision.rewrite is None
+    assert any("lacks Neg in the wider type too" in why for _, why in decision.declined), decision.declined
