@@ -39,8 +39,8 @@ CANNOT_PASS = [
 
 def _why(row: dict[str, Any]) -> str:
     for label, pattern, field in CANNOT_PASS:
-        text = {"case": row["case"], "op": row["op"],
-                "detail_or_case": f"{row['detail']} {row['case']}"}[field]
+        detail = row.get("legalized_detail") or row["detail"]
+        text = {"case": row["case"], "op": row["op"], "detail_or_case": f"{detail} {row['case']}"}[field]
         if re.search(pattern, text):
             return label
     return f"{row['legalized']}: {row['op']}"
@@ -49,7 +49,7 @@ def _why(row: dict[str, Any]) -> str:
 def summarise(report: dict[str, Any]) -> dict[str, Any]:
     rows = report["results"]
     gained = [r["case"] for r in rows if r["raw"] != "pass" and r["legalized"] == "pass"]
-    lost = [{"case": r["case"], "why": r["detail"]} for r in rows
+    lost = [{"case": r["case"], "why": r.get("legalized_detail") or r["detail"]} for r in rows
             if r["raw"] == "pass" and r["legalized"] != "pass"]
     failing: dict[str, list[str]] = defaultdict(list)
     for r in rows:

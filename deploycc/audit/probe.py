@@ -2,8 +2,9 @@
 cases shipped in the onnx wheel (about 1,880 single-op models with inputs and expected outputs),
 as exported and after deploycc's legalization for the target.
 
-Cases run in child processes, a chunk at a time; a chunk whose process dies is rerun one case
-per process, so a backend crash fails that case only. The result is a probed capability table
+Cases run in child processes, a chunk each (`jobs` chunks at once); a chunk whose process dies
+is rerun one case per process, so a backend crash fails that case only. Feeding the cases and
+judging their outputs, for every element type, is `conformance.py`. The result is a probed capability table
 (op, opset version, dtype -> pass/fail) that `check --capabilities FILE` can lay over the
 declared one, the pass rates, and the disagreements with the declared table.
 """
@@ -40,6 +41,7 @@ class CaseResult:
     legalized: str
     declared: str  # legal | illegal | conditional
     detail: str = ""
+    legalized_detail: str = ""  # why the legalized model failed, when it did
 
 
 @dataclass
@@ -124,13 +126,14 @@ def probe_cases(names: list[str], target_name: str) -> list[dict[str, Any]]:
         op, domain, version, dtype = _describe(case)
         raw, detail = outcome(kind, case.model.SerializeToString(), case)
         legal_bytes, why = _legalized(case, target_name)
-        legalized = outcome(kind, legal_bytes, case)[0] if legal_bytes is not None else "refused"
+        legalized, legalized_detail = outcome(kind, legal_bytes, case) if legal_bytes is not None \
+            else ("refused", why)
         model = ir.serde.deserialize_model(case.model)
         infer_shapes(model)
         verdict = judge_model(model, target)
         declared = "illegal" if not verdict.legal else ("conditional" if verdict.conditional else "legal")
         out.append(asdict(CaseResult(case.name, op, domain, version, dtype, raw, legalized, declared,
-                                     detail or (why if legal_bytes is None else ""))))
+                                     detail, legalized_detail)))
     return out
 
 
