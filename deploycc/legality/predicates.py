@@ -248,3 +248,17 @@ def _float_mod_is_fmod(node: ir.Node, ref: PredicateRef, schema: Any) -> str | N
         return None
     return "Mod with fmod=0 (Python's sign rule) on floating-point inputs is not supported"
 
+
+
+@predicate("reduction_rank_is_static",
+           "a reduction with keepdims=0 takes constant axes, or a single one computed at run time")
+def _reduction_rank_is_static(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    attr = node.attributes.get("keepdims")
+    if attr is None or int(attr.value) == 1:  # keepdims defaults to 1: the rank stays
+        return None
+    axes = node.inputs[1] if len(node.inputs) > 1 else None
+    if axes is None or is_constant(axes):
+        return None
+    if axes.shape is not None and len(axes.shape) == 1 and axes.shape[0] == 1:
+        return None  # one axis: rank - 1, whatever its value (OpenVINO's plugin manages this one)
+    return "keepdims=0 with several axes computed at run time gives an output of dynamic rank"

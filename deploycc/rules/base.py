@@ -199,6 +199,11 @@ class Rule:
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         raise NotImplementedError
 
+    def proof_values(self, site: Site, seed: int) -> dict[int, Any]:
+        """Values for inputs that random data would put outside the op's domain (repeated axes),
+        by input index, for the rule's proof; most rules need none."""
+        return {}
+
     @classmethod
     def summary(cls) -> str:
         doc = (cls.__doc__ or "").strip().splitlines()

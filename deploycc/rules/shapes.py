@@ -9,13 +9,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from deploycc.rules.base import Builder, Rule, Site
 from deploycc.rules.catalog import register
 
 if TYPE_CHECKING:
     import onnx_ir as ir
+
+
+def distinct_axes(rank: int, count: int, seed: int) -> np.ndarray:
+    """`count` different axes of a rank-`rank` tensor, some written negative: the op's domain."""
+    rng = np.random.default_rng(seed)
+    axes = rng.permutation(rank)[:count]
+    return np.where(rng.random(count) < 0.5, axes - rank, axes).astype(np.int64)
 
 
 @register
@@ -37,9 +46,12 @@ class UnsqueezeRuntimeAxesRule(Rule):
             return "the number of axes is not static"
         return None
 
-    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
-        import numpy as np
+    def proof_values(self, site: Site, seed: int) -> dict[int, Any]:
+        rank, axes = site.rank(0), site.shape(1)
+        assert rank is not None and axes is not None and axes[0] is not None
+        return {1: distinct_axes(rank + axes[0], axes[0], seed)}
 
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         x, axes = site.input(0), site.input(1)
         count = site.shape(1)[0]  # type: ignore[index]
         out_rank = int(site.rank(0)) + int(count)  # type: ignore[arg-type]
@@ -52,3 +64,58 @@ class UnsqueezeRuntimeAxesRule(Rule):
         dims = b.op("Gather", b.op("Shape", x), source, axis=0)
         shape = b.op("Where", b.op("Cast", inserted, to=9), b.ints([1]), dims)
         return [b.op("Reshape", x, shape)]
+
+
+REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+
+
+class _ReduceRuntimeAxes(Rule):
+    """Reduce(x, axes, keepdims=0) = Reshape(Reduce(x, axes, keepdims=1), the dims not reduced):
+    the rank is rank(x) - k whatever the axes hold; the kept dims come in order from a TopK
+    over p + R * reduced[p] (R = rank(x))."""
+
+    family = "shapes"
+    since = 18
+
+    def check(self, site: Site) -> str | None:
+        if int(site.attr("keepdims", 1)) == 1:
+            return "keepdims=1 keeps the rank static already"
+        if not site.has_input(1) or site.constant(1) is not None:
+            return "the axes are constant (or absent)"
+        rank, axes = site.rank(0), site.shape(1)
+        if rank is None:
+            return "the input rank is unknown"
+        if axes is None or len(axes) != 1 or not axes[0]:
+            return "the number of axes is not static, or it is zero"
+        return None
+
+    def proof_values(self, site: Site, seed: int) -> dict[int, Any]:
+        rank, axes = site.rank(0), site.shape(1)
+        assert rank is not None and axes is not None and axes[0] is not None
+        return {1: distinct_axes(rank, axes[0], seed)}
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        rank, axes = site.rank(0), site.shape(1)
+        assert rank is not None and axes is not None and axes[0] is not None
+        count = axes[0]
+        attributes: dict[str, Any] = {name: attr for name, attr in site.node.attributes.items()
+                                      if name != "keepdims"}
+        kept = b.op(site.op_type, site.input(0), site.input(1), keepdims=1, **attributes)
+        wrapped = b.op("Mod", b.op("Add", site.input(1), b.ints([rank])), b.ints([rank]))
+        hits = b.op("Equal", b.unsqueeze(wrapped, [1]), b.ints(list(range(rank))))  # [k, R]
+        reduced = b.reduce("ReduceMax", b.op("Cast", hits, to=7), [0], keepdims=0)  # 1 where reduced
+        keys = b.op("Add", b.ints(list(range(rank))), b.op("Mul", reduced, b.ints([rank])))
+        order = b.ops("TopK", keys, b.ints([rank - count]), outputs=2, largest=0, sorted=1)[0]
+        return [b.op("Reshape", kept, b.op("Gather", b.op("Shape", kept), order, axis=0))]
+
+
+def _reduce_rule(op: str) -> type[Rule]:
+    rule = type(f"{op}RuntimeAxesRule", (_ReduceRuntimeAxes,), {
+        "name": f"{op.lower().replace('reduce', 'reduce-')}-runtime-axes", "op_type": op,
+        "__doc__": _ReduceRuntimeAxes.__doc__.replace("Reduce(", f"{op}(")})  # type: ignore[union-attr]
+    return register(rule)
+
+
+for _op in REDUCE_OPS:
+    _reduce_rule(_op)

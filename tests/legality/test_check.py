@@ -218,6 +218,8 @@ def test_json_of_the_api_result_round_trips(write_model):
          "does not saturate out-of-range values"),
         ("(float[4] x, float[4] d) => (float[4] y)", "y = Mod <fmod = 0> (x, d)", "Mod", "fmod=0"),
         ("(float16[4] x) => (float16[4] y)", "y = Celu (x)", "Celu", "is float16 (supported: float32)"),
+        ("(float[3,4,5] x, int64[2] a) => (float[3] y)", "y = ReduceSum <keepdims = 0> (x, a)", "ReduceSum",
+         "several axes computed at run time"),
         # two [[restrict]] entries for Resize add up: both are still judged
         ("(float[1,1,4,4] x, float[4] s) => (float[1,1,2,2] y)", "y = Resize <antialias = 1> (x, , s)",
          "Resize", "antialias=1 is not supported"),
@@ -235,3 +237,11 @@ def test_probed_openvino_restrictions(write_model, signature, body, op, needle):
     v = verdict(deploycc.check(model, ["openvino-cpu"]), "openvino-cpu")
     assert any(needle in r for r in reasons(v)[op]), reasons(v)
     assert verdict(deploycc.check(model, ["ort-cpu"]), "ort-cpu").legal
+
+
+def test_a_single_run_time_reduction_axis_is_fine_on_openvino(write_model):
+    model = write_model("""
+    <ir_version: 10, opset_import: ["" : 21]>
+    g (float[3,4,5] x, int64[1] a) => (float[3,4] y) { y = ReduceSum <keepdims = 0> (x, a) }
+    """)
+    assert verdict(deploycc.check(model, ["openvino-cpu"]), "openvino-cpu").legal

@@ -110,20 +110,36 @@ def test_unsqueeze_with_axes_at_run_time(axes: list[int], out: str) -> None:
 @pytest.mark.parametrize(("axes", "out"), [([1, 4], "[3,1,4,5,1]"), ([5, 2, 4], "[3,4,1,5,1,1]"),
                                            ([-1, 0], "[1,3,4,5,1]")])
 def test_unsqueeze_with_several_axes_at_run_time(axes: list[int], out: str) -> None:
-    """Random axes repeat, so the rule's proof cannot run (reported as such); checked on real axes here."""
-    from deploycc.analysis.graphs import opset_map
-    from deploycc.rules.engine import decide
-    from deploycc.verify.runner import run_ort, serialize
-    from tests.rules.helpers import load
-
-    model = load(f"""
+    """The proof draws distinct axes (the rule's proof_values): random ones would repeat."""
+    rewrite_and_compare(f"""
         <ir_version: 10, opset_import: ["" : 13]>
         g (float[3,4,5] x, int64[{len(axes)}] axes) => (float{out} y) {{ y = Unsqueeze (x, axes) }}
-    """)
-    feeds = {"x": np.arange(60, dtype=np.float32).reshape(3, 4, 5), "axes": np.array(axes, np.int64)}
-    expected = run_ort(serialize(model), feeds)["y"]
-    decision = decide(next(iter(model.graph)), model.graph, opset_map(model))
-    assert decision.rewrite is not None and decision.rewrite.rule == "unsqueeze-runtime-axes"
-    assert decision.rewrite.certificate is not None and "repeated axis" in decision.rewrite.certificate.detail
-    actual = run_ort(serialize(model), feeds)["y"]
-    assert actual.shape == expected.shape and np.array_equal(actual, expected)
+    """, "Unsqueeze", "unsqueeze-runtime-axes", seeds=(1,),
+        feeds={"x": np.arange(60, dtype=np.float32).reshape(3, 4, 5), "axes": np.array(axes, np.int64)})
+
+
+@pytest.mark.parametrize(("op", "rule"), [
+    ("ReduceSum", "reduce-sum-runtime-axes"), ("ReduceMean", "reduce-mean-runtime-axes"),
+    ("ReduceMax", "reduce-max-runtime-axes"), ("ReduceMin", "reduce-min-runtime-axes"),
+    ("ReduceProd", "reduce-prod-runtime-axes"), ("ReduceL1", "reduce-l1-runtime-axes"),
+    ("ReduceL2", "reduce-l2-runtime-axes"), ("ReduceLogSum", "reduce-logsum-runtime-axes"),
+    ("ReduceLogSumExp", "reduce-logsumexp-runtime-axes"),
+    ("ReduceSumSquare", "reduce-sumsquare-runtime-axes"),
+])
+@pytest.mark.parametrize("axes", [[2, 0], [-1], [1, -1]])
+def test_reduction_with_axes_at_run_time(op: str, rule: str, axes: list[int]) -> None:
+    """keepdims=0 with run-time axes: the rank is known, the kept dims come out in order."""
+    rank_left = 3 - len(axes)
+    out = {2: "[4]", 1: "[3]"}[rank_left] if axes != [-1] else "[3,4]"
+    x = np.abs(np.random.default_rng(1).standard_normal((3, 4, 5))).astype(np.float32) + 0.5
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[3,4,5] x, int64[{len(axes)}] axes) => (float{out} y) {{ y = {op} <keepdims=0> (x, axes) }}
+    """, op, rule, feeds={"x": x, "axes": np.array(axes, np.int64)}, seeds=(1,), atol=1e-4, rtol=1e-4)
+
+
+def test_reduction_keeping_dims_is_left_alone() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[3,4,5] x, int64[1] axes) => (float[3,4,1] y) { y = ReduceSum <keepdims=1> (x, axes) }
+    """, "ReduceSum", "keepdims=1 keeps the rank static")
