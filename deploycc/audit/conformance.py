@@ -23,12 +23,18 @@ REFUSAL_WORDS = ("NOT_IMPLEMENTED", "not supported", "Unsupported", "No conversi
                  "Could not find an implementation", "has no element type")
 
 # element type -> bits per element, for the types stored several to a byte
-SUB_BYTE_BITS: dict[int, int] = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4,
-                 TensorProto.INT2: 2, TensorProto.UINT2: 2}
+SUB_BYTE_BITS: dict[int, int] = {
+    TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4,
+    TensorProto.INT2: 2, TensorProto.UINT2: 2}
+# the ml_dtypes element types, which travel as raw storage bits (bits per element)
+RAW_BITS: dict[int, int] = {
+    **SUB_BYTE_BITS, TensorProto.BFLOAT16: 16, TensorProto.FLOAT8E4M3FN: 8, TensorProto.FLOAT8E4M3FNUZ: 8,
+    TensorProto.FLOAT8E5M2: 8, TensorProto.FLOAT8E5M2FNUZ: 8, TensorProto.FLOAT8E8M0: 8}
 
-OPENVINO_TYPE_NAMES: dict[int, str] = {TensorProto.BFLOAT16: "bf16", TensorProto.FLOAT8E4M3FN: "f8e4m3",
-                       TensorProto.FLOAT8E5M2: "f8e5m2", TensorProto.FLOAT8E8M0: "f8e8m0",
-                       TensorProto.INT4: "i4", TensorProto.UINT4: "u4", TensorProto.FLOAT4E2M1: "f4e2m1"}
+OPENVINO_TYPE_NAMES: dict[int, str] = {
+    TensorProto.BFLOAT16: "bf16", TensorProto.FLOAT8E4M3FN: "f8e4m3", TensorProto.FLOAT8E5M2: "f8e5m2",
+    TensorProto.FLOAT8E8M0: "f8e8m0", TensorProto.INT4: "i4", TensorProto.UINT4: "u4",
+    TensorProto.FLOAT4E2M1: "f4e2m1"}
 
 
 class Refused(Exception):
@@ -114,13 +120,11 @@ def _ort_output(value: Any) -> Any:
     if not value.is_tensor():
         return value.numpy() if hasattr(value, "numpy") else value
     kind = value.element_type()
-    if kind not in SUB_BYTE_BITS and kind not in OPENVINO_TYPE_NAMES and kind not in (
-            TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ):
+    if kind not in RAW_BITS:
         return value.numpy()
     shape = list(value.shape())
     count = int(np.prod(shape, dtype=np.int64))
-    width = SUB_BYTE_BITS.get(kind, 16 if kind == TensorProto.BFLOAT16 else 8)
-    return decode(ctypes.string_at(value.data_ptr(), -(-count * width // 8)), shape, kind)
+    return decode(ctypes.string_at(value.data_ptr(), -(-count * RAW_BITS[kind] // 8)), shape, kind)
 
 
 def run_onnxruntime(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
@@ -130,17 +134,14 @@ def run_onnxruntime(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
     options.log_severity_level = 4
     session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
     feeds = {name: _ort_value(value) if is_exotic(value) else value for name, value in feeds.items()}
-    kinds = [o.type for o in session.get_outputs()]
-    if not any(kind.startswith("tensor(") and kind[7:-1] in _ORT_EXOTIC_NAMES for kind in kinds):
+    raw_names = {ir.DataType(kind).name.lower() for kind in RAW_BITS}  # ORT says tensor(bfloat16)
+    if not any(o.type.startswith("tensor(") and o.type[7:-1] in raw_names for o in session.get_outputs()):
         return list(session.run(None, feeds))
     # an output numpy cannot hold: run on OrtValues and read its storage bits
     values = {name: value if not isinstance(value, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(value)
               for name, value in feeds.items()}
     return [_ort_output(out) for out in session.run_with_ort_values(None, values)]
 
-
-_ORT_EXOTIC_NAMES = {"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
-                     "float8e8m0", "int4", "uint4", "int2", "uint2", "float4e2m1"}
 
 
 def _openvino_type(kind: int) -> Any:

@@ -9,7 +9,9 @@ round rewrites what the target still lacks there.
 
 The body comes from `onnx.defs` (static, or built for this node's attributes and input types),
 with the node's unset attributes at their schema defaults, inlined by `onnx.inliner` as the
-conformance suite does for its `_expanded` cases.
+conformance suite does for its `_expanded` cases. A body may hold subgraphs (LinearAttention's
+Scan) that read values computed outside them; those references are rewired onto the model's own
+values. The preview domain (FlexAttention) has bodies too, and no runtime kernel at all.
 """
 
 from __future__ import annotations
