@@ -56,6 +56,12 @@ def test_probe_cli_writes_the_table(tmp_path: Path) -> None:
     assert "5 cases" in result.stdout and json.loads(out.read_text())["target"] == "openvino-cpu"
     refused = run("probe", "-t", "jetson-xavier", "--limit", "1")
     assert refused.returncode == 2 and "on the device" in refused.stderr
+    chosen = run("probe", "-t", "ort-cpu", "--case", "test_abs", "--case", "test_cast_FLOAT_to_BFLOAT16",
+                 "-j", "2", "--json")
+    assert chosen.returncode == 0, chosen.stderr
+    report = json.loads(chosen.stdout)
+    assert sorted(r["case"] for r in report["results"]) == ["test_abs", "test_cast_FLOAT_to_BFLOAT16"]
+    assert report["passed_raw"] == 2  # a bfloat16 output is read back from its storage bits
 
 
 def test_legalization_gains_cases_openvino_cannot_run_as_exported() -> None:
