@@ -4,6 +4,9 @@
   rank(x) + k all the same, so it is a Reshape to a shape computed from the axes: 1 at each
   inserted position, x's dims in order elsewhere. OpenVINO's CPU plugin refuses the original
   ("Unsqueeze operation with dynamic rank").
+- Reduce*(x, axes, keepdims=0) with several run-time axes: the rank is rank(x) - k, so it is the
+  keepdims=1 reduction reshaped to the dims not reduced (OpenVINO's plugin refuses the original
+  with two or more run-time axes).
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ def distinct_axes(rank: int, count: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     axes = rng.permutation(rank)[:count]
     return np.where(rng.random(count) < 0.5, axes - rank, axes).astype(np.int64)
+
+
+def positions_in(b: Builder, axes: ir.Value | None, rank: int) -> ir.Value:
+    """int64 [rank]: 1 at each position the (possibly negative) run-time axes name, else 0."""
+    wrapped = b.op("Mod", b.op("Add", axes, b.ints([rank])), b.ints([rank]))
+    hits = b.op("Equal", b.unsqueeze(wrapped, [1]), b.ints(list(range(rank))))  # [k, rank]
+    return b.reduce("ReduceMax", b.op("Cast", hits, to=7), [0], keepdims=0)
 
 
 @register
@@ -55,9 +65,7 @@ class UnsqueezeRuntimeAxesRule(Rule):
         x, axes = site.input(0), site.input(1)
         count = site.shape(1)[0]  # type: ignore[index]
         out_rank = int(site.rank(0)) + int(count)  # type: ignore[arg-type]
-        wrapped = b.op("Mod", b.op("Add", axes, b.ints([out_rank])), b.ints([out_rank]))
-        hits = b.op("Equal", b.unsqueeze(wrapped, [1]), b.ints(list(range(out_rank))))  # [k, R]
-        inserted = b.reduce("ReduceMax", b.op("Cast", hits, to=7), [0], keepdims=0)  # 1 where inserted
+        inserted = positions_in(b, axes, out_rank)
         kept = b.op("Sub", b.ints([1]), inserted)
         source = b.op("Max", b.op("Sub", b.op("CumSum", kept, b.const(np.array(0, np.int64))), b.ints([1])),
                       b.ints([0]))
@@ -102,9 +110,7 @@ class _ReduceRuntimeAxes(Rule):
         attributes: dict[str, Any] = {name: attr for name, attr in site.node.attributes.items()
                                       if name != "keepdims"}
         kept = b.op(site.op_type, site.input(0), site.input(1), keepdims=1, **attributes)
-        wrapped = b.op("Mod", b.op("Add", site.input(1), b.ints([rank])), b.ints([rank]))
-        hits = b.op("Equal", b.unsqueeze(wrapped, [1]), b.ints(list(range(rank))))  # [k, R]
-        reduced = b.reduce("ReduceMax", b.op("Cast", hits, to=7), [0], keepdims=0)  # 1 where reduced
+        reduced = positions_in(b, site.input(1), rank)
         keys = b.op("Add", b.ints(list(range(rank))), b.op("Mul", reduced, b.ints([rank])))
         order = b.ops("TopK", keys, b.ints([rank - count]), outputs=2, largest=0, sorted=1)[0]
         return [b.op("Reshape", kept, b.op("Gather", b.op("Shape", kept), order, axis=0))]
