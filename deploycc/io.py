@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
@@ -312,6 +314,22 @@ LARGE_TENSOR_BYTES = 1024  # initializers above this are kept out of protobuf ro
 HOLD_DOMAIN = "deploycc.hold"
 
 
+@contextmanager
+def held_back(model: ir.Model, nodes: Sequence[ir.Node]) -> Iterator[None]:
+    """`nodes` moved into a private domain while a tool that would mishandle them runs (onnx's
+    converter, onnxscript's folder): it passes over ops it does not know. Restored after."""
+    domains = [node.domain for node in nodes]
+    for node in nodes:
+        node.domain = HOLD_DOMAIN
+    model.opset_imports[HOLD_DOMAIN] = 1
+    try:
+        yield
+    finally:
+        model.opset_imports.pop(HOLD_DOMAIN, None)
+        for node, domain in zip(nodes, domains, strict=True):
+            node.domain = domain
+
+
 def convert_opset(model: ir.Model, version: int) -> ir.Model:
     """onnx.version_converter on the graph without its large initializers (2 GB-safe).
 
@@ -345,15 +363,10 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     held_nodes = [node for node in graph if node.domain in ("", "ai.onnx") and
                   schemas.valid_at_both(node.op_type, "", current, version, _non_default(node, current),
                                         len(node.inputs), len(node.outputs))]
-    for node in held_nodes:
-        node.domain = HOLD_DOMAIN
     try:
-        model.opset_imports[HOLD_DOMAIN] = 1
-        proto = ir.serde.serialize_model(model)
+        with held_back(model, held_nodes):
+            proto = ir.serde.serialize_model(model)
     finally:
-        model.opset_imports.pop(HOLD_DOMAIN, None)
-        for node in held_nodes:
-            node.domain = ""
         for name, value in held.items():
             value.const_value = tensors[name]
             graph.initializers[name] = value

@@ -97,3 +97,14 @@ def constant_tensor(value: ir.Value | None, max_elements: int | None = None) -> 
     if tensor is None or (max_elements is not None and tensor.size > max_elements):
         return None
     return tensor.numpy()
+
+
+def cast_destination(node: ir.Node) -> ir.DataType | None:
+    """The element type a Cast (its `to`) or CastLike (its second input's type) produces."""
+    import onnx_ir as ir
+
+    if node.op_type == "CastLike":
+        like = node.inputs[1] if len(node.inputs) > 1 else None
+        return like.dtype if like is not None else None
+    attr = node.attributes.get("to")
+    return None if attr is None else ir.DataType(int(attr.value))

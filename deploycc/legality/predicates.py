@@ -211,28 +211,16 @@ def _input_dtype_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None
     return f"{_label(node, index, ref)} is {found} (supported: {', '.join(allowed)})"
 
 
-def cast_destination(node: ir.Node) -> str | None:
-    """The element type a Cast or CastLike node produces, by name."""
-    from deploycc.dtypes import dtype_name
-
-    if node.op_type == "CastLike":
-        like = node.inputs[1] if len(node.inputs) > 1 else None
-        return dtype_name(like.dtype) if like is not None and like.dtype is not None else None
-    attr = node.attributes.get("to")
-    if attr is None:
-        return None
-    import onnx_ir as ir
-
-    return dtype_name(ir.DataType(int(attr.value)))
-
-
 @predicate("saturating_cast_not_to", "a saturating Cast/CastLike does not produce these types", ("dtypes",),
            ("dtypes",))
 def _saturating_cast_not_to(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     attr = node.attributes.get("saturate")
     if attr is not None and int(attr.value) == 0:
         return None
-    destination = cast_destination(node)
+    from deploycc.analysis.graphs import cast_destination
+    from deploycc.dtypes import dtype_name
+
+    destination = dtype_name(cast_destination(node))
     if destination is None or destination not in list(ref.arg("dtypes")):
         return None
     return f"a saturating cast to {destination} does not saturate out-of-range values on this target"

@@ -100,7 +100,7 @@ class FoldPass(Pass):
         from onnxscript.optimizer import fold_constants
 
         from deploycc.analysis.graphs import all_graphs
-        from deploycc.io import HOLD_DOMAIN
+        from deploycc.io import held_back
 
         limit_elements = max(1, state.options.fold_limit_bytes // 4)
         before = len(state.model.graph)
@@ -111,12 +111,11 @@ class FoldPass(Pass):
         held = [node for graph in all_graphs(state.model.graph) for node in graph
                 if node.op_type == "CastLike" and node.domain in ("", "ai.onnx")
                 and "saturate" in node.attributes]
-        for node in held:
-            node.domain = HOLD_DOMAIN
         try:
-            modified = bool(fold_constants(state.model, input_size_limit=limit_elements,
-                                           output_size_limit=limit_elements,
-                                           should_fold=size_guard(limit_elements)).modified)
+            with held_back(state.model, held):
+                modified = bool(fold_constants(state.model, input_size_limit=limit_elements,
+                                               output_size_limit=limit_elements,
+                                               should_fold=size_guard(limit_elements)).modified)
         except Exception as error:
             # onnxscript's folder fails on some nodes (SplitToSequence with a scalar split, found by
             # `deploycc probe`). It rewrites one node at a time in order and stops at the failing one,
@@ -124,9 +123,6 @@ class FoldPass(Pass):
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             notes.append(f"constant folding stopped early: {first[:160]}")
             modified = True
-        finally:
-            for node in held:
-                node.domain = ""
         RemoveUnusedNodesPass()(state.model)
         LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
         after = len(state.model.graph)

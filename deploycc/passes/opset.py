@@ -77,27 +77,32 @@ def kernel_opset(state: PipelineState, current: int) -> int | None:
     their op version, without making any other node illegal; None when there is none."""
     from deploycc.analysis.graphs import all_graphs
     from deploycc.legality import schemas
-    from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+    from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget, NodeVerdict
 
     judge = ConversionTarget(state.target)
     nodes = [node for graph in all_graphs(state.model.graph) for node in graph
              if node.domain in ("", "ai.onnx")]
 
-    def illegal_at(opset: int) -> set[int]:
-        opsets = dict(state.opsets, **{"": opset})
-        return {index for index, node in enumerate(nodes) if judge.judge(node, opsets).status == ILLEGAL}
+    def refused_for_version(verdict: NodeVerdict) -> bool:
+        return any(reason.category == "opset" for reason in verdict.reasons)
 
-    def version_only(index: int) -> bool:
-        verdict = judge.judge(nodes[index], state.opsets)
-        return bool(verdict.reasons) and all(r.category == "opset" for r in verdict.reasons)
+    # An op's version follows from the opset alone, so one node per op tells whether any node is
+    # refused for it; most models have none, and then the other nodes need not be judged here.
+    one_per_op = {node.op_type: node for node in nodes}
+    if not any(refused_for_version(judge.judge(node, state.opsets)) for node in one_per_op.values()):
+        return None
+
+    def illegal_at(opset: int) -> dict[int, NodeVerdict]:
+        opsets = dict(state.opsets, **{"": opset})
+        verdicts = {index: judge.judge(node, opsets) for index, node in enumerate(nodes)}
+        return {index: verdict for index, verdict in verdicts.items() if verdict.status == ILLEGAL}
 
     now = illegal_at(current)
-    if not any(version_only(index) for index in now):
+    if not any(all(r.category == "opset" for r in verdict.reasons) for verdict in now.values()):
         return None
     born = max((schemas.first_version(node.op_type, "") or 1 for node in nodes), default=1)
     for candidate in range(current - 1, max(born, state.target.opset.min) - 1, -1):
-        then = illegal_at(candidate)
-        if then < now:
+        if illegal_at(candidate).keys() < now.keys():
             return candidate
     return None
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deploycc.analysis.graphs import cast_destination
 from deploycc.rules.base import Builder, Rule, Site
 from deploycc.rules.catalog import register
 
@@ -131,13 +132,10 @@ class _SaturatingCast(Rule):
     family = "types"
     since = 19
 
-    def destination(self, site: Site) -> ir.DataType | None:
-        raise NotImplementedError
-
     def check(self, site: Site) -> str | None:
         if int(site.attr("saturate", 1)) == 0:
             return "the cast does not saturate"
-        destination = self.destination(site)
+        destination = cast_destination(site.node)
         if destination is None or destination.name not in SMALL_FLOATS:
             return "the destination is not a float8/float4 type"
         source = site.dtype(0)
@@ -148,7 +146,7 @@ class _SaturatingCast(Rule):
     def clipped(self, site: Site, b: Builder) -> ir.Value:
         import ml_dtypes
 
-        destination = self.destination(site)
+        destination = cast_destination(site.node)
         assert destination is not None
         largest = float(ml_dtypes.finfo(destination.numpy()).max)
         x = site.input(0)
@@ -165,12 +163,6 @@ class SaturatingCastRule(_SaturatingCast):
     name = "saturating-cast"
     op_type = "Cast"
 
-    def destination(self, site: Site) -> ir.DataType | None:
-        import onnx_ir as ir
-
-        to = site.attr("to")
-        return None if to is None else ir.DataType(int(to))
-
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         return [b.op("Cast", self.clipped(site, b), to=int(site.attr("to")), saturate=0)]
 
@@ -181,9 +173,6 @@ class SaturatingCastLikeRule(_SaturatingCast):
 
     name = "saturating-castlike"
     op_type = "CastLike"
-
-    def destination(self, site: Site) -> ir.DataType | None:
-        return site.dtype(1)
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         return [b.op("CastLike", self.clipped(site, b), site.input(1), saturate=0)]
