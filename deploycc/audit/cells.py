@@ -3,7 +3,9 @@
 The status taxonomy is fixed so audits can be compared across runs and corpora:
   statuses   legal-as-exported, legalized, built, verified, benchmarked, failed
   categories (why a cell failed) unsupported-op, opset, dtype, dynamic-shape, numeric-mismatch,
-             backend-error, backend-crash, timeout, out-of-memory, invalid-model, unschedulable
+             needs-inputs (the original fails on drawn inputs: give --inputs), backend-error,
+             backend-crash, timeout, out-of-memory, invalid-model, unschedulable, regressed (legal
+             as exported yet refused after deploycc: always a deploycc bug)
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 STAGES = ("check", "legalize", "build", "verify", "bench")
 DEFAULT_STAGES = ("check", "legalize", "build", "verify")
 STATUSES = ("legal-as-exported", "legalized", "built", "verified", "benchmarked", "failed")
-CATEGORIES = ("unsupported-op", "opset", "dtype", "dynamic-shape", "numeric-mismatch", "backend-error",
-              "backend-crash", "timeout", "out-of-memory", "invalid-model", "unschedulable")
+CATEGORIES = ("unsupported-op", "opset", "dtype", "dynamic-shape", "numeric-mismatch", "needs-inputs",
+              "backend-error", "backend-crash", "timeout", "out-of-memory", "invalid-model", "unschedulable",
+              "regressed")
 # The ConversionTarget's reason categories, as audit failure categories.
 FROM_LEGALITY = {"unsupported_op": "unsupported-op", "opset": "opset", "dtype": "dtype",
                  "dynamic_shape": "dynamic-shape", "restriction": "unsupported-op",
@@ -33,10 +36,15 @@ class CellSpec:
     jetpack: str | None = None
     batch: int | None = None
     workdir: str = ""  # where build outputs of this cell go
+    # From the model's hints file (MODEL.hints.json beside it): the static shape of every input,
+    # applied where the target needs one or the audit fixes the batch, and inputs to verify on.
+    shapes: dict[str, list[int | str]] = field(default_factory=dict)
+    inputs: str | None = None
+    hints_sha256: str = ""
 
     def key(self, version: str) -> str:
         text = "|".join([self.model_sha256, self.target_hash, version, ",".join(self.stages),
-                         str(self.batch)])
+                         str(self.batch), self.hints_sha256])
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def needs_hardware(self, backend: str) -> bool:
@@ -58,6 +66,8 @@ class CellResult:
     seconds: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
     cached: bool = False
+    # Legal as exported, refused after deploycc: worse than doing nothing, always a deploycc bug.
+    regressed: bool = False
 
     @property
     def succeeded(self) -> bool:

@@ -30,7 +30,8 @@ def summarize(report: AuditReport) -> None:
         succeeded = sum(1 for c in cells if c.succeeded)
         total = len(cells) or 1
         report.summary.append(TargetSummary(target, len(cells), exported, succeeded,
-                                            round(exported / total, 4), round(succeeded / total, 4)))
+                                            round(exported / total, 4), round(succeeded / total, 4),
+                                            sum(1 for c in cells if c.regressed)))
     causes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cell in report.cells:
         if cell.status == "failed":
@@ -51,10 +52,15 @@ def markdown(report: AuditReport) -> str:
              f"{len(report.models)} model(s) x {len(report.targets)} target(s), stages "
              f"{', '.join(report.stages)}; {report.reused} cell(s) reused from an earlier run; "
              f"{report.seconds:.1f} s.", "", "## Success rate per target", "",
-             "| target | cells | legal as exported | after deploycc |", "|---|---|---|---|"]
+             "| target | cells | legal as exported | after deploycc | regressed |", "|---|---|---|---|---|"]
     for s in report.summary:
         lines.append(f"| {s.target} | {s.cells} | {s.legal_as_exported} ({s.rate_as_exported:.0%}) | "
-                     f"{s.succeeded} ({s.rate_after_deploycc:.0%}) |")
+                     f"{s.succeeded} ({s.rate_after_deploycc:.0%}) | {s.regressed} |")
+    regressions = [c for c in report.cells if c.regressed]
+    if regressions:
+        lines += ["", f"**{len(regressions)} cell(s) legal as exported were refused after deploycc "
+                      "(a deploycc bug each):** " + ", ".join(f"{_label(c.model)} @ {c.target}"
+                                                             for c in regressions)]
     lines += ["", "## Matrix", "", "| model | " + " | ".join(report.targets) + " |",
               "|---" * (len(report.targets) + 1) + "|"]
     grid = {(c.model, c.target): c for c in report.cells}
@@ -62,7 +68,8 @@ def markdown(report: AuditReport) -> str:
         row = []
         for target in report.targets:
             cell = grid[(model, target)]
-            row.append(cell.status if cell.status != "failed" else f"failed ({cell.category})")
+            text = cell.status if cell.status != "failed" else f"failed ({cell.category})"
+            row.append(f"**{text}, regressed**" if cell.regressed else text)
         lines.append(f"| {_label(model)} | " + " | ".join(row) + " |")
     if report.top_failures:
         lines += ["", "## Top failure causes", ""]
@@ -82,6 +89,7 @@ def page(report: AuditReport) -> str:
         for target in report.targets:
             cell = grid[(model, target)]
             text = cell.status if cell.status != "failed" else f"failed: {cell.category}"
+            text += " (regressed)" if cell.regressed else ""
             title = f"{cell.stage}: {cell.message}" if cell.message else cell.stage
             cells.append(f'<td style="background:{COLOURS.get(cell.status, "#eee")}" title="{e(title)}">'
                          f"{e(text)}</td>")
@@ -89,7 +97,8 @@ def page(report: AuditReport) -> str:
     rates = "".join(
         f"<tr><th>{e(s.target)}</th>"
         f"<td>{s.legal_as_exported}/{s.cells} ({s.rate_as_exported:.0%})</td>"
-        f"<td><b>{s.succeeded}/{s.cells} ({s.rate_after_deploycc:.0%})</b></td></tr>" for s in report.summary)
+        f"<td><b>{s.succeeded}/{s.cells} ({s.rate_after_deploycc:.0%})</b></td>"
+        f"<td>{s.regressed}</td></tr>" for s in report.summary)
     failures = "".join(
         f"<li><b>{e(str(f['cause']))}</b> at {e(str(f['stage']))} ({f['count']}): "
         f"{e(', '.join(str(c) for c in f['cells']))}</li>"  # type: ignore[attr-defined]
@@ -107,7 +116,7 @@ caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
 <p>{len(report.models)} model(s) &times; {len(report.targets)} target(s),
 stages {e(', '.join(report.stages))}; {report.reused} cell(s) reused; {report.seconds:.1f} s.</p>
 <table><caption>Success rate per target: as exported vs after deploycc</caption>
-<tr><th>target</th><th>legal as exported</th><th>after deploycc</th></tr>{rates}</table>
+<tr><th>target</th><th>legal as exported</th><th>after deploycc</th><th>regressed</th></tr>{rates}</table>
 <table><caption>Model &times; target</caption><tr><th>model</th>{headers}</tr>{''.join(rows)}</table>
 <h2>Top failure causes</h2><ul>{failures or '<li>none</li>'}</ul>
 </body></html>

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deploycc.audit.cells import DEFAULT_STAGES, STAGES, CellResult, CellSpec
 from deploycc.audit.isolate import WORKER, run_isolated
@@ -46,6 +46,7 @@ class TargetSummary:
     succeeded: int
     rate_as_exported: float
     rate_after_deploycc: float
+    regressed: int = 0  # legal as exported, refused after deploycc: each one a deploycc bug
 
 
 @dataclass
@@ -90,6 +91,39 @@ def discover(paths: Sequence[str | Path]) -> list[Path]:
     return unique
 
 
+def hints_path(model: Path) -> Path:
+    return model.with_name(model.name.removesuffix(".onnx") + ".hints.json")
+
+
+def read_hints(model: Path) -> dict[str, Any]:
+    """MODEL.hints.json beside a model, when there is one: {"shapes": {input: [dims]}, "inputs":
+    "file.npz"} (the npz relative to the hints file). What a corpus knows of each model that its
+    signature does not say: a static size for every dynamic dim, and values the model takes."""
+    import hashlib
+    import json
+
+    path = hints_path(model)
+    if not path.is_file():
+        return {}
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+        shapes = {str(name): [d if isinstance(d, int) else str(d) for d in dims]
+                  for name, dims in (data.get("shapes") or {}).items()}
+    except (ValueError, AttributeError, TypeError) as error:
+        raise OptionError(f"{path}: not a hints file ({error})",
+                          hint='expected {"shapes": {"x": [1, 3, 224, 224]}, "inputs": "x.npz"}') from None
+    inputs = data.get("inputs")
+    digest = hashlib.sha256(raw)
+    if inputs:
+        npz = path.parent / str(inputs)
+        if not npz.is_file():
+            raise OptionError(f"{path}: names inputs {inputs!r}, which does not exist")
+        digest.update(npz.read_bytes())
+    return {"shapes": shapes, "inputs": str(path.parent / inputs) if inputs else None,
+            "hints_sha256": digest.hexdigest()[:16]}
+
+
 def resolve_targets(names: Sequence[str], jetpack: str | None) -> list[Target]:
     from deploycc.targets import registry
 
@@ -111,10 +145,11 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
     cells = []
     for model in models:
         digest = sha256_file(model)
+        hints = read_hints(model)
         for target in targets:
             spec = CellSpec(model=str(model), model_sha256=digest, target=target.name,
                             target_hash=target.spec_hash, stages=tuple(options.stages), jetpack=jetpack,
-                            batch=options.batch)
+                            batch=options.batch, **hints)
             key = spec.key(version)
             spec.workdir = str(outdir / "builds" / key)
             cells.append((key, spec))

@@ -34,7 +34,7 @@ def _category(error: BaseException) -> str:
 
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
-    from deploycc.pipeline.build import PENDING, VERIFIED, build
+    from deploycc.pipeline.build import NEEDS_INPUTS, PENDING, VERIFIED, build
     from deploycc.pipeline.context import BuildOptions, LegalizeOptions
     from deploycc.pipeline.legalize import legalize
     from deploycc.targets.registry import resolve
@@ -57,7 +57,11 @@ def run_cell(spec: CellSpec) -> CellResult:
                 result.category = FROM_LEGALITY.get(findings[0].category, "dtype") if findings else "dtype"
                 result.message = "; ".join(f.message for f in findings)
         stages = spec.stages
-        options = LegalizeOptions(batch=spec.batch, verify="verify" in stages)
+        fix_axes = spec.batch is not None or target.backend.kind == "tensorrt" or \
+            target.shapes.policy == "static"
+        options = LegalizeOptions(batch=spec.batch, verify="verify" in stages,
+                                  shapes=dict(spec.shapes) if fix_axes else {},
+                                  inputs=Path(spec.inputs) if spec.inputs else None)
         if "build" in stages:
             result.stage = "build"
             report = build(spec.model, target, Path(spec.workdir),
@@ -73,12 +77,16 @@ def run_cell(spec: CellSpec) -> CellResult:
             elif report.status == PENDING:
                 result.status, result.stage, result.category = "legalized", "build", None
                 result.message = "engine pending on the device (device bundle written)"
+            elif report.status == NEEDS_INPUTS:
+                result.status, result.stage, result.category = "failed", "verify", "needs-inputs"
+                result.message = report.summary
             else:
                 result.status, result.stage = "failed", report.stage
                 result.category = ("numeric-mismatch" if report.stage == "verify" else
                                    "backend-error" if report.stage == "build" else result.category or
                                    "unsupported-op")
                 result.message = report.summary
+                result.regressed = bool(result.legal_as_exported) and report.stage == "legalize"
         elif "legalize" in stages:
             result.stage = "legalize"
             report_l = legalize(spec.model, target, options)
@@ -87,15 +95,19 @@ def run_cell(spec: CellSpec) -> CellResult:
                 result.status, result.category, result.message = "legalized", None, ""
             else:
                 result.status = "failed"
-                failed_verify = report_l.verification is not None and not report_l.verification.passed
-                result.category = "numeric-mismatch" if failed_verify else \
-                    (result.category or "unsupported-op")
+                verification = report_l.verification
+                failed_verify = verification is not None and not verification.passed
+                result.category = "needs-inputs" if verification is not None and verification.needs_inputs \
+                    else "numeric-mismatch" if failed_verify else (result.category or "unsupported-op")
                 result.message = report_l.summary
+                result.regressed = bool(result.legal_as_exported) and result.category != "needs-inputs"
     except BaseException as error:  # every failure is a cell result, never a dead worker
         if isinstance(error, KeyboardInterrupt):
             raise
         result.status, result.category = "failed", _category(error)
         result.message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        result.regressed = bool(result.legal_as_exported) and result.category not in (
+            "out-of-memory", "needs-inputs", "dynamic-shape")
     result.seconds = round(time.perf_counter() - started, 3)
     return result
 

@@ -9,12 +9,11 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest, Placement, Runner
-
-if TYPE_CHECKING:
-    import numpy as np
 
 LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
           "all": "ORT_ENABLE_ALL"}
@@ -57,7 +56,12 @@ class OrtRunner(Runner):
         return [i.name for i in self.session.get_inputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self._outputs, self.session.run(self._outputs, feeds), strict=True))
+        results = self.session.run(self._outputs, feeds)
+        if all(isinstance(result, np.ndarray) for result in results):
+            return dict(zip(self._outputs, results, strict=True))
+        from deploycc.verify.runner import as_arrays
+
+        return as_arrays(dict(zip(self._outputs, results, strict=True)))  # sequences and maps
 
 
 class OnnxRuntimeBackend(Backend):

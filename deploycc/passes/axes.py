@@ -66,10 +66,14 @@ class AxesPass(Pass):
             if name not in inputs:
                 raise OptionError(f"the model has no input named {name!r}",
                                   hint=f"inputs: {', '.join(inputs) or 'none'}")
+        fixed: dict[str, int] = {}  # symbolic dim name -> the size it was fixed at
         for name, value in inputs.items():
             old = _dims(value)
             new = self._wanted_dims(name, old, options, state)
             if new is not None and new != old:
+                for was, now in zip(old or [], new, strict=False):
+                    if isinstance(was, str) and isinstance(now, int):
+                        fixed[was] = now
                 _set_dims(value, new)
                 notes.append(f"{name}: {old} -> {new}")
                 state.signature_changes.append(f"input {name} dims {old} -> {new}")
@@ -84,7 +88,7 @@ class AxesPass(Pass):
                     state.signature_changes.append(f"input {name} layout {layout}")
                     changed = True
         if changed:
-            self._reinfer(state)
+            self._reinfer(state, fixed)
         return PassOutcome(changed, notes)
 
     @staticmethod
@@ -155,7 +159,11 @@ class AxesPass(Pass):
         return True
 
     @staticmethod
-    def _reinfer(state: PipelineState) -> None:
+    def _reinfer(state: PipelineState, fixed: dict[str, int]) -> None:
+        """Drop every inferred shape and infer again from the new input dims. A graph output whose
+        shape inference cannot follow (computed through Shape -> Gather -> Concat -> Reshape, as
+        in flatten heads) keeps its declared shape, with the dims named like a fixed input dim
+        set to that size: the graph's signature (and so its rank) never silently changes."""
         from deploycc.analysis.graphs import all_graphs
         from deploycc.analysis.shapes import infer_shapes
 
@@ -167,9 +175,16 @@ class AxesPass(Pass):
                 for value in node.outputs:
                     if id(value) not in kept:
                         value.shape = None
+        declared = {}
         for value in graph.outputs:  # outputs keep their rank; their sizes are inferred anew
             if value.shape is not None and value.producer() is not None:
+                declared[id(value)] = [fixed.get(d, d) if isinstance(d, str) else d
+                                       for d in _dims(value) or []]
                 value.shape = None
         note = infer_shapes(state.model)
         if note:
             state.notes.append(note)
+        for value in graph.outputs:
+            dims = declared.get(id(value))
+            if dims is not None and (value.shape is None or len(value.shape) != len(dims)):
+                _set_dims(value, dims)

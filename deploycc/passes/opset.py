@@ -40,15 +40,28 @@ def destination(state: PipelineState) -> tuple[int | None, int]:
     return current, target.opset.preferred
 
 
+def _changed_form(node: ir.Node, current: int, version: int) -> bool:
+    """The node's op exists at `version` but the node, as it is set, means something else there
+    (Shape with start/end at 15): the old_forms rules put it in a form valid at both."""
+    from deploycc import io
+    from deploycc.legality import schemas
+
+    return not schemas.valid_at_both(node.op_type, "", current, version, io.non_default(node, current),
+                                     len(node.inputs), len(node.outputs))
+
+
 def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list[str]]:
     """Rewrite, with the catalog, every node whose op does not exist at `version`, to a fixed
-    point: a replacement may hold ops born after `version` too (Gelu's ONNX body has CastLike)."""
+    point: a replacement may hold ops born after `version` too (Gelu's ONNX body has CastLike).
+    A node whose form changed since `version` is rewritten by an old_forms rule where one applies,
+    else left to the converter's adapter."""
     from deploycc.analysis.graphs import all_graphs
     from deploycc.analysis.shapes import infer_shapes
     from deploycc.legality import schemas
     from deploycc.rules.engine import decide
 
     fired: list[str] = []
+    current = state.opsets.get("", version)
     for _ in range(4):
         blocked = []
         progressed = False
@@ -57,7 +70,17 @@ def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list
                 if node.domain not in ("", "ai.onnx"):
                     continue
                 born = schemas.first_version(node.op_type, "")
-                if born is None or born <= version:
+                if born is None:
+                    continue
+                if born <= version:
+                    if not _changed_form(node, current, version):
+                        continue
+                    decision = decide(node, graph, state.opsets, prove=state.options.prove,
+                                      families=("old_forms",))
+                    if decision.rewrite is not None:
+                        state.rewrites.append(decision.rewrite)
+                        fired.append(f"{decision.node}: {decision.rewrite.rule}")
+                        progressed = True
                     continue
                 decision = decide(node, graph, state.opsets, prove=state.options.prove)
                 if decision.rewrite is not None:

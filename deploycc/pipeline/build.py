@@ -20,6 +20,7 @@ from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, B
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
 from deploycc.pipeline.context import BuildOptions
 from deploycc.results import Result
+from deploycc.verify.runner import RunError
 
 if TYPE_CHECKING:
     from deploycc.bench.latency import LatencyStats
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 LEGALIZED = "model.legalized.onnx"
 VERIFIED, PENDING, FAILED = "verified", "pending-on-device", "failed"
+NEEDS_INPUTS = "needs-inputs"  # the original fails on drawn inputs: nothing was judged
 
 
 @dataclass
@@ -51,7 +53,7 @@ class BuildReport(Result):
 
     @property
     def exit_code(self) -> int:
-        return EXIT_FINDINGS if self.status == FAILED else EXIT_OK
+        return EXIT_FINDINGS if self.status in (FAILED, NEEDS_INPUTS) else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
@@ -92,6 +94,8 @@ def _next_step(status: str, stage: str, message: str, target: Target) -> str:
         return "deploy the artifact; `deploycc bench` for a full benchmark"
     if status == PENDING:
         return "copy bundle/ to the device and run the deploycc command in report.md"
+    if status == NEEDS_INPUTS:
+        return "give inputs the model takes: --inputs data.npz (one array per input name)"
     return {
         "legalize": "see the illegal nodes below: `deploycc check --explain` names the rule each needs; "
                     "a missing rule or a different target/opset is the way forward",
@@ -126,6 +130,8 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
         verification = None
         benchmark = None
         status, stage, message = FAILED, "legalize", legalized.summary
+        if legalized.verification is not None and legalized.verification.needs_inputs:
+            status, stage = NEEDS_INPUTS, "verify"
         if legalized.success:
             step("build")
             stage = "build"
@@ -155,6 +161,8 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
                         status, message = FAILED, f"verification failed: {verification.problem}"
             except (BackendError, BackendUnavailable) as error:
                 message = str(error)
+            except RunError as error:  # the reference run, when legalize did not verify
+                status, message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
         step("manifest")
         environment = backend.environment() if backend.unavailable_reason() is None else \
             {"unavailable": backend.unavailable_reason() or ""}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc import io
-from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from deploycc.errors import EXIT_FINDINGS, EXIT_OK, DeployccError
 from deploycc.pipeline.context import LegalizeOptions, Pass, PipelineState
 from deploycc.pipeline.manager import PassRecord, run_passes
 from deploycc.results import Result
@@ -114,10 +114,50 @@ def run_pipeline(path: str | Path, target: Target, options: LegalizeOptions,
     return state, records, loaded
 
 
+@dataclass
+class _Attempt:
+    """One run of the passes and the verdict on its result (or the deploycc bug that stopped it)."""
+
+    state: PipelineState | None
+    records: list[PassRecord]
+    loaded: LoadedModel | None
+    final: TargetVerdict | None
+    error: Exception | None = None
+
+
+def _attempt(path: str | Path, target: Target, options: LegalizeOptions,
+             progress: Callable[[str], None] | None) -> _Attempt:
+    from deploycc.analysis.check import judge_model
+    from deploycc.pipeline.manager import InvariantError
+
+    try:
+        state, records, loaded = run_pipeline(path, target, options, progress=progress)
+    except InvariantError as error:
+        return _Attempt(None, [], None, None, error)
+    except DeployccError:
+        raise  # the user's input or options, or a finding (opset out of reach): reported as such
+    except Exception as error:  # a pass or a library under it broke on this model: a deploycc bug
+        return _Attempt(None, [], None, None, error)
+    if progress is not None:
+        progress("final check")
+    return _Attempt(state, records, loaded, judge_model(state.model, target))
+
+
+def _as_exported(options: LegalizeOptions) -> LegalizeOptions:
+    """The model as exported, with only what the user asked of its axes: the fallback when
+    deploycc's own rewrites leave a worse model than the one it was given."""
+    from dataclasses import replace
+
+    return replace(options, only_passes=("axes",), disable_passes=())
+
+
 def legalize(path: str | Path, target: Target, options: LegalizeOptions | None = None, *,
              output: str | Path | None = None,
              progress: Callable[[str], None] | None = None) -> LegalizeReport:
-    from deploycc.analysis.check import judge_model
+    """Rewrite the model for the target, verify it, write it. Never worse than doing nothing: when
+    the rewritten model is refused, fails verification, or a pass breaks, while the model as
+    exported (axes fixed as asked) is legal and verifies, that one is the result, and a note says
+    why deploycc's rewrites were set aside."""
     from deploycc.analysis.graphs import all_nodes
 
     started = time.perf_counter()
@@ -126,50 +166,104 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     if output is not None:  # fail fast on the obvious case; the input's own data files below
         source = Path(path)
         io.refuse_overwrite(Path(output), (source, source.with_name(source.name + ".data")))
-    state, records, loaded = run_pipeline(path, target, options, progress=progress)
-    if output is not None:
-        io.refuse_overwrite(Path(output), (loaded.path, *(loaded.path.parent / f.location
-                                                          for f in loaded.external_files)))
-    if progress is not None:
-        progress("final check")
-    final = judge_model(state.model, target)
-    unresolved = _unresolved(state, final)
-    legal = final.legal
-    success = legal or mode == "partial"
-    verification = None
-    files: list[Path] = []
+    attempts = [options] if options.only_passes == ("axes",) else [options, _as_exported(options)]
     if output is not None:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".deploycc-", dir=Path(output).parent if output else None))
+    chosen: tuple[_Attempt, _Outcome] | None = None
+    set_aside = ""  # why the first attempt was not kept
     try:
-        staged = staging / (Path(output).name if output else "legalized.onnx")
-        # A refused model is neither written nor verified; without -o, only verification needs a file.
-        if success and (output is not None or options.verify):
-            io.save(state.model, staged, force_external=bool(loaded.external_files))
-        if options.verify and success:
-            if progress is not None:
-                progress("verify")
-            from deploycc.verify.verify import verify_files
-
-            verification = verify_files(loaded.path, staged, state, options)
-            if not verification.passed:
-                success = False
-                verification.blame = _blame(path, target, options, records)
-        if output is not None and success:
-            files = _publish(staged, Path(output))
+        for number, attempt_options in enumerate(attempts):
+            attempt = _attempt(path, target, attempt_options, progress)
+            if attempt.state is None:  # a pass broke: the next attempt, or a one-line error
+                set_aside = set_aside or f"a pass failed ({_first_line(attempt.error)})"
+                continue
+            assert attempt.loaded is not None and attempt.final is not None
+            if number > 0 and not attempt.final.legal and mode == "full":
+                break  # not legal as exported either: the first attempt's report stands
+            if output is not None:
+                io.refuse_overwrite(Path(output), (attempt.loaded.path, *(
+                    attempt.loaded.path.parent / f.location for f in attempt.loaded.external_files)))
+            outcome = _judge_and_write(target, attempt_options, attempt, mode, output, staging, progress)
+            verification = outcome.verification
+            if outcome.success or (verification is not None and verification.needs_inputs):
+                chosen = (attempt, outcome)
+                set_aside = set_aside if number > 0 else ""
+                break
+            if chosen is None:
+                chosen, set_aside = (attempt, outcome), outcome.reason
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if chosen is None:
+        raise InternalError(f"deploycc failed on this model: {set_aside}")
+    attempt, outcome = chosen
+    state, records, loaded, final = attempt.state, attempt.records, attempt.loaded, attempt.final
+    assert state is not None and loaded is not None and final is not None
+    if outcome.success and set_aside:  # the fallback was kept
+        state.notes.append("kept the model as exported (axes as asked): deploycc's rewrites were set "
+                           f"aside because {set_aside}")
+    verification = outcome.verification
+    if verification is not None and not verification.passed and not verification.needs_inputs:
+        verification.blame = _blame(path, target, options, records)
     opset_after = state.opsets.get("")
-    summary = _summary(legal, mode, verification, final, target, output if success else None)
+    summary = _summary(final.legal, mode, verification, final, target, output if outcome.success else None)
     return LegalizeReport(
-        source=str(loaded.path), output=str(output) if output and success else None,
-        target=target.name, mode=mode, success=success, summary=summary,
+        source=str(loaded.path), output=str(output) if output and outcome.success else None,
+        target=target.name, mode=mode, success=outcome.success, summary=summary,
         opset={"before": state.source_opset, "after": opset_after},
         nodes={"before": state.source_nodes, "after": sum(1 for _ in all_nodes(state.model.graph))},
-        passes=records, rewrites=state.rewrites, final=final, unresolved=unresolved,
+        passes=records, rewrites=state.rewrites, final=final, unresolved=_unresolved(state, final),
         verification=verification, signature_changes=state.signature_changes,
-        notes=state.notes, fed_layouts=state.fed_layouts, files=[str(f) for f in files],
+        notes=state.notes, fed_layouts=state.fed_layouts, files=[str(f) for f in outcome.files],
         seconds=round(time.perf_counter() - started, 3))
+
+
+class InternalError(DeployccError):
+    """A pass broke on a model and the model as exported could not be kept either: a deploycc
+    bug, reported in one line with exit code 1 (the model was not made legal)."""
+
+    exit_code = EXIT_FINDINGS
+
+
+def _first_line(error: BaseException | None) -> str:
+    text = str(error).strip() if error is not None else ""
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+@dataclass
+class _Outcome:
+    success: bool
+    verification: Verification | None
+    files: list[Path]
+    reason: str
+
+
+def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt,
+                     mode: str, output: str | Path | None, staging: Path,
+                     progress: Callable[[str], None] | None) -> _Outcome:
+    """Verify the attempt's model and move it to `output` when it is legal (or mode partial)."""
+    state, loaded, final = attempt.state, attempt.loaded, attempt.final
+    assert state is not None and loaded is not None and final is not None
+    success = final.legal or mode == "partial"
+    reason = "" if success else f"{final.counts.get('illegal', 0)} node(s) were still illegal"
+    verification = None
+    files: list[Path] = []
+    staged = staging / (Path(output).name if output else "legalized.onnx")
+    # A refused model is neither written nor verified; without -o, only verification needs a file.
+    if success and (output is not None or options.verify):
+        io.save(state.model, staged, force_external=bool(loaded.external_files))
+    if options.verify and success:
+        if progress is not None:
+            progress("verify")
+        from deploycc.verify.verify import verify_files
+
+        verification = verify_files(loaded.path, staged, state, options)
+        if not verification.passed:
+            success = False
+            reason = f"verification failed: {verification.problem}"
+    if output is not None and success:
+        files = _publish(staged, Path(output))
+    return _Outcome(success, verification, files, reason)
 
 
 def _publish(staged: Path, output: Path) -> list[Path]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from deploycc.errors import DeployccError, OptionError
+from deploycc.errors import EXIT_FINDINGS, DeployccError, OptionError
 from deploycc.pipeline.context import Pass, PipelineState
 
 if TYPE_CHECKING:
@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 
 
 class InvariantError(DeployccError):
-    """A pass broke a promise (signature or order): a deploycc bug, reported as one."""
+    """A pass broke a promise (signature or order): a deploycc bug, reported as one. legalize
+    then falls back to the model as exported; exit 1 when that cannot be kept either."""
 
-    exit_code = 3
+    exit_code = EXIT_FINDINGS
 
 
 @dataclass

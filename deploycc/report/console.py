@@ -75,8 +75,15 @@ class progress_bar:  # a context manager: named like one
             self._progress.__exit__(*exc)
 
 
+PIPE_WIDTH = 200  # tables off a terminal; text is never wrapped there
+
+
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    """On a terminal, rich's usual wrapping; in a pipe or a CI log, lines are not wrapped, so a
+    command deploycc tells the user to run stays on one line and can be copied whole."""
+    if Console().is_terminal:
+        return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH)
 
 
 def _size(n: int) -> str:
@@ -394,12 +401,16 @@ def render_audit(report: AuditReport) -> None:
     out.print(f"[bold]audit[/bold]: {len(report.models)} model(s) x {len(report.targets)} target(s), "
               f"{len(report.cells)} cells ({report.reused} reused) in {report.seconds:.1f} s")
     table = Table(title="success rate per target")
-    for column in ("target", "cells", "legal as exported", "after deploycc"):
+    for column in ("target", "cells", "legal as exported", "after deploycc", "regressed"):
         table.add_column(column)
     for s in report.summary:
         table.add_row(s.target, str(s.cells), f"{s.legal_as_exported} ({s.rate_as_exported:.0%})",
-                      f"{s.succeeded} ({s.rate_after_deploycc:.0%})")
+                      f"{s.succeeded} ({s.rate_after_deploycc:.0%})",
+                      f"[bold red]{s.regressed}[/bold red]" if s.regressed else "0")
     out.print(table)
+    for cell in [c for c in report.cells if c.regressed]:
+        out.print(escape(f"  regressed (legal as exported, refused after deploycc; a deploycc bug): "
+                         f"{cell.model} @ {cell.target}: {cell.message}"), style="red")
     for item in report.top_failures[:5]:
         out.print(escape(f"  {item['cause']} at {item['stage']}: {item['count']} cell(s)"))
     out.print(f"  reports: {report.outdir}/audit.html, audit.md, audit.json")

@@ -67,8 +67,10 @@ def _replace(graph: ir.Graph, node: ir.Node, builder: Builder, outputs: list[ir.
 
 def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: bool = True,
            prove: bool = True, graph_label: str = "main",
-           accepts: Callable[[ir.Node], bool] | None = None) -> Decision:
-    """Try the catalog's rules for `node`; with apply, rewrite with the first that accepts."""
+           accepts: Callable[[ir.Node], bool] | None = None,
+           families: tuple[str, ...] | None = None) -> Decision:
+    """Try the catalog's rules for `node` (of `families` only, when given); with apply, rewrite
+    with the first that accepts."""
     from deploycc.verify.certify import FAILED
     from deploycc.verify.certify import prove as prove_rewrite
 
@@ -77,6 +79,8 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
     label = node_label(node)
     decision = Decision(node=label, op=node.op_type if not domain else f"{domain}::{node.op_type}")
     for rule in rules_for(domain, node.op_type):
+        if families is not None and rule.family not in families:
+            continue
         site = Site(node, node.inputs, site_opset, accepts)
         builder = Builder(opsets.get("", 1), f"{label}/{rule.name}")
         try:

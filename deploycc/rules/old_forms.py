@@ -2,6 +2,7 @@
 
 - Upsample (deprecated at opset 10): Resize with the same scales and mode.
 - Clip with min/max attributes (opset < 11): Max/Min against constants, valid at any opset.
+- Shape with start/end (opset 15): Shape then Slice, for models going below opset 15.
 - Ops whose attribute became an input (ReduceX axes at 13/18, Squeeze/Unsqueeze/Split at 13)
   are moved by the opset converter's adapters; the builder emits the right form for new nodes.
 """
@@ -71,3 +72,25 @@ class ClipAttributesRule(Rule):
         low = site.attr("min", float(np.finfo(np.float32).min))
         high = site.attr("max", float(np.finfo(np.float32).max))
         return [b.op("Min", b.op("Max", x, b.scalar_like(low, dtype)), b.scalar_like(high, dtype))]
+
+
+@register
+class ShapeStartEndRule(Rule):
+    """Shape<start=s, end=e>(x) = Slice(Shape(x), [s], [e], [0]): the same clamping and wrapping,
+    so a model can go below opset 15, where Shape has no start and end."""
+
+    name = "shape-start-end"
+    family = "old_forms"
+    op_type = "Shape"
+    since = 15
+
+    def check(self, site: Site) -> str | None:
+        if site.attr("start", 0) == 0 and site.attr("end") is None:
+            return "Shape takes the whole shape; it means the same at every opset"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        end = site.attr("end")
+        whole = b.op("Shape", site.inputs[0])
+        return [b.op("Slice", whole, b.ints([site.attr("start", 0)]),
+                     b.ints([end if end is not None else np.iinfo(np.int64).max]), b.ints([0]))]

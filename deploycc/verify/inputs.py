@@ -54,12 +54,66 @@ def _integer_range(name: str, dtype: np.dtype) -> tuple[int, int]:
     return 0, 4 if ("index" in lowered or "indices" in lowered) else 64
 
 
+# Ops an integer value passes through unchanged in meaning (its range still holds after them).
+PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Tile",
+                "Transpose", "Slice", "Concat", "Clip"}
+# (op, input index) -> that input holds sizes or counts: small positive values keep them valid.
+SIZE_INPUTS = {("Reshape", 1), ("Expand", 1), ("ConstantOfShape", 0), ("Tile", 1), ("Range", 1),
+               ("Range", 0), ("Range", 2), ("TopK", 1), ("Resize", 3), ("Pad", 1), ("Split", 1),
+               ("OneHot", 1), ("Upsample", 1), ("Slice", 1), ("Slice", 2), ("Slice", 4)}
+# (op, index input, data input, default axis) -> indices into data's axis.
+INDEX_INPUTS = {("Gather", 1): (0, 0), ("GatherElements", 1): (0, 0), ("ScatterElements", 1): (0, 0),
+                ("GatherND", 1): (0, 0), ("ScatterND", 1): (0, 0)}
+
+
+def _dim(value: ir.Value | None, axis: int) -> int | None:
+    if value is None or value.shape is None or not len(value.shape):
+        return None
+    dim = value.shape[axis % len(value.shape)]
+    return dim if isinstance(dim, int) and dim > 0 else None
+
+
+def _range_from_uses(value: ir.Value, depth: int = 0) -> tuple[int, int] | None:
+    """What integer values the graph can take in `value`, read from what reads it: indices stay
+    below the dim they index (a token id below the vocabulary size), sizes stay small and
+    positive. None when nothing says."""
+    bound: tuple[int, int] | None = None
+
+    def narrow(low: int, high: int) -> None:
+        nonlocal bound
+        bound = (low, high) if bound is None else (max(bound[0], low), min(bound[1], high))
+
+    for node, index in value.uses():
+        op = node.op_type
+        if (op, index) in INDEX_INPUTS:
+            data_index, default_axis = INDEX_INPUTS[(op, index)]
+            attr = node.attributes.get("axis")
+            axis = int(attr.value) if attr is not None else default_axis
+            size = _dim(node.inputs[data_index], axis if op not in ("GatherND", "ScatterND") else 0)
+            if size is not None:
+                narrow(0, size)
+        elif (op, index) in SIZE_INPUTS:
+            narrow(1, 3)
+        elif op in PASS_THROUGH and index == 0 and depth < 4:
+            inner = _range_from_uses(node.outputs[0], depth + 1)
+            if inner is not None:
+                narrow(*inner)
+    if bound is not None and bound[1] <= bound[0]:
+        return None
+    return bound
+
+
 def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator, *,
-                 name: str = "", edges: bool = False, int_high: int | None = None) -> np.ndarray:
+                 name: str = "", edges: bool = False, int_high: int | None = None,
+                 int_range: tuple[int, int] | None = None) -> np.ndarray:
     if dtype == np.bool_:
         return np.asarray(rng.random(dims) < 0.8)  # mostly True: masks leaving most positions visible
     if np.issubdtype(dtype, np.integer):
         low, high = _integer_range(name, dtype)
+        if int_range is not None:
+            low, high = int_range
+        elif not dims and "mask" not in name.lower():  # a scalar count or size: small and positive
+            low, high = 1, 4
         if int_high is not None:
             low, high = 0, max(1, int_high)
         return np.asarray(rng.integers(low, high, size=dims), dtype=dtype)
@@ -92,8 +146,13 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
                                   f"{dims_of(value)}",
                                   hint="build with --dynamic-batch (or legalize without --batch)")
             dims = [batch, *dims[1:]]
-        feeds[value.name or ""] = random_array(value.dtype.numpy(), dims, rng, name=value.name or "",
-                                               edges=edges, int_high=int_high)
+        dtype = value.dtype.numpy()
+        int_range = _range_from_uses(value) if np.issubdtype(dtype, np.integer) else None
+        if int_range is not None and np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            int_range = (max(int_range[0], int(info.min)), min(int_range[1], int(info.max) + 1))
+        feeds[value.name or ""] = random_array(dtype, dims, rng, name=value.name or "",
+                                               edges=edges, int_high=int_high, int_range=int_range)
     return feeds
 
 

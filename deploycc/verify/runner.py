@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -19,7 +19,12 @@ REFERENCE = "onnx.reference"
 
 
 class RunError(Exception):
-    """The model could not be run by any reference runtime; the message says why."""
+    """The model could not be run by any reference runtime; the message says why. `stage` is
+    "run" when the runtime loaded the model and failed on the inputs it was given."""
+
+    def __init__(self, message: str, stage: str = "load") -> None:
+        super().__init__(message)
+        self.stage = stage
 
 
 @dataclass
@@ -36,8 +41,31 @@ def _first_line(error: BaseException) -> str:
     return type(error).__name__
 
 
-def run_ort(source: bytes | Path, feeds: dict[str, np.ndarray], *, optimize: bool = False,
-            threads: int = 1) -> dict[str, np.ndarray]:
+def as_arrays(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Outputs that are not tensors, as arrays that compare like them: a sequence of maps (a
+    scikit-learn classifier's ZipMap probabilities) as rows of values in key order, a map as its
+    values in key order, a sequence of tensors as one stacked array (or one entry per element
+    when their shapes differ)."""
+    import numpy as np
+
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in outputs.items():
+        if isinstance(value, dict):
+            arrays[name] = np.asarray([value[key] for key in sorted(value)])
+        elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            arrays[name] = np.asarray([[row[key] for key in sorted(row)] for row in value])
+        elif isinstance(value, list):
+            shapes = {np.shape(item) for item in value}
+            if len(shapes) <= 1:
+                arrays[name] = np.asarray(value)
+            else:
+                arrays.update({f"{name}[{index}]": np.asarray(item) for index, item in enumerate(value)})
+        else:
+            arrays[name] = np.asarray(value)
+    return arrays
+
+
+def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -47,11 +75,19 @@ def run_ort(source: bytes | Path, feeds: dict[str, np.ndarray], *, optimize: boo
     if not optimize:  # proofs must run the ops as written, not ORT's fused versions of them
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     model = source if isinstance(source, bytes) else str(source)
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    wanted = {i.name for i in session.get_inputs()}
-    results = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
-    return dict(zip(names, results, strict=True))
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def run_session(loaded: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    names = [o.name for o in loaded.get_outputs()]
+    wanted = {i.name for i in loaded.get_inputs()}
+    results = loaded.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    return as_arrays(dict(zip(names, results, strict=True)))
+
+
+def run_ort(source: bytes | Path, feeds: dict[str, np.ndarray], *, optimize: bool = False,
+            threads: int = 1) -> dict[str, np.ndarray]:
+    return run_session(session(source, optimize=optimize, threads=threads), feeds)
 
 
 def run_reference(source: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -87,16 +123,24 @@ _CHILD = """
 import json, sys
 import numpy as np
 from pathlib import Path
-from deploycc.verify.runner import run_ort
+from deploycc.verify.runner import run_session, session
 model, feeds_file, out_file, optimize = sys.argv[1:5]
 with np.load(feeds_file, allow_pickle=False) as archive:
     feeds = {name: archive[name] for name in archive.files}
-try:
-    outputs = run_ort(Path(model), feeds, optimize=optimize == "1", threads=0)
-except Exception as error:
+
+def fail(error, code):
     lines = str(error).strip().splitlines()
     sys.stderr.write((lines[0] if lines else type(error).__name__)[:300] + "\\n")
-    sys.exit(3)
+    sys.exit(code)
+
+try:
+    loaded = session(Path(model), optimize=optimize == "1", threads=0)
+except Exception as error:
+    fail(error, 3)
+try:
+    outputs = run_session(loaded, feeds)
+except Exception as error:
+    fail(error, 4)
 names = list(outputs)
 np.savez(out_file, **{f"o{i}": outputs[name] for i, name in enumerate(names)})
 Path(out_file + ".json").write_text(json.dumps(names))
@@ -146,7 +190,8 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
                            f"{-child.returncode})")
         if child.returncode != 0:
             lines = child.stderr.strip().splitlines()
-            raise RunError(lines[-1] if lines else f"onnxruntime exited {child.returncode}")
+            raise RunError(lines[-1] if lines else f"onnxruntime exited {child.returncode}",
+                           stage="run" if child.returncode == 4 else "load")
         names = json.loads(Path(out + ".json").read_text())
         with np.load(out, allow_pickle=False) as archive:
             return {name: archive[f"o{i}"] for i, name in enumerate(names)}

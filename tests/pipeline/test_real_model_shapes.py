@@ -1,0 +1,277 @@
+"""One small graph per failure class found on real exports (benchmarks/corpus.py makes the
+corpus itself; benchmarks/corpus_audit.py audits it): each graph has the shape of the real
+models that broke, and each test runs the real pipeline and, where a model is written, runs the
+result on ONNX Runtime against the original."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deploycc import api
+from deploycc.io import load
+from deploycc.pipeline.context import BuildOptions, LegalizeOptions
+
+FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
+_vi = helper.make_tensor_value_info
+
+
+def _save(tmp_path: Path, model: onnx.ModelProto, name: str) -> Path:
+    path = tmp_path / name
+    onnx.save(model, path)
+    return path
+
+
+def _const(name: str, values, dtype=np.int64) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(values, dtype=dtype), name)
+
+
+def _same_outputs(original: Path, rewritten: Path, feeds: dict[str, np.ndarray]) -> None:
+    expected = ort.InferenceSession(str(original)).run(None, feeds)
+    actual = ort.InferenceSession(str(rewritten)).run(None, feeds)
+    for want, got in zip(expected, actual, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# 1. --batch/--shape and output shapes computed through Shape -> Gather -> Concat -> Reshape
+
+
+def flatten_head() -> onnx.ModelProto:
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axis0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"]),
+             helper.make_node("Relu", ["flat"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "flatten_head", [_vi("x", FLOAT, ["N", 3, 4])],
+        [_vi("y", FLOAT, ["N", 12])],
+        [_const("zero", 0), _const("axis0", [0]), _const("minus_one", [-1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_fixed_batch_keeps_the_declared_output_rank(tmp_path: Path) -> None:
+    model = _save(tmp_path, flatten_head(), "flatten.onnx")
+    out = tmp_path / "flatten.xavier.onnx"
+    report = api.legalize(model, "jetson-xavier", out, LegalizeOptions(batch=1))
+    assert report.success, report.summary
+    written = onnx.load(out)
+    dims = [d.dim_value for d in written.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [1, 12]
+    _same_outputs(model, out, {"x": np.random.default_rng(0).standard_normal((1, 3, 4)).astype(np.float32)})
+
+
+# 2. models ONNX Runtime loads that onnx-ir or the checker refused
+
+
+def zipmap_classifier() -> onnx.ModelProto:
+    """A scikit-learn-style classifier: label plus ZipMap probabilities (a sequence of maps)."""
+    classifier = helper.make_node(
+        "LinearClassifier", ["x"], ["label", "probabilities"], domain="ai.onnx.ml",
+        classlabels_ints=[0, 1, 2], coefficients=[float(v) / 10 for v in range(12)],
+        intercepts=[0.1, 0.2, 0.3], post_transform="SOFTMAX")
+    zipmap = helper.make_node("ZipMap", ["probabilities"], ["probs"], domain="ai.onnx.ml",
+                              classlabels_int64s=[0, 1, 2])
+    sequence_of_maps = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(INT64, helper.make_tensor_type_proto(FLOAT, [])))
+    graph = helper.make_graph(
+        [classifier, zipmap], "pipeline", [_vi("x", FLOAT, ["N", 4])],
+        [_vi("label", INT64, ["N"]),
+         helper.make_value_info("probs", sequence_of_maps)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                   helper.make_opsetid("ai.onnx.ml", 1)])
+
+
+def test_sequence_of_maps_output_builds_and_verifies(tmp_path: Path) -> None:
+    model = _save(tmp_path, zipmap_classifier(), "zipmap.onnx")
+    report = api.build(model, "ort-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+    names = [o.name for o in report.verification.outputs]
+    assert names == ["label", "probs"]
+    written = onnx.load(tmp_path / "out" / "model.legalized.onnx")
+    assert written.graph.output[1].type.WhichOneof("value") == "sequence_type"
+
+
+def test_minus_one_dims_are_dynamic(tmp_path: Path) -> None:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "paddle",
+                              [_vi("x", FLOAT, [-1, 3, -1, -1])],
+                              [_vi("y", FLOAT, [-1, 3, -1, -1])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), "p.onnx")
+    loaded = load(model)
+    dims = [d if isinstance(d, int) else None for d in loaded.model.graph.inputs[0].shape]
+    assert dims == [None, 3, None, None]
+    assert any("negative dims" in note for note in loaded.notes)
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+
+
+def test_unsorted_graph_is_sorted_not_refused(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["a"], ["y"]), helper.make_node("Neg", ["x"], ["a"])]
+    graph = helper.make_graph(nodes, "unsorted", [_vi("x", FLOAT, [2, 3])],
+                              [_vi("y", FLOAT, [2, 3])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "u.onnx")
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(onnx.load(model))
+    out = tmp_path / "sorted.onnx"
+    report = api.legalize(model, "ort-cpu", out)
+    assert report.success, report.summary
+    onnx.checker.check_model(onnx.load(out))
+    _same_outputs(model, out, {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 3})
+
+
+# 3. opset down-conversion of dynamo and TorchScript exports
+
+
+def test_reduce_mean_18_to_17_drops_noop_with_empty_axes(tmp_path: Path) -> None:
+    nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=1, noop_with_empty_axes=0),
+             helper.make_node("Sub", ["x", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "mean", [_vi("x", FLOAT, ["N", 4, 8])],
+                              [_vi("y", FLOAT, ["N", 4, 8])],
+                              [_const("axes", [-1])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), "m.onnx")
+    out = tmp_path / "m17.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert report.success, report.summary
+    assert report.opset == {"before": 18, "after": 17}
+    mean = next(n for n in onnx.load(out).graph.node if n.op_type == "ReduceMean")
+    assert [a.name for a in mean.attribute if a.name == "noop_with_empty_axes"] == []
+    _same_outputs(model, out, {"x": np.random.default_rng(1).standard_normal((2, 4, 8)).astype(np.float32)})
+
+
+def test_shape_with_start_goes_below_opset_15(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Shape", ["x"], ["tail"], start=1),
+             helper.make_node("Concat", ["minus_one", "tail"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"], allowzero=0),
+             helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "shape15", [_vi("x", FLOAT, ["N", 4, 8])],
+                              [_vi("y", FLOAT, ["N", 4, 8])],
+                              [_const("minus_one", [-1])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), "s.onnx")
+    out = tmp_path / "s13.onnx"
+    report = api.legalize(model, "jetson-nano", out)
+    assert report.success, report.summary
+    assert report.opset["after"] == 13
+    assert "shape-start-end" in {r.rule for r in report.rewrites}
+    _same_outputs(model, out, {"x": np.random.default_rng(2).standard_normal((3, 4, 8)).astype(np.float32)})
+
+
+# 4. IR-3 model-zoo graphs: every initializer is also a graph input
+
+
+def zoo_ir3() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "W")]
+    weights += [numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), name)
+                for name in ("g", "b", "mu")]
+    weights += [numpy_helper.from_array(rng.random(4).astype(np.float32) + 0.5, "var")]
+    nodes = [helper.make_node("Conv", ["data", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "mu", "var"], ["n"]),
+             helper.make_node("Dropout", ["n"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    inputs = [_vi("data", FLOAT, [1, 3, 8, 8])]
+    inputs += [_vi(t.name, t.data_type, list(t.dims)) for t in weights]
+    graph = helper.make_graph(nodes, "zoo", inputs, [_vi("y", FLOAT,
+                                                                                    [1, 4, 8, 8])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)])
+    model.ir_version = 3
+    return model
+
+
+@pytest.mark.parametrize("target", ["ort-cpu", "openvino-cpu"])
+def test_ir3_initializer_inputs_verify(tmp_path: Path, target: str) -> None:
+    model = _save(tmp_path, zoo_ir3(), "zoo.onnx")
+    report = api.build(model, target, tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+    assert report.verification.inputs.startswith("generated")
+
+
+# 5. inputs deploycc draws must be inputs the model can take
+
+
+def test_token_ids_stay_below_the_vocabulary(tmp_path: Path) -> None:
+    vectors = np.random.default_rng(3).standard_normal((10, 4)).astype(np.float32)
+    table = numpy_helper.from_array(vectors, "table")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["embedded"]),
+             helper.make_node("ReduceSum", ["embedded", "axis"], ["y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "embed", [_vi("ids", INT64, ["B", 7])],
+                              [_vi("y", FLOAT, ["B", 4])],
+                              [table, _const("axis", [1])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "e.onnx")
+    from deploycc.verify.inputs import generate
+
+    feeds = generate(list(load(model).model.graph.inputs), seed=0)
+    assert feeds["ids"].max() < 10 and feeds["ids"].min() >= 0
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+
+
+def test_scalar_size_input_is_small_and_positive(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Range", ["zero", "count", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["y"], to=FLOAT)]
+    graph = helper.make_graph(nodes, "range", [_vi("count", INT64, [])],
+                              [_vi("y", FLOAT, ["n"])],
+                              [_const("zero", 0), _const("one", 1)])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "r.onnx")
+    from deploycc.verify.inputs import generate
+
+    count = int(generate(list(load(model).model.graph.inputs), seed=0)["count"])
+    assert 1 <= count <= 3
+    report = api.legalize(model, "ort-cpu", tmp_path / "r.out.onnx")
+    assert report.success, report.summary
+
+
+def test_a_model_that_fails_on_drawn_inputs_needs_inputs(tmp_path: Path) -> None:
+    """The original itself rejects what deploycc drew (here a Reshape to a size the data cannot
+    take): its own outcome, not 'illegal' or 'differs', and given inputs make it verify."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    graph = helper.make_graph(nodes, "reshape", [_vi("x", FLOAT, [5, 7]),
+                                                 _vi("shape", INT64, [2])],
+                              [_vi("y", FLOAT, ["a", "b"])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "n.onnx")
+    report = api.build(model, "ort-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "needs-inputs", report.summary
+    assert report.exit_code == 1 and "--inputs" in report.next_step
+    data = tmp_path / "inputs.npz"
+    np.savez(data, x=np.ones((5, 7), np.float32), shape=np.array([7, 5], np.int64))
+    options = BuildOptions(legalize=LegalizeOptions(inputs=data), bench=False)
+    report = api.build(model, "ort-cpu", tmp_path / "out2", options)
+    assert report.status == "verified", report.summary
+
+
+# 6. int64 shape arithmetic on TensorRT 8.x: carried as int32 by the parser, so legal
+
+
+def test_int64_shape_arithmetic_is_legal_on_tensorrt_8(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ReduceProd", ["s"], ["count"], keepdims=1),
+             helper.make_node("ConstantOfShape", ["s"], ["ones"], value=_const("v", [1])),
+             helper.make_node("Cast", ["ones"], ["ones_f"], to=FLOAT),
+             helper.make_node("Mul", ["x", "ones_f"], ["scaled"]),
+             helper.make_node("Reshape", ["scaled", "count"], ["y"])]
+    graph = helper.make_graph(nodes, "int64", [_vi("x", FLOAT, ["N", 4, 8])],
+                              [_vi("y", FLOAT, ["M"])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "i.onnx")
+    report = api.check(model, ["jetson-nano", "jetson-xavier"])
+    assert all(verdict.legal for verdict in report.targets), [v.illegal for v in report.targets]
+
+
+# Never worse than doing nothing: a pass that breaks leaves the model as exported
+
+
+def test_a_broken_pass_falls_back_to_the_model_as_exported(tmp_path: Path, monkeypatch) -> None:
+    from deploycc.passes.fold import FoldPass
+
+    def broken(self, state):
+        raise RuntimeError("folding exploded")
+
+    monkeypatch.setattr(FoldPass, "run", broken)
+    model = _save(tmp_path, flatten_head(), "flatten.onnx")
+    out = tmp_path / "kept.onnx"
+    report = api.legalize(model, "ort-cpu", out)
+    assert report.success, report.summary
+    assert any("kept the model as exported" in note and "folding exploded" in note for note in report.notes)
+    _same_outputs(model, out, {"x": np.ones((2, 3, 4), np.float32)})
