@@ -20,6 +20,7 @@ from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, B
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
 from deploycc.pipeline.context import BuildOptions
 from deploycc.results import Result
+from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE
 from deploycc.verify.runner import RunError
 
 if TYPE_CHECKING:
@@ -206,8 +207,10 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
     from deploycc.bench.latency import measure
     from deploycc.verify.verify import compare_all, reference_outputs, signature_feeds
 
+    drawn = legalized.verification
     feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
-                                                       legalized.fed_layouts)
+                                                       legalized.fed_layouts,
+                                                       drawn.symbolic_size if drawn else SYMBOLIC_DIM_SIZE)
     expected, reference = reference_outputs(source, original_feeds)
     runner = backend.load(artifact, staging, request)
     try:

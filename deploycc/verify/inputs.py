@@ -127,16 +127,22 @@ def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator,
                       hint="give inputs with --inputs data.npz")
 
 
+# Sizes tried in turn for symbolic dims when the model fails on the smaller ones (an audio
+# model's convolutions need hundreds of samples; most models run at the first).
+SYMBOLIC_SIZE_LADDER = (SYMBOLIC_DIM_SIZE, 16, 128, 512)
+
+
 def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
              sizes: dict[str, int] | None = None, int_high: int | None = None,
-             batch: int | None = None) -> dict[str, np.ndarray]:
+             batch: int | None = None, symbolic_size: int = SYMBOLIC_DIM_SIZE) -> dict[str, np.ndarray]:
     """Seeded random arrays for the given graph inputs (integers below int_high when given;
-    `batch` sets every input's dim 0, which must be dynamic)."""
+    `batch` sets every input's dim 0, which must be dynamic; symbolic dims other than the batch
+    take `symbolic_size`)."""
     rng = np.random.default_rng(seed)
     sizes = {} if sizes is None else sizes
     feeds = {}
     for value in values:
-        dims = concrete_dims(value, sizes)
+        dims = concrete_dims(value, sizes, default=symbolic_size)
         if dims is None or value.dtype is None:
             raise OptionError(f"input '{value.name}' has no known shape or type",
                               hint="fix it with --shape or give inputs with --inputs data.npz")

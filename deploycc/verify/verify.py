@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploycc.verify.compare import TOLERANCES, OutputComparison, compare
+from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
 from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, run_reference
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class Verification:
     # The original itself fails on the inputs deploycc drew (a sample rate it checks, a Pad past
     # its bounds): nothing is judged; the user must give inputs the model takes (--inputs).
     needs_inputs: bool = False
+    symbolic_size: int = SYMBOLIC_DIM_SIZE  # the size drawn for symbolic dims (the ladder's step)
 
 
 def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
@@ -49,7 +51,8 @@ def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, n
             raise RunError(f"onnxruntime cannot run the original: {ort_error}") from None
 
 
-def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list[int]]
+def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list[int]],
+              symbolic_size: int = SYMBOLIC_DIM_SIZE
               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
     """(inputs for the rewritten graph, the same laid out for the original, a description)."""
     from deploycc.verify import inputs as input_data
@@ -59,8 +62,9 @@ def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list
         feeds = input_data.load_npz(options.inputs, signature)
         described = str(options.inputs)
     else:
-        feeds = input_data.generate(list(signature.values()), seed=options.seed)
-        described = f"generated (seed {options.seed})"
+        feeds = input_data.generate(list(signature.values()), seed=options.seed, symbolic_size=symbolic_size)
+        described = f"generated (seed {options.seed}" + (
+            f", symbolic dims {symbolic_size})" if symbolic_size != SYMBOLIC_DIM_SIZE else ")")
     original = {name: (np.transpose(array, layouts[name]) if name in layouts else array)
                 for name, array in feeds.items()}
     return feeds, original, described
@@ -68,18 +72,32 @@ def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list
 
 def verify_files(original: Path, candidate: Path, state: PipelineState, options: LegalizeOptions,
                  precision: str = "fp32") -> Verification:
-    feeds, original_feeds, described = feeds_for(state.model.graph, options, state.fed_layouts)
-    try:
-        expected, reference = _run_original(original, original_feeds)
-    except RunError as error:
-        if error.stage == "run":
-            return needs_inputs(described, precision, error)
-        return Verification(False, ORT, described, precision, problem=str(error))
+    ladder = SYMBOLIC_SIZE_LADDER if options.inputs is None and _has_symbolic(state.model.graph) \
+        else SYMBOLIC_SIZE_LADDER[:1]
+    for symbolic_size in ladder:  # larger symbolic dims while the original rejects the drawn ones
+        feeds, original_feeds, described = feeds_for(state.model.graph, options, state.fed_layouts,
+                                                     symbolic_size)
+        try:
+            expected, reference = _run_original(original, original_feeds)
+            break
+        except RunError as error:
+            if error.stage != "run":
+                return Verification(False, ORT, described, precision, problem=str(error))
+            if symbolic_size == ladder[-1]:
+                return needs_inputs(described, precision, error)
     try:
         actual = run_ort_isolated(candidate, feeds)
     except RunError as error:
         return Verification(False, ORT, described, precision, problem=str(error))
-    return compare_all(expected, actual, reference=reference, inputs=described, precision=precision)
+    result = compare_all(expected, actual, reference=reference, inputs=described, precision=precision)
+    result.symbolic_size = symbolic_size
+    return result
+
+
+def _has_symbolic(graph: ir.Graph) -> bool:
+    from deploycc.analysis.graphs import dynamic_dims
+
+    return any(dynamic_dims(v) for v in graph.inputs if v.name not in graph.initializers)
 
 
 def needs_inputs(described: str, precision: str, error: RunError) -> Verification:
@@ -110,9 +128,10 @@ def reference_outputs(original: Path, feeds: dict[str, np.ndarray]) -> tuple[dic
     return _run_original(original, feeds)
 
 
-def signature_feeds(model_path: Path, options: LegalizeOptions, layouts: dict[str, list[int]]
+def signature_feeds(model_path: Path, options: LegalizeOptions, layouts: dict[str, list[int]],
+                    symbolic_size: int = SYMBOLIC_DIM_SIZE
                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
     """feeds_for the graph of a model file."""
     from deploycc import io
 
-    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts)
+    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts, symbolic_size)

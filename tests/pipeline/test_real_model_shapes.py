@@ -224,6 +224,19 @@ def test_scalar_size_input_is_small_and_positive(tmp_path: Path) -> None:
     assert report.success, report.summary
 
 
+def test_symbolic_dims_grow_until_the_model_takes_them(tmp_path: Path) -> None:
+    """An audio front end: a kernel of 10 samples cannot run on the 2 drawn for a symbolic dim."""
+    kernel = numpy_helper.from_array(np.ones((4, 1, 10), np.float32), "k")
+    nodes = [helper.make_node("Unsqueeze", ["audio", "axis1"], ["wave"]),
+             helper.make_node("Conv", ["wave", "k"], ["y"], strides=[5])]
+    graph = helper.make_graph(nodes, "audio", [_vi("audio", FLOAT, ["batch", "samples"])],
+                              [_vi("y", FLOAT, ["batch", 4, "frames"])], [kernel, _const("axis1", [1])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "a.onnx")
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+    assert report.verification.inputs == "generated (seed 0, symbolic dims 16)"
+
+
 def test_a_model_that_fails_on_drawn_inputs_needs_inputs(tmp_path: Path) -> None:
     """The original itself rejects what deploycc drew (here a Reshape to a size the data cannot
     take): its own outcome, not 'illegal' or 'differs', and given inputs make it verify."""
