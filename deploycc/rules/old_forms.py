@@ -3,6 +3,7 @@
 - Upsample (deprecated at opset 10): Resize with the same scales and mode.
 - Clip with min/max attributes (opset < 11): Max/Min against constants, valid at any opset.
 - Shape with start/end (opset 15): Shape then Slice, for models going below opset 15.
+- Reshape with allowzero=1 (opset 14, set by dynamo exports) where the shape holds no 0.
 - Ops whose attribute became an input (ReduceX axes at 13/18, Squeeze/Unsqueeze/Split at 13)
   are moved by the opset converter's adapters; the builder emits the right form for new nodes.
 """
@@ -94,3 +95,53 @@ class ShapeStartEndRule(Rule):
         whole = b.op("Shape", site.inputs[0])
         return [b.op("Slice", whole, b.ints([site.attr("start", 0)]),
                      b.ints([end if end is not None else np.iinfo(np.int64).max]), b.ints([0]))]
+
+
+def _free_of_zeros(value: ir.Value | None, depth: int = 0) -> bool:
+    """The value (a shape tensor) holds no 0: a constant without one, or sizes read off tensors
+    (Shape, and Gather/Slice/Concat/Unsqueeze/Cast of such), which are 0 only for empty tensors."""
+    from deploycc.analysis.graphs import constant_tensor
+
+    if value is None or depth > 6:
+        return False
+    constant = constant_tensor(value)
+    if constant is not None:
+        return bool(np.all(np.asarray(constant) != 0))
+    producer = value.producer()
+    if producer is None or producer.domain not in ("", "ai.onnx"):
+        return False
+    if producer.op_type == "Shape":
+        return True
+    if producer.op_type in ("Gather", "Slice", "Unsqueeze", "Squeeze", "Cast", "Identity"):
+        return _free_of_zeros(producer.inputs[0], depth + 1)
+    if producer.op_type == "Concat":
+        return all(_free_of_zeros(part, depth + 1) for part in producer.inputs)
+    return False
+
+
+@register
+class ReshapeAllowzeroRule(Rule):
+    """Reshape<allowzero=1>(x, shape) = Reshape(x, shape) when shape holds no 0: allowzero only
+    changes what a 0 in shape means, so a model can go below opset 14 (dynamo exports set it)."""
+
+    name = "reshape-allowzero"
+    family = "old_forms"
+    op_type = "Reshape"
+    since = 14
+
+    def check(self, site: Site) -> str | None:
+        if site.attr("allowzero", 0) == 0:
+            return "allowzero is 0: Reshape means the same at every opset"
+        if not _free_of_zeros(site.input(1)):
+            return "the shape may hold a 0, whose meaning allowzero changes"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        return [b.op("Reshape", site.inputs[0], site.inputs[1])]
+
+    def proof_values(self, site: Site, seed: int) -> dict[int, np.ndarray]:
+        """A shape that fits any data: ones, then -1 for the rest."""
+        if site.constant(1) is not None:
+            return {}
+        length = (site.shape(1) or [1])[0] or 1
+        return {1: np.array([1] * (length - 1) + [-1], dtype=np.int64)}

@@ -113,3 +113,29 @@ def test_resize_separable_declines_runtime_scales() -> None:
         <ir_version: 10, opset_import: ["" : 19]>
         g (float[1,1,4,4] x, float[4] s) => (float[1,1,2,2] y) { y = Resize <mode="linear"> (x, , s) }
     """, "Resize", "scales and sizes are not constant")
+
+
+def test_shape_start_end_as_slice() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[2,3,4,5] x) => (int64[2] y) { y = Shape<start=1, end=-1>(x) }
+    """, "Shape", "shape-start-end")
+
+
+def test_reshape_allowzero_with_a_computed_shape() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[2,3,4] x) => (float[2,12] y) <int64[1] minus_one = {-1}, int64[1] zero = {0}> {
+            s = Shape(x)
+            n = Gather<axis=0>(s, zero)
+            target = Concat<axis=0>(n, minus_one)
+            y = Reshape<allowzero=1>(x, target)
+        }
+    """, "Reshape", "reshape-allowzero")
+
+
+def test_reshape_allowzero_declines_a_shape_that_may_hold_zero() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[2,3,4] x, int64[2] shape) => (float[?,?] y) { y = Reshape<allowzero=1>(x, shape) }
+    """, "Reshape", "may hold a 0")
