@@ -190,6 +190,12 @@ def build_torchvision(path: Path, ctor: str, kwargs: dict[str, Any], shape: list
     dynamo = exporter == "dynamo"
     about = f"torchvision {torchvision.__version__.split('+')[0]} {ctor} (random weights)"
     if ctor.startswith("detection."):
+        # Freshly initialised heads score every anchor alike (1/91 each), so which boxes NMS keeps
+        # among the ties is up to each runtime; spread the weights as training would, so that the
+        # detections are defined and runtimes can be compared on them.
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.05)
         # One CHW image, wrapped in the list the model takes; outputs of the first (only) image.
         summary = export_torch(model, (torch.rand(*shape),), path, names=["image"],
                                outputs=["boxes", "scores", "labels"],

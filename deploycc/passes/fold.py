@@ -91,6 +91,30 @@ def size_guard(limit_elements: int):
     return should_fold
 
 
+# Constant's scalar and list forms, and the dtype their value takes as a tensor.
+CONSTANT_FORMS = {"value_int": "int64", "value_ints": "int64", "value_float": "float32",
+                  "value_floats": "float32"}
+
+
+def constant_as_tensor(node: ir.Node) -> bool:
+    """A Constant holding value_int(s)/value_float(s) (the folder writes small results so)
+    holds the same as a `value` tensor: those forms do not exist before opset 12, OpenVINO's
+    frontend fails on them ("Conversion failed for Constant-11"), and TensorRT 8.x's importer reads
+    them as floats (onnx-tensorrt's Constant importer at release/8.2-GA to 8.6-GA)."""
+    import numpy as np
+    import onnx_ir as ir
+
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+        return False
+    form = next((name for name in CONSTANT_FORMS if name in node.attributes), None)
+    if form is None:
+        return False
+    value = node.attributes.pop(form).value
+    tensor = ir.tensor(np.asarray(value, dtype=CONSTANT_FORMS[form]))
+    node.attributes["value"] = ir.AttrTensor("value", tensor)
+    return True
+
+
 class FoldPass(Pass):
     name = "fold"
     summary = "fold constant subgraphs (size-bounded before evaluation); Constant nodes become initializers"
@@ -125,6 +149,8 @@ class FoldPass(Pass):
             modified = True
         RemoveUnusedNodesPass()(state.model)
         LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
+        rewritten = sum(constant_as_tensor(node) for graph in all_graphs(state.model.graph) for node in graph)
+        modified = modified or bool(rewritten)
         after = len(state.model.graph)
         notes += [f"folded {before - after} node(s)"] if before != after else []
         return PassOutcome(modified or before != after, notes,

@@ -134,8 +134,10 @@ def _attempt(path: str | Path, target: Target, options: LegalizeOptions,
         state, records, loaded = run_pipeline(path, target, options, progress=progress)
     except InvariantError as error:
         return _Attempt(None, [], None, None, error)
-    except DeployccError:
-        raise  # the user's input or options, or a finding (opset out of reach): reported as such
+    except DeployccError as error:
+        if error.exit_code != EXIT_FINDINGS:
+            raise  # the user's input or options: reported as such
+        return _Attempt(None, [], None, None, error)  # a finding (opset out of reach): try as exported
     except Exception as error:  # a pass or a library under it broke on this model: a deploycc bug
         return _Attempt(None, [], None, None, error)
     if progress is not None:
@@ -171,12 +173,14 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
         Path(output).parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".deploycc-", dir=Path(output).parent if output else None))
     chosen: tuple[_Attempt, _Outcome] | None = None
+    tried: list[_Attempt] = []
     set_aside = ""  # why the first attempt was not kept
     try:
         for number, attempt_options in enumerate(attempts):
             attempt = _attempt(path, target, attempt_options, progress)
+            tried.append(attempt)
             if attempt.state is None:  # a pass broke: the next attempt, or a one-line error
-                set_aside = set_aside or f"a pass failed ({_first_line(attempt.error)})"
+                set_aside = set_aside or _first_line(attempt.error)
                 continue
             assert attempt.loaded is not None and attempt.final is not None
             if number > 0 and not attempt.final.legal and mode == "full":
@@ -195,6 +199,9 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if chosen is None:
+        first = next((a.error for a in tried if a.error is not None), None)
+        if isinstance(first, DeployccError):
+            raise first  # e.g. the opset cannot be reached, and the model as exported is refused too
         raise InternalError(f"deploycc failed on this model: {set_aside}")
     attempt, outcome = chosen
     state, records, loaded, final = attempt.state, attempt.records, attempt.loaded, attempt.final

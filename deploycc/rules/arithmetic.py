@@ -17,6 +17,7 @@ from deploycc.rules.base import Builder, Rule, Site
 from deploycc.rules.catalog import register
 
 if TYPE_CHECKING:
+    import numpy as np
     import onnx_ir as ir
 
 
@@ -93,6 +94,47 @@ class PythonModRule(Rule):
         signs_differ = b.op("Xor", b.op("Less", remainder, zero), b.op("Less", y, zero))
         fix = b.op("And", b.op("Not", b.op("Equal", remainder, zero)), signs_differ)
         return [b.op("Where", fix, b.op("Add", remainder, y), remainder)]
+
+
+@register
+class IntegerModRule(Rule):
+    """Mod(x, y) on integers: r = x - y * (x / y) with / truncating; fmod=0 (Python's sign rule)
+    adds y where r * y < 0 (r and y of opposite signs). For targets without Mod (TensorRT 8.2: Swin's
+    window padding computes sizes with it)."""
+
+    name = "integer-mod"
+    family = "arithmetic"
+    op_type = "Mod"
+    since = 10
+
+    def check(self, site: Site) -> str | None:
+        dtype = site.dtype(0)
+        if dtype is None or dtype.is_floating_point():
+            return "float Mod is python-mod's"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        x, y = site.input(0), site.input(1)
+        remainder = b.op("Sub", x, b.op("Mul", y, b.op("Div", x, y)))
+        if int(site.attr("fmod", 0)) == 1:
+            return [remainder]
+        # r and y of opposite signs (r != 0): their product is negative; |r| < |y| keeps it in range.
+        fix = b.op("Less", b.op("Mul", remainder, y), b.scalar_like(0, site.dtype(0)))
+        return [b.op("Where", fix, b.op("Add", remainder, y), remainder)]
+
+    def proof_values(self, site: Site, seed: int) -> dict[int, np.ndarray]:
+        """Divisors without 0 (x mod 0 is undefined), of both signs."""
+        import numpy as np
+
+        shape = site.shape(1)
+        if site.constant(1) is not None or shape is None or any(d is None for d in shape):
+            return {}
+        dtype = site.dtype(1)
+        dims = [int(d) for d in shape if d is not None]
+        rng = np.random.default_rng(seed)
+        magnitudes = rng.integers(1, 9, size=dims)
+        signs = rng.choice([-1, 1], size=dims) if dtype is not None and dtype.numpy().kind == "i" else 1
+        return {1: np.asarray(magnitudes * signs, dtype=dtype.numpy() if dtype is not None else np.int64)}
 
 
 MAX_UNROLLED = 64

@@ -4,6 +4,7 @@
 - Clip with min/max attributes (opset < 11): Max/Min against constants, valid at any opset.
 - Shape with start/end (opset 15): Shape then Slice, for models going below opset 15.
 - Reshape with allowzero=1 (opset 14, set by dynamo exports) where the shape holds no 0.
+- Split with num_outputs (opset 18) on a static axis: the chunk sizes as an input.
 - Ops whose attribute became an input (ReduceX axes at 13/18, Squeeze/Unsqueeze/Split at 13)
   are moved by the opset converter's adapters; the builder emits the right form for new nodes.
 """
@@ -145,3 +146,34 @@ class ReshapeAllowzeroRule(Rule):
             return {}
         length = (site.shape(1) or [1])[0] or 1
         return {1: np.array([1] * (length - 1) + [-1], dtype=np.int64)}
+
+
+@register
+class SplitNumOutputsRule(Rule):
+    """Split<num_outputs=n>(x) = Split(x, sizes) with sizes = [c] * (n - 1) + [d - c * (n - 1)],
+    c = ceil(d / n), d the static size of the axis: the spec's chunks, named, so a model can go
+    below opset 18."""
+
+    name = "split-num-outputs"
+    family = "old_forms"
+    op_type = "Split"
+    since = 18
+
+    def check(self, site: Site) -> str | None:
+        if site.attr("num_outputs") is None:
+            return "the split sizes are given: Split means the same at every opset"
+        shape = site.shape(0)
+        axis = site.attr("axis", 0)
+        if shape is None or shape[axis % len(shape)] is None:
+            return "the size of the split axis is not static"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        count = int(site.attr("num_outputs"))
+        axis = site.attr("axis", 0)
+        shape = site.shape(0)
+        assert shape is not None
+        size = int(shape[axis % len(shape)])  # type: ignore[arg-type]
+        chunk = -(-size // count)
+        sizes = [chunk] * (count - 1) + [size - chunk * (count - 1)]
+        return b.ops("Split", site.inputs[0], b.ints(sizes), outputs=count, axis=axis)

@@ -21,11 +21,13 @@ def test_python_mod_on_floats(dtype: str) -> None:
     """, "Mod", "python-mod", feeds={"x": x, "y": y}, seeds=(1,), atol=1e-3 if dtype == "float16" else 1e-5)
 
 
-def test_integer_mod_is_left_alone() -> None:
-    declines("""
+def test_integer_mod_is_left_to_its_own_rule() -> None:
+    x, y = np.array([9, -9, 5, 0], np.int32), np.array([4, 4, -2, 3], np.int32)
+    decision = rewrite_and_compare("""
         <ir_version: 10, opset_import: ["" : 21]>
         g (int32[4] x, int32[4] y) => (int32[4] z) { z = Mod (x, y) }
-    """, "Mod", "integer Mod needs no rewrite")
+    """, "Mod", "integer-mod", feeds={"x": x, "y": y})
+    assert ("python-mod", "integer Mod needs no rewrite") in decision.declined
 
 
 @pytest.mark.parametrize("attributes", ["", "<exclusive=1>", "<reverse=1>", "<exclusive=1, reverse=1>"])
@@ -143,3 +145,13 @@ def test_reduction_keeping_dims_is_left_alone() -> None:
         <ir_version: 10, opset_import: ["" : 18]>
         g (float[3,4,5] x, int64[1] axes) => (float[3,4,1] y) { y = ReduceSum <keepdims=1> (x, axes) }
     """, "ReduceSum", "keepdims=1 keeps the rank static")
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_integer_mod(fmod: int) -> None:
+    x = np.array([[7, -7, 7, -7, 0, 13]], dtype=np.int64)
+    y = np.array([[3, 3, -3, -3, 5, 4]], dtype=np.int64)
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (int64[1,6] x, int64[1,6] y) => (int64[1,6] r) {{ r = Mod<fmod={fmod}>(x, y) }}
+    """, "Mod", "integer-mod", feeds={"x": x, "y": y})

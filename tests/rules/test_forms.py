@@ -139,3 +139,12 @@ def test_reshape_allowzero_declines_a_shape_that_may_hold_zero() -> None:
         <ir_version: 10, opset_import: ["" : 18]>
         g (float[2,3,4] x, int64[2] shape) => (float[?,?] y) { y = Reshape<allowzero=1>(x, shape) }
     """, "Reshape", "may hold a 0")
+
+
+def test_split_num_outputs_as_sizes() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[2,7] x) => (float[2,3] a, float[2,3] b, float[2,1] c) {
+            a, b, c = Split<axis=1, num_outputs=3>(x)
+        }
+    """, "Split", "split-num-outputs")
