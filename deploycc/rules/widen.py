@@ -5,7 +5,8 @@ implementation") and some lack 8/16-bit integers (Max, Min on int16). The node r
 (or int32/int64) between Casts: for floats each op's result is rounded back to the narrow type,
 which is what a narrow kernel computes (ml_dtypes and the ONNX reference compute bfloat16 the
 same way); for integers only ops that select or compare values are widened, so no overflow
-can differ. Tried last, after the op's own rules and its function body, and only when the
+can differ; booleans are widened only through ops that move them, never compute. Tried last,
+after the op's own rules and its function body, and only when the
 target accepts the widened node.
 """
 
@@ -25,6 +26,18 @@ WIDER_INTEGERS = {"INT8": "INT32", "UINT8": "INT32", "INT16": "INT32", "UINT16":
 # Integer ops whose results are among their inputs (or booleans): widening cannot overflow.
 SELECTING_OPS = {"Max", "Min", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "TopK",
                  "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "Where", "Sort"}
+# Ops that move values without computing on them, and which of their inputs carry the values:
+# booleans move as int32 (0/1) where the target moves only numbers (TensorRT 8.2's Gather,
+# GatherND on a transformer's causal-mask buffer). None: every input.
+MOVING_OPS: dict[str, tuple[int, ...] | None] = {
+    "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Slice": (0,), "Concat": None,
+    "Reshape": (0,), "Transpose": (0,), "Expand": (0,), "Tile": (0,), "Squeeze": (0,),
+    "Unsqueeze": (0,), "Flatten": (0,), "Where": (1, 2)}
+# Integer ops some targets run only in float (TensorRT 8.2's CumSum: RoBERTa's position ids
+# count a mask): float32 holds every integer below 2**24 exactly, so sums of counts, positions
+# and masks come out the same; the proof checks the node.
+FLOAT_ONLY_OPS = {"CumSum": (0,)}
+INTEGERS_IN_FLOAT = {"INT32", "INT64", "INT16", "INT8", "UINT8", "UINT16"}
 # The element type is the point of these ops.
 TYPE_OPS = {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "BitCast",
             "Constant", "Identity", "Shape", "Size", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
@@ -41,12 +54,18 @@ def _wider(site: Site, index: int) -> str | None:
     exponent = site.op_type == "Pow" and index == 1
     if dtype.name in WIDER_INTEGERS and (site.op_type in SELECTING_OPS or exponent):
         return WIDER_INTEGERS[dtype.name]
+    if dtype.name in INTEGERS_IN_FLOAT and index in FLOAT_ONLY_OPS.get(site.op_type, ()):
+        return "FLOAT"
+    if dtype.name == "BOOL" and site.op_type in MOVING_OPS:
+        carriers = MOVING_OPS[site.op_type]
+        return "INT32" if carriers is None or index in carriers else None
     return None
 
 
 @register
 class ComputeWiderRule(Rule):
-    """op(x: T) = Cast(op(Cast(x, W)), T): bfloat16/float16 in float32, small-integer selections in int32."""
+    """op(x: T) = Cast(op(Cast(x, W)), T): bfloat16/float16 in float32, small-integer selections in
+    int32, booleans moved (Gather, Slice, Concat...) as int32."""
 
     name = "compute-wider"
     family = "widen"
@@ -58,7 +77,7 @@ class ComputeWiderRule(Rule):
         if site.op_type in TYPE_OPS:
             return f"{site.op_type} is about its element type"
         if not any(_wider(site, index) for index in range(len(site.inputs))):
-            return "no input is of a type this rule widens (bfloat16, float16, small integers)"
+            return "no input is of a type this rule widens (bfloat16, float16, small integers, booleans)"
         if any(value.dtype is None for value in site.node.outputs):
             return "an output type is unknown"
         return None
@@ -84,6 +103,8 @@ class ComputeWiderRule(Rule):
         results = []
         for made, original in zip(outputs, site.node.outputs, strict=True):
             dtype = original.dtype
-            narrow = dtype is not None and (dtype.name in WIDER_FLOATS or dtype.name in WIDER_INTEGERS)
+            narrow = dtype is not None and (dtype.name in WIDER_FLOATS or dtype.name in WIDER_INTEGERS
+                                            or (dtype.name == "BOOL" and site.op_type in MOVING_OPS)
+                                            or site.op_type in FLOAT_ONLY_OPS)
             results.append(b.op("Cast", made, to=int(dtype)) if narrow and dtype is not None else made)
         return results

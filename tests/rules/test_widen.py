@@ -53,3 +53,44 @@ def test_declines_when_the_target_lacks_the_wider_op_too() -> None:
     decision = decide(node, model.graph, opset_map(model), accepts=lambda candidate: False)
     assert decision.rewrite is None
     assert any("lacks Neg in the wider type too" in why for _, why in decision.declined), decision.declined
+
+
+def test_booleans_move_as_int32() -> None:
+    """A causal-mask buffer gathered by position ids (BERT, GPT-2 exports) on a target that
+    gathers only numbers; the rewrite is exact."""
+    from deploycc.analysis.graphs import opset_map
+    from deploycc.rules.engine import decide
+    from deploycc.verify.runner import run_ort, serialize
+
+    model = load("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (bool[6,6] mask, int64[3] rows) => (bool[3,6] y) { y = Gather<axis=0>(mask, rows) }
+    """)
+    before = serialize(model)
+    node = next(iter(model.graph))
+    decision = decide(node, model.graph, opset_map(model),
+                      accepts=lambda candidate: candidate.op_type != "Gather" or
+                      candidate.inputs[0].dtype.name != "BOOL")
+    assert decision.rewrite is not None and decision.rewrite.rule == "compute-wider", decision.explain()
+    feeds = {"mask": np.tril(np.ones((6, 6), bool)), "rows": np.array([5, 0, 2], np.int64)}
+    np.testing.assert_array_equal(run_ort(serialize(model), feeds)["y"], run_ort(before, feeds)["y"])
+
+
+def test_integer_cumsum_runs_in_float() -> None:
+    """RoBERTa's position ids: a running count of the attention mask, on a target whose CumSum is
+    float only."""
+    from deploycc.analysis.graphs import opset_map
+    from deploycc.rules.engine import decide
+    from deploycc.verify.runner import run_ort, serialize
+
+    model = load("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (int64[2,9] mask) => (int64[2,9] y) <int64 axis = {1}> { y = CumSum(mask, axis) }
+    """)
+    before = serialize(model)
+    node = next(iter(model.graph))
+    decision = decide(node, model.graph, opset_map(model),
+                      accepts=lambda candidate: candidate.inputs[0].dtype.name == "FLOAT")
+    assert decision.rewrite is not None and decision.rewrite.rule == "compute-wider", decision.explain()
+    feeds = {"mask": np.random.default_rng(0).integers(0, 2, (2, 9)).astype(np.int64)}
+    np.testing.assert_array_equal(run_ort(serialize(model), feeds)["y"], run_ort(before, feeds)["y"])
