@@ -86,7 +86,9 @@ def run_cell(spec: CellSpec) -> CellResult:
                                    "backend-error" if report.stage == "build" else result.category or
                                    "unsupported-op")
                 result.message = report.summary
-                result.regressed = bool(result.legal_as_exported) and report.stage == "legalize"
+                # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
+                result.regressed = bool(result.legal_as_exported) and report.stage == "legalize" and \
+                    not (legalized is not None and legalized.as_exported)
         elif "legalize" in stages:
             result.stage = "legalize"
             report_l = legalize(spec.model, target, options)
@@ -100,7 +102,8 @@ def run_cell(spec: CellSpec) -> CellResult:
                 result.category = "needs-inputs" if verification is not None and verification.needs_inputs \
                     else "numeric-mismatch" if failed_verify else (result.category or "unsupported-op")
                 result.message = report_l.summary
-                result.regressed = bool(result.legal_as_exported) and result.category != "needs-inputs"
+                result.regressed = bool(result.legal_as_exported) and result.category != "needs-inputs" \
+                    and not report_l.as_exported
     except BaseException as error:  # every failure is a cell result, never a dead worker
         if isinstance(error, KeyboardInterrupt):
             raise

@@ -73,6 +73,9 @@ class LegalizeReport(Result):
     fed_layouts: dict[str, list[int]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Why the model as exported (axes as asked) was no better, when deploycc's result was refused
+    # and that fallback was tried: then deploycc did not make the model worse.
+    as_exported: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -174,16 +177,20 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     staging = Path(tempfile.mkdtemp(prefix=".deploycc-", dir=Path(output).parent if output else None))
     chosen: tuple[_Attempt, _Outcome] | None = None
     tried: list[_Attempt] = []
+    as_exported = ""
     set_aside = ""  # why the first attempt was not kept
     try:
         for number, attempt_options in enumerate(attempts):
             attempt = _attempt(path, target, attempt_options, progress)
             tried.append(attempt)
             if attempt.state is None:  # a pass broke: the next attempt, or a one-line error
+                if number > 0:
+                    as_exported = _first_line(attempt.error)
                 set_aside = set_aside or _first_line(attempt.error)
                 continue
             assert attempt.loaded is not None and attempt.final is not None
             if number > 0 and not attempt.final.legal and mode == "full":
+                as_exported = f"{attempt.final.counts.get('illegal', 0)} node(s) illegal as exported"
                 break  # not legal as exported either: the first attempt's report stands
             if output is not None:
                 io.refuse_overwrite(Path(output), (attempt.loaded.path, *(
@@ -196,6 +203,8 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
                 break
             if chosen is None:
                 chosen, set_aside = (attempt, outcome), outcome.reason
+            if number > 0:
+                as_exported = outcome.reason
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if chosen is None:
@@ -222,7 +231,7 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
         passes=records, rewrites=state.rewrites, final=final, unresolved=_unresolved(state, final),
         verification=verification, signature_changes=state.signature_changes,
         notes=state.notes, fed_layouts=state.fed_layouts, files=[str(f) for f in outcome.files],
-        seconds=round(time.perf_counter() - started, 3))
+        seconds=round(time.perf_counter() - started, 3), as_exported="" if outcome.success else as_exported)
 
 
 class InternalError(DeployccError):
