@@ -59,9 +59,11 @@ def run_cell(spec: CellSpec) -> CellResult:
         stages = spec.stages
         fix_axes = spec.batch is not None or target.backend.kind == "tensorrt" or \
             target.shapes.policy == "static"
+        static = {name: [int(d) for d in dims] for name, dims in spec.shapes.items()
+                  if all(isinstance(d, int) for d in dims)}
         options = LegalizeOptions(batch=spec.batch, verify="verify" in stages,
                                   shapes=dict(spec.shapes) if fix_axes else {},
-                                  inputs=Path(spec.inputs) if spec.inputs else None)
+                                  inputs=Path(spec.inputs) if spec.inputs else None, sample_shapes=static)
         if "build" in stages:
             result.stage = "build"
             report = build(spec.model, target, Path(spec.workdir),
@@ -82,7 +84,8 @@ def run_cell(spec: CellSpec) -> CellResult:
                 result.message = report.summary
             else:
                 result.status, result.stage = "failed", report.stage
-                result.category = ("numeric-mismatch" if report.stage == "verify" else
+                ran = report.verification is not None
+                result.category = ("numeric-mismatch" if report.stage == "verify" and ran else
                                    "backend-error" if report.stage == "build" else result.category or
                                    "unsupported-op")
                 result.message = report.summary

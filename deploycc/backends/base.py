@@ -19,9 +19,14 @@ if TYPE_CHECKING:
 
 
 class BackendError(DeployccError):
-    """The backend refused or failed to build or run: exit 1, the stage is named."""
+    """The backend refused or failed to build or run: exit 1, the stage is named. `stage` is
+    "run" when a built engine failed on the inputs it was given."""
 
     exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None, stage: str = "build") -> None:
+        super().__init__(message, hint)
+        self.stage = stage
 
 
 class BackendUnavailable(DeployccError):

@@ -64,9 +64,21 @@ class OpenVinoRunner(Runner):
         return [port.get_any_name() for port in self.compiled.inputs]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        results = self.request.infer(feeds)
+        try:
+            results = self.request.infer(feeds)
+        except RuntimeError as error:  # the plugin rejects these inputs (a kernel wider than the data)
+            raise BackendError(f"OpenVINO failed to run on these inputs: {inference_problem(error)}",
+                               stage="run") from None
         return {name: results[port].copy() for name, port in zip(self._outputs, self.compiled.outputs,
                                                                    strict=True)}
+
+
+def inference_problem(error: BaseException) -> str:
+    """The line of an OpenVINO exception that says what failed (it nests "Exception from ..." lines)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    boilerplate = ("Exception from", "While validating", "Check ")
+    telling = [line for line in lines if not line.startswith(boilerplate)]
+    return (telling or lines or [type(error).__name__])[0][:300]
 
 
 class OpenVinoBackend(Backend):

@@ -28,10 +28,16 @@ def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch:
                        input_layout: tuple[str, ...], keep_outputs: tuple[str, ...], mode: str | None,
                        disable_pass: tuple[str, ...], only_pass: tuple[str, ...], simplifier: str | None,
                        opset: int | None, inputs: str | None, prove: bool, verify: bool,
-                       fold_limit_mb: int) -> LegalizeOptions:
+                       fold_limit_mb: int, sample_shape: tuple[str, ...] = ()) -> LegalizeOptions:
     from deploycc.passes.axes import parse_shape
 
     shapes = dict(parse_shape(text) for text in shape)
+    samples = {}
+    for text in sample_shape:
+        name, dims = parse_shape(text)
+        if not all(isinstance(d, int) for d in dims):
+            raise OptionError(f"--sample-shape {text!r}: every dim must be a size")
+        samples[name] = [int(d) for d in dims]
     if batch is not None and batch < 1:
         raise OptionError(f"--batch {batch}: must be at least 1")
     return LegalizeOptions(
@@ -39,7 +45,7 @@ def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch:
         input_layout=_layouts(input_layout), keep_outputs=_split(keep_outputs) or None, mode=mode,
         disable_passes=tuple(_split(disable_pass)), only_passes=tuple(_split(only_pass)),
         simplifier=simplifier, prove=prove, verify=verify, inputs=Path(inputs) if inputs else None,
-        fold_limit_bytes=fold_limit_mb << 20)
+        fold_limit_bytes=fold_limit_mb << 20, sample_shapes=samples)
 
 
 def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
@@ -68,6 +74,9 @@ def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
                      help="Also run onnxsim (in a child process; needs deploycc[onnxsim])."),
         click.option("--opset", type=int, help="Convert to this opset instead of the target's choice."),
         click.option("--inputs", type=click.Path(dir_okay=False), help="Verify on these inputs (.npz)."),
+        click.option("--sample-shape", multiple=True, metavar="NAME:DIMS",
+                     help="Draw verification inputs at these sizes, the model's axes unchanged "
+                          "(e.g. x:1x3x48x320 for a recognizer whose height is declared dynamic)."),
         click.option("--prove/--no-prove", default=True, show_default=True,
                      help="Prove each rewrite on ONNX Runtime as it is made."),
         click.option("--verify/--no-verify", default=True, show_default=True,

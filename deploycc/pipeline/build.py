@@ -20,7 +20,7 @@ from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, B
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
 from deploycc.pipeline.context import BuildOptions
 from deploycc.results import Result
-from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE
+from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
 from deploycc.verify.runner import RunError
 
 if TYPE_CHECKING:
@@ -208,13 +208,22 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
     from deploycc.verify.verify import compare_all, reference_outputs, signature_feeds
 
     drawn = legalized.verification
-    feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
-                                                       legalized.fed_layouts,
-                                                       drawn.symbolic_size if drawn else SYMBOLIC_DIM_SIZE)
-    expected, reference = reference_outputs(source, original_feeds)
+    size = drawn.symbolic_size if drawn else SYMBOLIC_DIM_SIZE
+    # Larger symbolic dims while the engine rejects the drawn ones (OpenVINO's pooling refuses a
+    # width the original takes): a smaller size says nothing about the engine.
+    sizes = [s for s in SYMBOLIC_SIZE_LADDER if s >= size] if options.legalize.inputs is None else [size]
     runner = backend.load(artifact, staging, request)
     try:
-        actual = runner.run(feeds)
+        for size in sizes:
+            feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
+                                                               legalized.fed_layouts, size)
+            try:
+                actual = runner.run(feeds)
+                break
+            except BackendError as error:
+                if error.stage != "run" or size == sizes[-1]:
+                    raise
+        expected, reference = reference_outputs(source, original_feeds)
         verification = compare_all(expected, actual, reference=reference, inputs=described,
                                    precision=request.precision)
         benchmark = None

@@ -39,6 +39,9 @@ class LegalizeOptions:
     verify: bool = True
     inputs: Path | None = None
     seed: int = 0
+    # Sizes to draw verification inputs at, per input, without changing the model's axes (a text
+    # recognizer declares its height dynamic and takes only 48): a corpus's hints give them.
+    sample_shapes: dict[str, list[int]] = field(default_factory=dict)
 
     def effective_mode(self, target: Target) -> str:
         if self.mode is not None:

@@ -134,15 +134,21 @@ SYMBOLIC_SIZE_LADDER = (SYMBOLIC_DIM_SIZE, 16, 128, 512)
 
 def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
              sizes: dict[str, int] | None = None, int_high: int | None = None,
-             batch: int | None = None, symbolic_size: int = SYMBOLIC_DIM_SIZE) -> dict[str, np.ndarray]:
+             batch: int | None = None, symbolic_size: int = SYMBOLIC_DIM_SIZE,
+             shapes: dict[str, list[int]] | None = None) -> dict[str, np.ndarray]:
     """Seeded random arrays for the given graph inputs (integers below int_high when given;
     `batch` sets every input's dim 0, which must be dynamic; symbolic dims other than the batch
-    take `symbolic_size`)."""
+    take `symbolic_size`, or the size `shapes` gives for that input's dim)."""
     rng = np.random.default_rng(seed)
     sizes = {} if sizes is None else sizes
     feeds = {}
     for value in values:
         dims = concrete_dims(value, sizes, default=symbolic_size)
+        given = (shapes or {}).get(value.name or "")
+        if dims is not None and given is not None and len(given) == len(dims):
+            declared = value.shape
+            dims = [dim if isinstance(declared[i], int) else int(given[i])  # type: ignore[index]
+                    for i, dim in enumerate(dims)]
         if dims is None or value.dtype is None:
             raise OptionError(f"input '{value.name}' has no known shape or type",
                               hint="fix it with --shape or give inputs with --inputs data.npz")

@@ -63,7 +63,8 @@ def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list
         feeds = input_data.load_npz(options.inputs, signature)
         described = str(options.inputs)
     else:
-        feeds = input_data.generate(list(signature.values()), seed=options.seed, symbolic_size=symbolic_size)
+        feeds = input_data.generate(list(signature.values()), seed=options.seed, symbolic_size=symbolic_size,
+                                    shapes=options.sample_shapes)
         described = f"generated (seed {options.seed}" + (
             f", symbolic dims {symbolic_size})" if symbolic_size != SYMBOLIC_DIM_SIZE else ")")
     original = {name: (np.transpose(array, layouts[name]) if name in layouts else array)
