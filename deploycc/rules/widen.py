@@ -32,7 +32,8 @@ SELECTING_OPS = {"Max", "Min", "Equal", "Less", "Greater", "LessOrEqual", "Great
 MOVING_OPS: dict[str, tuple[int, ...] | None] = {
     "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Slice": (0,), "Concat": None,
     "Reshape": (0,), "Transpose": (0,), "Expand": (0,), "Tile": (0,), "Squeeze": (0,),
-    "Unsqueeze": (0,), "Flatten": (0,), "Where": (1, 2)}
+    "Unsqueeze": (0,), "Flatten": (0,), "Where": (1, 2),
+    "NonZero": (0,)}  # not moving, but a boolean is nonzero exactly where its 0/1 is
 # Integer ops some targets run only in float (TensorRT 8.2's CumSum: RoBERTa's position ids
 # count a mask): float32 holds every integer below 2**24 exactly, so sums of counts, positions
 # and masks come out the same; the proof checks the node.
@@ -58,7 +59,9 @@ def _wider(site: Site, index: int) -> str | None:
         return "FLOAT"
     if dtype.name == "BOOL" and site.op_type in MOVING_OPS:
         carriers = MOVING_OPS[site.op_type]
-        return "INT32" if carriers is None or index in carriers else None
+        if carriers is not None and index not in carriers:
+            return None
+        return "FLOAT" if site.op_type == "NonZero" else "INT32"  # TensorRT's NonZero: floats only
     return None
 
 
@@ -104,7 +107,8 @@ class ComputeWiderRule(Rule):
         for made, original in zip(outputs, site.node.outputs, strict=True):
             dtype = original.dtype
             narrow = dtype is not None and (dtype.name in WIDER_FLOATS or dtype.name in WIDER_INTEGERS
-                                            or (dtype.name == "BOOL" and site.op_type in MOVING_OPS)
+                                            or (dtype.name == "BOOL" and site.op_type in MOVING_OPS
+                                                and site.op_type != "NonZero")
                                             or site.op_type in FLOAT_ONLY_OPS)
             results.append(b.op("Cast", made, to=int(dtype)) if narrow and dtype is not None else made)
         return results
