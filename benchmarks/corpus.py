@@ -196,6 +196,12 @@ def build_torchvision(path: Path, ctor: str, kwargs: dict[str, Any], shape: list
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.add_(torch.randn_like(parameter) * 0.05)
+            # Confident, well-separated class scores, neither tied nor saturated at 1.0.
+            ssd_head = getattr(getattr(model, "head", None), "classification_head", None)
+            roi_predictor = getattr(getattr(model, "roi_heads", None), "box_predictor", None)
+            for head, scale in ((ssd_head, 6.0), (getattr(roi_predictor, "cls_score", None), 40.0)):
+                for parameter in head.parameters() if head is not None else []:
+                    parameter.mul_(scale)
         # One CHW image, wrapped in the list the model takes; outputs of the first (only) image.
         summary = export_torch(model, (torch.rand(*shape),), path, names=["image"],
                                outputs=["boxes", "scores", "labels"],
