@@ -7,6 +7,8 @@
 - Reduce*(x, axes, keepdims=0) with several run-time axes: the rank is rank(x) - k, so it is the
   keepdims=1 reduction reshaped to the dims not reduced (OpenVINO's plugin refuses the original
   with two or more run-time axes).
+- TopK(x, K) with K computed at run time but bounded by a constant (K = Min(c, n)): a TopK of
+  constant c on x padded with c sorting-last values, then the first K (TensorRT needs a constant K).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deploycc.rules.base import Builder, Rule, Site
+from deploycc.rules.base import Builder, Decline, Rule, Site
 from deploycc.rules.catalog import register
 
 if TYPE_CHECKING:
@@ -125,3 +127,86 @@ def _reduce_rule(op: str) -> type[Rule]:
 
 for _op in REDUCE_OPS:
     _reduce_rule(_op)
+
+
+def _upper_bound(value: ir.Value | None, depth: int = 0) -> int | None:
+    """A constant c with value <= c everywhere, read from a Min(c, ...) or ReduceMin(Concat(c, ...))
+    it comes from (through Cast, Reshape, Unsqueeze, Squeeze, Identity): detection heads take
+    K = min(candidates, n)."""
+    from deploycc.analysis.graphs import constant_tensor
+
+    if value is None or depth > 6:
+        return None
+    producer = value.producer()
+    if producer is None or producer.domain not in ("", "ai.onnx"):
+        return None
+    if producer.op_type in ("Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity"):
+        return _upper_bound(producer.inputs[0], depth + 1)
+    operands = list(producer.inputs)
+    if producer.op_type == "ReduceMin":  # ReduceMin(Concat(c, n)): torchvision's min() on 1-D sizes
+        concat = producer.inputs[0].producer() if producer.inputs[0] is not None else None
+        if concat is None or concat.op_type != "Concat":
+            return None
+        operands = list(concat.inputs)
+    elif producer.op_type != "Min":
+        return None
+    bounds = [constant_tensor(operand) for operand in operands]
+    found = [int(np.min(bound)) for bound in bounds if bound is not None and np.asarray(bound).size]
+    return min(found) if found else None
+
+
+@register
+class TopKBoundedRule(Rule):
+    """TopK(x, K) with K computed at run time but K <= c for a constant c (K = Min(c, n)):
+    values, indices = TopK(Concat(x, fill), c), then the first K of each (Slice). fill is the
+    lowest float (highest when largest=0) in c positions along the axis, so the padding sorts
+    last and the sorted top K of x come first, in the same order. For targets whose TopK needs a
+    constant K (TensorRT: the score filtering of torchvision's SSD and Faster R-CNN)."""
+
+    name = "topk-bounded"
+    family = "shapes"
+    op_type = "TopK"
+    since = 10
+
+    def check(self, site: Site) -> str | None:
+        if site.constant(1) is not None:
+            return "K is a constant already"
+        if _upper_bound(site.node.inputs[1]) is None:
+            return "K is computed at run time with no constant bound (Min(c, ...))"
+        dtype = site.dtype(0)
+        if dtype is None or not dtype.is_floating_point():
+            return "only float inputs are padded"
+        if int(site.attr("sorted", 1)) != 1:
+            return "unsorted TopK: its first K need not be the top K"
+        if site.rank(0) is None and int(site.attr("axis", -1)) != -1:
+            return "the rank of x is not known and the axis is not the last"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        x, k = site.inputs[0], site.inputs[1]
+        assert x is not None and k is not None
+        bound = _upper_bound(site.node.inputs[1])  # read in the model (a proof re-homes the inputs)
+        if bound is None:
+            raise Decline("K has no constant bound")
+        rank = site.rank(0)
+        axis = int(site.attr("axis", -1)) % rank if rank is not None else -1
+        largest = int(site.attr("largest", 1))
+        dtype = site.dtype(0)
+        limits = np.finfo(dtype.numpy() if dtype is not None else np.float32)
+        fill = b.scalar_like(float(limits.min if largest else limits.max), dtype)
+        shape = b.op("Shape", x)
+        if axis == -1:  # the last axis of x, whatever its rank
+            parts = [b.op("Slice", shape, b.ints([0]), b.ints([-1])), b.ints([bound])]
+        else:
+            assert rank is not None
+            parts = [b.op("Slice", shape, b.ints([0]), b.ints([axis]))] if axis > 0 else []
+            parts.append(b.ints([bound]))
+            if axis < rank - 1:
+                parts.append(b.op("Slice", shape, b.ints([axis + 1]), b.ints([rank])))
+        padding = b.op("Expand", fill, b.op("Concat", *parts, axis=0) if len(parts) > 1 else parts[0])
+        padded = b.op("Concat", x, padding, axis=axis)
+        values, indices = b.ops("TopK", padded, b.ints([bound]), outputs=2, axis=axis, largest=largest,
+                                sorted=1)
+        count = b.op("Reshape", b.op("Cast", k, to=7), b.ints([1]))
+        return [b.op("Slice", values, b.ints([0]), count, b.ints([axis])),
+                b.op("Slice", indices, b.ints([0]), count, b.ints([axis]))]

@@ -148,3 +148,31 @@ def test_split_num_outputs_as_sizes() -> None:
             a, b, c = Split<axis=1, num_outputs=3>(x)
         }
     """, "Split", "split-num-outputs")
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_with_a_run_time_k_bounded_by_min(largest: int) -> None:
+    """torchvision's detectors: K = min(candidates, number of boxes left after the score filter)."""
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[2,7] x, int64[1] n) => (float[2,?] v, int64[2,?] i) <int64[1] candidates = {{5}}> {{
+            k = Min(candidates, n)
+            v, i = TopK<axis=1, largest={largest}>(x, k)
+        }}
+    """, "TopK", "topk-bounded", feeds={"x": np.random.default_rng(4).standard_normal((2, 7), np.float32),
+                                        "n": np.array([3], np.int64)})
+
+
+def test_topk_with_k_from_reduce_min_of_a_concat() -> None:
+    """torchvision's Faster R-CNN RPN: K = ReduceMin(Concat(pre_nms_top_n, n))."""
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[1,9] x, int64[1] n) => (float[1,?] v, int64[1,?] i)
+            <int64[1] top = {4}, int64[1] one = {1}> {
+            both = Concat<axis=0>(top, n)
+            smallest = ReduceMin<keepdims=0>(both)
+            k = Reshape(smallest, one)
+            v, i = TopK<axis=1>(x, k)
+        }
+    """, "TopK", "topk-bounded", feeds={"x": np.random.default_rng(5).standard_normal((1, 9), np.float32),
+                                        "n": np.array([6], np.int64)})
