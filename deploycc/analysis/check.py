@@ -134,6 +134,14 @@ def graph_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
     return findings
 
 
+def _only_slice_bounds(value: ir.Value) -> bool:
+    """Read only as Slice starts or ends (in any subgraph): INT64_MAX there means "to the end",
+    and clamped to INT32_MAX it still does, since no dim reaches 2**31 (onnx-tensorrt's
+    convertINT64 clamps; the research note in the 8.x targets)."""
+    uses = list(value.uses())
+    return bool(uses) and all(node.op_type == "Slice" and index in (1, 2) for node, index in uses)
+
+
 def _narrowing_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
     """int64 carried as int32 (TensorRT 8.x): legal only where every value fits."""
     if target.dtypes.computed_as_dtype("int64") != "int32":
@@ -151,7 +159,8 @@ def _narrowing_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
                 unchecked.append(name)
                 continue
             array = tensor.numpy()
-            if array.size and (array.min() < INT32_MIN or array.max() > INT32_MAX):
+            if array.size and (array.min() < INT32_MIN or array.max() > INT32_MAX) and \
+                    not _only_slice_bounds(value):
                 overflowing.append(f"{name} [{int(np.min(array))}, {int(np.max(array))}]")
     findings = []
     if overflowing:

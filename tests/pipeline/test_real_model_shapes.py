@@ -288,3 +288,18 @@ def test_a_broken_pass_falls_back_to_the_model_as_exported(tmp_path: Path, monke
     assert report.success, report.summary
     assert any("kept the model as exported" in note and "folding exploded" in note for note in report.notes)
     _same_outputs(model, out, {"x": np.ones((2, 3, 4), np.float32)})
+
+
+def test_int64_max_slice_ends_are_legal_but_other_overflow_is_not(tmp_path: Path) -> None:
+    """INT64_MAX as a Slice end means "to the end", clamped to INT32_MAX or not; the same value
+    added to something would change."""
+    end = _const("end", [np.iinfo(np.int64).max])
+    nodes = [helper.make_node("Slice", ["x", "start", "end", "axis"], ["y"])]
+    graph = helper.make_graph(nodes, "slice", [_vi("x", FLOAT, [2, 8])], [_vi("y", FLOAT, [2, 7])],
+                              [_const("start", [1]), end, _const("axis", [1])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "s.onnx")
+    assert api.check(model, ["jetson-nano"]).targets[0].legal
+    nodes = [helper.make_node("Add", ["i", "end"], ["y"])]
+    graph = helper.make_graph(nodes, "add", [_vi("i", INT64, [1])], [_vi("y", INT64, [1])], [end])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "a.onnx")
+    assert not api.check(model, ["jetson-nano"]).targets[0].legal
