@@ -303,3 +303,38 @@ def test_int64_max_slice_ends_are_legal_but_other_overflow_is_not(tmp_path: Path
     graph = helper.make_graph(nodes, "add", [_vi("i", INT64, [1])], [_vi("y", INT64, [1])], [end])
     model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "a.onnx")
     assert not api.check(model, ["jetson-nano"]).targets[0].legal
+
+
+# 8. quantized models on OpenVINO: real int8 kernels, judged with int8 tolerances
+
+
+def qdq_conv() -> onnx.ModelProto:
+    """ORT's static quantization of a Conv: uint8 activations with a zero point, int8 weights."""
+    rng = np.random.default_rng(6)
+    weights = numpy_helper.from_array(rng.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8), "w_q")
+    tensors = [weights, numpy_helper.from_array(np.array(0.02, np.float32), "x_scale"),
+               numpy_helper.from_array(np.array(128, np.uint8), "x_zero"),
+               numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
+               numpy_helper.from_array(np.array(0, np.int8), "w_zero")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["x_q"]),
+             helper.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero"], ["x_dq"]),
+             helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"]),
+             helper.make_node("Conv", ["x_dq", "w"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "qdq", [_vi("x", FLOAT, [1, 3, 16, 16])],
+                              [_vi("y", FLOAT, [1, 8, 16, 16])], tensors)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_quantized_model_is_verified_with_int8_tolerances(tmp_path: Path) -> None:
+    model = _save(tmp_path, qdq_conv(), "qdq.onnx")
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+    assert report.verification.precision == "int8"
+
+
+def test_an_output_within_atol_of_zero_has_no_direction_to_judge() -> None:
+    from deploycc.verify.compare import compare
+
+    tiny = np.array([1e-14, -2e-14, 3e-14])
+    assert compare("y", tiny, -tiny, atol=1e-4, rtol=1e-3, min_cosine=0.9999).passed
+    assert not compare("y", tiny * 1e12, -tiny * 1e12, atol=1e-4, rtol=1e-3, min_cosine=0.9999).passed
