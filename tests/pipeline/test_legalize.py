@@ -317,8 +317,10 @@ def test_int64_slice_sentinels_fit_tensorrt_8(tmp_path: Path, write_model) -> No
             y = Slice(x, starts, ends, axes)
         }
     """)
+    # INT64_MAX read only as a Slice end means "to the end" clamped or not (onnx-tensorrt clamps
+    # at import): legal as exported; the bounds are still written as int32 values.
     before = check_model(model, [get_target("jetson-xavier")]).targets[0]
-    assert not before.legal and "outside int32" in before.graph_findings[0].message
+    assert before.legal and not any("outside int32" in f.message for f in before.graph_findings)
     report = api.legalize(model, "jetson-xavier", tmp_path / "s.onnx")
     assert report.success, report.summary
     assert [r.rule for r in report.rewrites] == ["slice-bounds-int32"]

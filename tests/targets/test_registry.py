@@ -60,11 +60,11 @@ def test_jetpack_release_switches_tensorrt_opset_and_op_table():
     assert default.jetpack is not None and default.jetpack.release == "5.1.2"
     assert older.backend.version == "8.2.1"
     assert older.opset.max == 13
-    assert older.ops.name == "onnx-tensorrt-8.2"
+    assert older.ops.name == "onnx-tensorrt-8.2+jetson-xavier"  # the vendor table, the target's corrections
     assert dict(older.jetpack.facts)["jetson_linux_l4t"] == "32.7.1"
     assert older.spec_hash != default.spec_hash
     orin_trt10 = registry.resolve("jetson-orin", jetpack="6.2")
-    assert orin_trt10.ops.name == "onnx-tensorrt-10"
+    assert orin_trt10.ops.name == "onnx-tensorrt-10+jetson-orin"
     assert orin_trt10.dtypes.computed_as_dtype("int64") == "int64"  # TRT 10 carries int64
 
 
