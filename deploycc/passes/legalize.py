@@ -101,26 +101,48 @@ class LegalizePass(Pass):
             if blockers:
                 notes.append("float64 kept: " + "; ".join(blockers))
                 return
-            certificate = self._prove_whole(state, types.narrow_float64)
+            certificate = self._prove_whole(state, types.narrow_float64, "float64-to-float32", "float64",
+                                            "tensor(s) or attribute(s) narrowed")
             state.rewrites.append(Rewrite("float64-to-float32", "<graph>", "float64", "main",
                                           0, certificate))
+        self._dequantize(state)
+
+    def _dequantize(self, state: PipelineState) -> None:
+        """Q/DQ forms the target refuses (ORT's asymmetric uint8 on TensorRT) as float arithmetic."""
+        from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+        from deploycc.rules import quantized
+        from deploycc.rules.engine import Rewrite
+
+        if not quantized.holds_quantization(state.model):
+            return
+        judge, opsets = ConversionTarget(state.target), state.opsets
+        refused = [node for node in state.model.graph if node.op_type == "DequantizeLinear"
+                   and judge.judge(node, opsets).status == ILLEGAL]
+        if not refused:
+            return
+        certificate = self._prove_whole(
+            state, lambda model: quantized.dequantize_to_float(model, lambda node: node in refused),
+            "dequantize-to-float", "DequantizeLinear", "DequantizeLinear node(s) made float")
+        state.rewrites.append(Rewrite("dequantize-to-float", "<graph>", "DequantizeLinear", "main", 0,
+                                      certificate))
 
     @staticmethod
-    def _prove_whole(state: PipelineState, change):
-        """Apply a whole-graph change, proven by running the graph before and after it."""
+    def _prove_whole(state: PipelineState, change, rule: str, op: str, what: str):
+        """Apply a whole-graph change, proven by running the graph before and after it; a change
+        whose proof fails is undone."""
         from deploycc.analysis.shapes import infer_shapes
         from deploycc.verify.certify import FAILED, PROVEN, UNPROVEN, Certificate
         from deploycc.verify.compare import compare
         from deploycc.verify.inputs import generate
         from deploycc.verify.runner import RunError, run_model_bytes, serialize
 
-        certificate = Certificate(rule="float64-to-float32", node="<graph>", op="float64", status=UNPROVEN)
+        certificate = Certificate(rule=rule, node="<graph>", op=op, status=UNPROVEN)
         before = None
         weights = sum(v.const_value.nbytes for v in state.model.graph.initializers.values()
                       if v.const_value is not None)
         if state.options.prove and weights < (256 << 20):
             before = serialize(state.model)
-        certificate.detail = f"{change(state.model)} tensor(s) or attribute(s) narrowed"
+        certificate.detail = f"{change(state.model)} {what}"
         infer_shapes(state.model)
         if before is None:
             return certificate
@@ -141,4 +163,11 @@ class LegalizePass(Pass):
             if not result.passed:
                 certificate.status = FAILED
                 certificate.detail += f"; {name}: {result.problem}"
+        if certificate.status == FAILED:  # undone: the graph as it was, for the rules to try
+            import onnx
+
+            from deploycc import io
+
+            state.model = io.from_proto(onnx.load_from_string(before))
+            certificate.detail += "; undone"
         return certificate

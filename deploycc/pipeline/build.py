@@ -235,17 +235,11 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         runner.close()
 
 
-QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
-                 "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QLinearAdd",
-                 "com.microsoft::QLinearMul", "com.microsoft::QLinearGlobalAveragePool"}
-
-
 def verification_precision(legalized: LegalizeReport, precision: str) -> str:
-    """A quantized model is judged with int8 tolerances whatever the build precision: the engine
-    runs real int8 kernels (OpenVINO fuses the Q/DQ pairs) where ONNX Runtime's reference may
-    round differently in the last step of the quantization grid."""
-    ops = legalized.passes[-1].ops_after if legalized.passes else {}
-    return "int8" if QUANTIZED_OPS & set(ops) else precision
+    from deploycc.verify.verify import tolerance_precision
+
+    return tolerance_precision(next((record.ops_before for record in legalized.passes if record.ran), {}),
+                               precision)
 
 
 def _summary(status: str, message: str, target: Target, artifact: Artifact | None) -> str:

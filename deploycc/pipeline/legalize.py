@@ -271,9 +271,11 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
     if options.verify and success:
         if progress is not None:
             progress("verify")
-        from deploycc.verify.verify import verify_files
+        from deploycc.verify.verify import tolerance_precision, verify_files
 
-        verification = verify_files(loaded.path, staged, state, options)
+        source_ops = next((record.ops_before for record in attempt.records if record.ran), {})
+        verification = verify_files(loaded.path, staged, state, options,
+                                   precision=tolerance_precision(source_ops, "fp32"))
         if not verification.passed:
             success = False
             reason = f"verification failed: {verification.problem}"

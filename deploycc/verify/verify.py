@@ -4,6 +4,7 @@ same inputs, every output compared with the comparator.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,6 +101,18 @@ def _has_symbolic(graph: ir.Graph) -> bool:
     from deploycc.analysis.graphs import dynamic_dims
 
     return any(dynamic_dims(v) for v in graph.inputs if v.name not in graph.initializers)
+
+
+QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
+                 "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QLinearAdd",
+                 "com.microsoft::QLinearMul", "com.microsoft::QLinearGlobalAveragePool"}
+
+
+def tolerance_precision(source_ops: Mapping[str, int], precision: str) -> str:
+    """A quantized model is judged with int8 tolerances whatever precision it is built in: an engine
+    with real int8 kernels (OpenVINO fuses Q/DQ pairs, ONNX Runtime's optimizer makes QLinearConv)
+    and its float form round differently by one step of the quantization grid."""
+    return "int8" if QUANTIZED_OPS & set(source_ops) else precision
 
 
 def needs_inputs(described: str, precision: str, error: RunError) -> Verification:

@@ -338,3 +338,33 @@ def test_an_output_within_atol_of_zero_has_no_direction_to_judge() -> None:
     tiny = np.array([1e-14, -2e-14, 3e-14])
     assert compare("y", tiny, -tiny, atol=1e-4, rtol=1e-3, min_cosine=0.9999).passed
     assert not compare("y", tiny * 1e12, -tiny * 1e12, atol=1e-4, rtol=1e-3, min_cosine=0.9999).passed
+
+
+# 7. ORT's asymmetric uint8 Q/DQ on TensorRT: the float arithmetic it stands for
+
+
+def test_asymmetric_qdq_becomes_float_on_tensorrt(tmp_path: Path) -> None:
+    model = _save(tmp_path, qdq_conv(), "qdq.onnx")
+    before = api.check(model, ["jetson-xavier"]).targets[0]
+    assert not before.legal and {g.op for g in before.illegal} >= {"QuantizeLinear", "DequantizeLinear"}
+    out = tmp_path / "qdq.xavier.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert report.success, report.summary
+    rewrite = next(r for r in report.rewrites if r.rule == "dequantize-to-float")
+    assert rewrite.certificate is not None and rewrite.certificate.status == "proven"
+    nodes = onnx.load(out).graph.node
+    ops = [node.op_type for node in nodes]
+    assert "QuantizeLinear" not in ops and "Round" in ops
+    # the symmetric int8 weights TensorRT takes as they are stay quantized
+    assert [node.input[0] for node in nodes if node.op_type == "DequantizeLinear"] == ["w_q"]
+    x = np.random.default_rng(7).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    expected = ort.InferenceSession(str(model), _unoptimized()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ort.InferenceSession(str(out)).run(None, {"x": x})[0], expected,
+                               rtol=1e-5, atol=1e-5)
+
+
+def _unoptimized() -> ort.SessionOptions:
+    """The Q/DQ ops as written (ORT's optimizer would fuse them into integer kernels)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return options
