@@ -32,6 +32,16 @@ def _category(error: BaseException) -> str:
     return "backend-error"  # BackendError, BackendUnavailable, and whatever a backend raised
 
 
+def _cause(summary: str, legalized) -> str:
+    """The summary, and for a refused model each op still illegal with why (the class alone does
+    not say what to do next)."""
+    if legalized is None or not legalized.unresolved:
+        return summary
+    reasons = sorted({f"{item.op}: {item.reasons[0]}" for item in legalized.unresolved})
+    more = f"; and {len(reasons) - 4} more" if len(reasons) > 4 else ""
+    return f"{summary}: {'; '.join(reasons[:4])}{more}"
+
+
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
     from deploycc.pipeline.build import NEEDS_INPUTS, PENDING, VERIFIED, build
@@ -88,7 +98,7 @@ def run_cell(spec: CellSpec) -> CellResult:
                 result.category = ("numeric-mismatch" if report.stage == "verify" and ran else
                                    "backend-error" if report.stage == "build" else result.category or
                                    "unsupported-op")
-                result.message = report.summary
+                result.message = _cause(report.summary, legalized)
                 # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
                 result.regressed = bool(result.legal_as_exported) and report.stage == "legalize" and \
                     not (legalized is not None and legalized.as_exported)
@@ -104,7 +114,7 @@ def run_cell(spec: CellSpec) -> CellResult:
                 failed_verify = verification is not None and not verification.passed
                 result.category = "needs-inputs" if verification is not None and verification.needs_inputs \
                     else "numeric-mismatch" if failed_verify else (result.category or "unsupported-op")
-                result.message = report_l.summary
+                result.message = _cause(report_l.summary, report_l)
                 result.regressed = bool(result.legal_as_exported) and result.category != "needs-inputs" \
                     and not report_l.as_exported
     except BaseException as error:  # every failure is a cell result, never a dead worker
