@@ -113,18 +113,19 @@ class LegalizePass(Pass):
         from deploycc.rules import quantized
         from deploycc.rules.engine import Rewrite
 
-        if not quantized.holds_quantization(state.model):
-            return
-        judge, opsets = ConversionTarget(state.target), state.opsets
-        refused = [node for node in state.model.graph if node.op_type == "DequantizeLinear"
-                   and judge.judge(node, opsets).status == ILLEGAL]
-        if not refused:
-            return
-        certificate = self._prove_whole(
-            state, lambda model: quantized.dequantize_to_float(model, lambda node: node in refused),
-            "dequantize-to-float", "DequantizeLinear", "DequantizeLinear node(s) made float")
-        state.rewrites.append(Rewrite("dequantize-to-float", "<graph>", "DequantizeLinear", "main", 0,
-                                      certificate))
+        forms = [("DynamicQuantizeLinear", "dynamic-quantization-to-float",
+                  quantized.dynamic_quantization_to_float),
+                 ("DequantizeLinear", "dequantize-to-float", quantized.dequantize_to_float)]
+        for op, rule, change in forms:
+            judge, opsets = ConversionTarget(state.target), state.opsets
+            refused = [node for node in state.model.graph if node.op_type == op
+                       and judge.judge(node, opsets).status == ILLEGAL]
+            if not refused:
+                continue
+            certificate = self._prove_whole(
+                state, lambda model, change=change, refused=refused: change(model, refused.__contains__),
+                rule, op, f"{op} node(s) made float")
+            state.rewrites.append(Rewrite(rule, "<graph>", op, "main", 0, certificate))
 
     @staticmethod
     def _prove_whole(state: PipelineState, change, rule: str, op: str, what: str):

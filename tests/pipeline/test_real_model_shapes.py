@@ -368,3 +368,35 @@ def _unoptimized() -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return options
+
+
+def test_ort_dynamic_quantization_becomes_float_on_tensorrt(tmp_path: Path) -> None:
+    """ORT's quantize_dynamic on an embedding and a projection: DynamicQuantizeLinear, MatMulInteger
+    and a uint8 embedding table, none of which TensorRT takes."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(8)
+    table = numpy_helper.from_array(rng.standard_normal((50, 32)).astype(np.float32), "table")
+    weights = numpy_helper.from_array(rng.standard_normal((32, 16)).astype(np.float32), "w")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["embedded"]),
+             helper.make_node("Tanh", ["embedded"], ["hidden"]),
+             helper.make_node("MatMul", ["hidden", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "embed", [_vi("ids", INT64, [1, 6])], [_vi("y", FLOAT, [1, 6, 16])],
+                              [table, weights])
+    float_model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+                        "f.onnx")
+    model = tmp_path / "q.onnx"
+    quantize_dynamic(str(float_model), str(model), weight_type=QuantType.QUInt8,
+                     op_types_to_quantize=["Gather", "MatMul"])
+    ops = {node.op_type for node in onnx.load(model).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
+    out = tmp_path / "q.xavier.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert report.success, report.summary
+    assert {"dynamic-quantization-to-float", "dequantize-to-float"} <= {r.rule for r in report.rewrites}
+    left = {node.op_type for node in onnx.load(out).graph.node}
+    assert not left & {"DynamicQuantizeLinear", "MatMulInteger", "DequantizeLinear"}
+    ids = {"ids": rng.integers(0, 50, (1, 6)).astype(np.int64)}
+    expected = ort.InferenceSession(str(model), _unoptimized()).run(None, ids)[0]
+    actual = ort.InferenceSession(str(out)).run(None, ids)[0]
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
