@@ -125,3 +125,19 @@ def test_no_backend_is_imported_by_import_or_help(argv: list[str]):
                  "try:\n    main()\nexcept SystemExit:\n    pass\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert "HEAVY=\n" in result.stderr, result.stderr
+
+
+def test_output_in_a_pipe_is_not_wrapped(tmp_path: Path) -> None:
+    """A CI log or `| tee` must keep each line whole, so the commands deploycc prints can be
+    copied: the written path of a long output name stays on its line."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    out = tmp_path / ("a_rather_long_folder_name_for_the_output_of_this_build" * 2) / "legal.onnx"
+    result = run("legalize", str(model), "-t", "ort-cpu", "-o", str(out), env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    assert any(line.endswith(f"written to {out}") for line in result.stdout.splitlines()), result.stdout
