@@ -10,7 +10,6 @@ refuses a DequantizeLinear:
 - DequantizeLinear(QuantizeLinear(x, s, z), s', z'), per tensor: the fake quantization
   (clip(round(x / s) + z, qmin, qmax) - z') * s' in float ops the target has (Div, Round, Add,
   Max, Min, Sub, Mul). Round is half to even, as QuantizeLinear's rounding.
-
 - DynamicQuantizeLinear -> MatMulInteger/ConvInteger -> Cast (ORT's dynamic quantization): the
   scale and zero point computed in float as the op defines them, the integer ops on the
   centred levels in float (exact: integer sums below 2**24).
@@ -112,7 +111,7 @@ def _gathered_table(node: ir.Node, b: Builder) -> ir.Value | None:
 
 
 def dequantize_to_float(model: ir.Model, refused: Callable[[ir.Node], bool]) -> int:
-    """Replace every refused DequantizeLinear of the two forms above; returns how many."""
+    """Replace every refused DequantizeLinear of the forms above; returns how many."""
     import onnx_ir as ir
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
@@ -194,8 +193,10 @@ def dynamic_quantization_to_float(model: ir.Model, refused: Callable[[ir.Node], 
         readers = [reader for reader, _ in quantized.uses()]
         casts_only = all(all(_default_domain(use, "Cast") and int(use.attributes["to"].value) == 1
                              for use, _ in reader.outputs[0].uses()) for reader in readers)
+        own_zero_point = all(len(reader.inputs) > 2 and reader.inputs[2] is zero_out for reader in readers)
         if x is None or not _integer_consumers(quantized, 0) or not _integer_consumers(zero_out, 2) \
-                or not casts_only or any(_centered_weights(reader) is None for reader in readers):
+                or not own_zero_point or not casts_only or \
+                any(_centered_weights(reader) is None for reader in readers):
             continue
         b = Builder(opset, f"{node.name or 'dql'}/float")
         zero_f, top = b.const(np.float32(0)), b.const(np.float32(255))

@@ -127,9 +127,11 @@ def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator,
                       hint="give inputs with --inputs data.npz")
 
 
-# Sizes tried in turn for symbolic dims when the model fails on the smaller ones (an audio
-# model's convolutions need hundreds of samples; most models run at the first).
+# Sizes tried in turn for symbolic dims other than the batch (dim 0) when the model fails on the
+# smaller ones (an audio model's convolutions need hundreds of samples; most run at the first),
+# as long as the drawn inputs stay below MAX_DRAWN_ELEMENTS in all.
 SYMBOLIC_SIZE_LADDER = (SYMBOLIC_DIM_SIZE, 16, 128, 512)
+MAX_DRAWN_ELEMENTS = 1 << 26
 
 
 def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
@@ -143,7 +145,14 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
     sizes = {} if sizes is None else sizes
     feeds = {}
     for value in values:
+        first = value.shape[0] if value.shape is not None and len(value.shape) else None
+        symbolic_batch = first is not None and not isinstance(first, int)
+        batch_name = getattr(first, "value", None) if symbolic_batch else None
+        if isinstance(batch_name, str) and batch_name:
+            sizes.setdefault(batch_name, SYMBOLIC_DIM_SIZE)  # the ladder grows sizes, not the batch
         dims = concrete_dims(value, sizes, default=symbolic_size)
+        if dims and symbolic_batch and not batch_name:
+            dims[0] = SYMBOLIC_DIM_SIZE
         given = (shapes or {}).get(value.name or "")
         if dims is not None and given is not None and len(given) == len(dims):
             declared = value.shape

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploycc.verify.compare import TOLERANCES, OutputComparison, compare
-from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
+from deploycc.verify.inputs import MAX_DRAWN_ELEMENTS, SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
 from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, run_reference
 
 if TYPE_CHECKING:
@@ -86,7 +86,8 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
         except RunError as error:
             if error.stage != "run":
                 return Verification(False, ORT, described, precision, problem=str(error))
-            if symbolic_size == ladder[-1]:
+            larger = [size for size in ladder if size > symbolic_size]
+            if not larger or _drawn_elements(state.model.graph, options, larger[0]) > MAX_DRAWN_ELEMENTS:
                 return needs_inputs(described, precision, error)
     try:
         actual = run_ort_isolated(candidate, feeds)
@@ -95,6 +96,18 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
     result = compare_all(expected, actual, reference=reference, inputs=described, precision=precision)
     result.symbolic_size = symbolic_size
     return result
+
+
+def _drawn_elements(graph: ir.Graph, options: LegalizeOptions, symbolic_size: int) -> int:
+    from deploycc.verify.inputs import concrete_dims
+
+    sizes: dict[str, int] = {}
+    total = 0
+    for value in graph.inputs:
+        if value.name not in graph.initializers:
+            dims = concrete_dims(value, sizes, default=symbolic_size) or []
+            total += int(np.prod(dims)) if dims else 1
+    return total
 
 
 def _has_symbolic(graph: ir.Graph) -> bool:
