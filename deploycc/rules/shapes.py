@@ -129,6 +129,9 @@ for _op in REDUCE_OPS:
     _reduce_rule(_op)
 
 
+INT32_MAX = 2**31 - 1  # "to the end" for Slice, within int32 for TensorRT 8.x
+
+
 def _upper_bound(value: ir.Value | None, depth: int = 0) -> int | None:
     """A constant c with value <= c everywhere, read from a Min(c, ...) or ReduceMin(Concat(c, ...))
     it comes from (through Cast, Reshape, Unsqueeze, Squeeze, Identity): detection heads take
@@ -178,8 +181,8 @@ class TopKBoundedRule(Rule):
             return "only float inputs are padded"
         if int(site.attr("sorted", 1)) != 1:
             return "unsorted TopK: its first K need not be the top K"
-        if site.rank(0) is None and int(site.attr("axis", -1)) != -1:
-            return "the rank of x is not known and the axis is not the last"
+        if site.rank(0) is None and int(site.attr("axis", -1)) < -1:
+            return "the rank of x is not known and the axis counts from the end"
         return None
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
@@ -189,7 +192,8 @@ class TopKBoundedRule(Rule):
         if bound is None:
             raise Decline("K has no constant bound")
         rank = site.rank(0)
-        axis = int(site.attr("axis", -1)) % rank if rank is not None else -1
+        axis = int(site.attr("axis", -1))
+        axis = axis % rank if rank is not None else axis  # unknown rank: -1, or counted from the front
         largest = int(site.attr("largest", 1))
         dtype = site.dtype(0)
         limits = np.finfo(dtype.numpy() if dtype is not None else np.float32)
@@ -198,11 +202,10 @@ class TopKBoundedRule(Rule):
         if axis == -1:  # the last axis of x, whatever its rank
             parts = [b.op("Slice", shape, b.ints([0]), b.ints([-1])), b.ints([bound])]
         else:
-            assert rank is not None
             parts = [b.op("Slice", shape, b.ints([0]), b.ints([axis]))] if axis > 0 else []
             parts.append(b.ints([bound]))
-            if axis < rank - 1:
-                parts.append(b.op("Slice", shape, b.ints([axis + 1]), b.ints([rank])))
+            if rank is None or axis < rank - 1:  # the dims after the axis (none, past the rank)
+                parts.append(b.op("Slice", shape, b.ints([axis + 1]), b.ints([INT32_MAX])))
         padding = b.op("Expand", fill, b.op("Concat", *parts, axis=0) if len(parts) > 1 else parts[0])
         padded = b.op("Concat", x, padding, axis=axis)
         values, indices = b.ops("TopK", padded, b.ints([bound]), outputs=2, axis=axis, largest=largest,

@@ -176,3 +176,35 @@ def test_topk_with_k_from_reduce_min_of_a_concat() -> None:
         }
     """, "TopK", "topk-bounded", feeds={"x": np.random.default_rng(5).standard_normal((1, 9), np.float32),
                                         "n": np.array([6], np.int64)})
+
+
+def test_topk_bounded_on_x_of_unknown_rank() -> None:
+    """Faster R-CNN's per-level RPN scores reach TopK with no known rank (axis 1)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Min", ["candidates", "n"], ["k"]),
+             helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                     helper.make_tensor_value_info("n", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("i", TensorProto.INT64, None)],
+        [numpy_helper.from_array(np.array([4], np.int64), "candidates")])
+    from deploycc.analysis.graphs import opset_map
+    from deploycc.rules.engine import decide
+    from deploycc.verify.runner import run_ort, serialize
+    from tests.rules.helpers import load
+
+    model = load(onnx.printer.to_text(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])))
+    before = serialize(model)
+    node = next(n for n in model.graph if n.op_type == "TopK")
+    decision = decide(node, model.graph, opset_map(model))
+    # no proof without a shape to draw inputs at: the whole-model verification covers such a node
+    assert decision.rewrite is not None and decision.rewrite.rule == "topk-bounded", decision.explain()
+    assert decision.rewrite.certificate is not None and decision.rewrite.certificate.status == "unproven"
+    feeds = {"x": np.random.default_rng(9).standard_normal((2, 7, 3), np.float32),
+             "n": np.array([5], np.int64)}
+    expected, actual = run_ort(before, feeds), run_ort(serialize(model), feeds)
+    for name in ("v", "i"):
+        np.testing.assert_array_equal(actual[name], expected[name])
