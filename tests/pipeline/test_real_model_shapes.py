@@ -400,3 +400,24 @@ def test_ort_dynamic_quantization_becomes_float_on_tensorrt(tmp_path: Path) -> N
     expected = ort.InferenceSession(str(model), _unoptimized()).run(None, ids)[0]
     actual = ort.InferenceSession(str(out)).run(None, ids)[0]
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_sample_shape_sets_drawn_sizes_without_fixing_axes(tmp_path: Path) -> None:
+    """A text recognizer declares its height dynamic but takes only 48: --sample-shape draws at the
+    size the model takes, and the written model keeps its dynamic axes."""
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["y"])]
+    graph = helper.make_graph(nodes, "rec", [_vi("x", FLOAT, ["N", "height", "width"])],
+                              [_vi("y", FLOAT, ["N", 48, "w"])], [_const("rows", [0, 48, -1])])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "r.onnx")
+    assert api.legalize(model, "ort-cpu", tmp_path / "a.onnx").verification.needs_inputs
+    from deploycc.cli.legalize_cmd import options_from_flags
+
+    options = options_from_flags(shape=(), batch=None, dynamic_batch=False, input_layout=(), keep_outputs=(),
+                                 mode=None, disable_pass=(), only_pass=(), simplifier=None, opset=None,
+                                 inputs=None, prove=True, verify=True, fold_limit_mb=16,
+                                 sample_shape=("x:1x48x320",))
+    out = tmp_path / "b.onnx"
+    report = api.legalize(model, "ort-cpu", out, options)
+    assert report.success, report.summary
+    dims = [d.dim_param or d.dim_value for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["N", "height", "width"]
