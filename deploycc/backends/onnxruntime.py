@@ -56,7 +56,12 @@ class OrtRunner(Runner):
         return [i.name for i in self.session.get_inputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        results = self.session.run(self._outputs, feeds)
+        try:
+            results = self.session.run(self._outputs, feeds)
+        except Exception as error:  # ORT's own exception types: the engine failed on these inputs
+            first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+            raise BackendError(f"ONNX Runtime failed to run on these inputs: {first[:300]}",
+                               stage="run") from None
         if all(isinstance(result, np.ndarray) for result in results):
             return dict(zip(self._outputs, results, strict=True))
         from deploycc.verify.runner import as_arrays
