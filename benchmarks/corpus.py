@@ -54,6 +54,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from deploycc.io import sha256_file
+
 HERE = Path(__file__).resolve().parent
 FAMILIES = ("torchvision", "transformers", "wheel", "zoo-ir3", "sklearn", "quantized", "fp16")
 SEED = 0
@@ -703,14 +705,6 @@ def check(model: Path, timeout: float = 300) -> dict[str, Any]:
 # --------------------------------------------------------------------------- driver
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def pinned_by_graph(path: Path, made: Made) -> Made:
     """Hint shapes must fit the graph: where the exporter fixed a dim meant to stay dynamic (torch.export
     sometimes specialises the traced batch silently), the hint takes the graph's size and the source says
@@ -831,7 +825,7 @@ def write_manifest(out: Path, specs: list[Spec], failures: dict[str, str],
         if not path.exists():
             continue
         hints = json.loads((out / f"{spec.name}.hints.json").read_text())
-        digest = sha256(path)
+        digest = sha256_file(path)
         hints_digest = hashlib.sha256((out / f"{spec.name}.hints.json").read_bytes()).hexdigest()
         entry = {"file": path.name, "family": spec.family, "exporter": spec.exporter,
                  "source": hints["source"], "size": path.stat().st_size, "sha256": digest,

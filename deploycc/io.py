@@ -461,7 +461,6 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     import onnx
     import onnx_ir as ir
 
-    from deploycc.legality import schemas
 
     graph = model.graph
     current = model.opset_imports.get("", model.opset_imports.get("ai.onnx", version))
@@ -485,8 +484,7 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     from deploycc.analysis.graphs import all_graphs
 
     held_nodes = [node for sub in all_graphs(graph) for node in sub if node.domain in ("", "ai.onnx") and
-                  schemas.valid_at_both(node.op_type, "", current, version, non_default(node, current),
-                                        len(node.inputs), len(node.outputs))]
+                  unchanged_between(node, current, version)]
     try:
         with held_back(model, held_nodes):
             proto = ir.serde.serialize_model(model)
@@ -533,6 +531,14 @@ def _drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
                     name == "noop_with_empty_axes" and bool(node.attributes.get("axes")))
                 if said_nothing:
                     del node.attributes[name]
+
+
+def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
+    """The node, as it is set, means the same at both opsets (schemas.valid_at_both)."""
+    from deploycc.legality import schemas
+
+    return schemas.valid_at_both(node.op_type, "", current, version, non_default(node, current),
+                                 len(node.inputs), len(node.outputs))
 
 
 def non_default(node: ir.Node, opset: int) -> frozenset[str]:

@@ -40,21 +40,12 @@ def destination(state: PipelineState) -> tuple[int | None, int]:
     return current, target.opset.preferred
 
 
-def _changed_form(node: ir.Node, current: int, version: int) -> bool:
-    """The node's op exists at `version` but the node, as it is set, means something else there
-    (Shape with start/end at 15): the old_forms rules put it in a form valid at both."""
-    from deploycc import io
-    from deploycc.legality import schemas
-
-    return not schemas.valid_at_both(node.op_type, "", current, version, io.non_default(node, current),
-                                     len(node.inputs), len(node.outputs))
-
-
 def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list[str]]:
     """Rewrite, with the catalog, every node whose op does not exist at `version`, to a fixed
     point: a replacement may hold ops born after `version` too (Gelu's ONNX body has CastLike).
     A node whose form changed since `version` is rewritten by an old_forms rule where one applies,
     else left to the converter's adapter."""
+    from deploycc import io
     from deploycc.analysis.graphs import all_graphs
     from deploycc.analysis.shapes import infer_shapes
     from deploycc.legality import schemas
@@ -72,8 +63,8 @@ def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list
                 born = schemas.first_version(node.op_type, "")
                 if born is None:
                     continue
-                if born <= version:
-                    if not _changed_form(node, current, version):
+                if born <= version:  # Shape with start/end at 15 means something else below 15
+                    if io.unchanged_between(node, current, version):
                         continue
                     decision = decide(node, graph, state.opsets, prove=state.options.prove,
                                       families=("old_forms",))

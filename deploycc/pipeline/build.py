@@ -236,10 +236,10 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
 
 
 def verification_precision(legalized: LegalizeReport, precision: str) -> str:
+    from deploycc.pipeline.manager import source_ops
     from deploycc.verify.verify import tolerance_precision
 
-    return tolerance_precision(next((record.ops_before for record in legalized.passes if record.ran), {}),
-                               precision)
+    return tolerance_precision(source_ops(legalized.passes), precision)
 
 
 def _summary(status: str, message: str, target: Target, artifact: Artifact | None) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc import io
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK, DeployccError
 from deploycc.pipeline.context import LegalizeOptions, Pass, PipelineState
-from deploycc.pipeline.manager import PassRecord, run_passes
+from deploycc.pipeline.manager import PassRecord, run_passes, source_ops
 from deploycc.results import Result
 
 if TYPE_CHECKING:
@@ -273,9 +273,8 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
             progress("verify")
         from deploycc.verify.verify import tolerance_precision, verify_files
 
-        source_ops = next((record.ops_before for record in attempt.records if record.ran), {})
         verification = verify_files(loaded.path, staged, state, options,
-                                   precision=tolerance_precision(source_ops, "fp32"))
+                                   precision=tolerance_precision(source_ops(attempt.records), "fp32"))
         if not verification.passed:
             success = False
             reason = f"verification failed: {verification.problem}"

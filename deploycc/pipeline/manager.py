@@ -43,6 +43,11 @@ class PassRecord:
     details: dict[str, object] = field(default_factory=dict)
 
 
+def source_ops(records: Sequence[PassRecord]) -> dict[str, int]:
+    """The op histogram of the model as loaded: before the first pass that ran."""
+    return next((record.ops_before for record in records if record.ran), {})
+
+
 def histogram(graph: ir.Graph) -> Counter[str]:
     return Counter(node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
                    for node in graph)

@@ -169,7 +169,7 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
             dims = [batch, *dims[1:]]
         dtype = value.dtype.numpy()
         int_range = _range_from_uses(value) if np.issubdtype(dtype, np.integer) else None
-        if int_range is not None and np.issubdtype(dtype, np.integer):
+        if int_range is not None:
             info = np.iinfo(dtype)
             int_range = (max(int_range[0], int(info.min)), min(int_range[1], int(info.max) + 1))
         feeds[value.name or ""] = random_array(dtype, dims, rng, name=value.name or "",

@@ -87,7 +87,7 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
             if error.stage != "run":
                 return Verification(False, ORT, described, precision, problem=str(error))
             larger = [size for size in ladder if size > symbolic_size]
-            if not larger or _drawn_elements(state.model.graph, options, larger[0]) > MAX_DRAWN_ELEMENTS:
+            if not larger or _drawn_elements(state.model.graph, larger[0]) > MAX_DRAWN_ELEMENTS:
                 return needs_inputs(described, precision, error)
     try:
         actual = run_ort_isolated(candidate, feeds)
@@ -98,7 +98,7 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
     return result
 
 
-def _drawn_elements(graph: ir.Graph, options: LegalizeOptions, symbolic_size: int) -> int:
+def _drawn_elements(graph: ir.Graph, symbolic_size: int) -> int:
     from deploycc.verify.inputs import concrete_dims
 
     sizes: dict[str, int] = {}
