@@ -78,9 +78,17 @@ def run_cell(spec: CellSpec) -> CellResult:
             result.stage = "build"
             report = build(spec.model, target, Path(spec.workdir),
                            BuildOptions(legalize=options, bench="bench" in stages, force=True))
+            result.details = {}
+            if report.failure_category == "dynamic-shape" and not fix_axes and static:
+                # The backend cannot type the graph with its dims dynamic (OpenVINO on a rank that
+                # depends on the batch): do what its hint says, with the model's own hint shapes.
+                options.shapes = {name: list(dims) for name, dims in static.items()}
+                report = build(spec.model, target, Path(spec.workdir),
+                               BuildOptions(legalize=options, bench="bench" in stages, force=True))
+                result.details["static_shapes"] = static
             legalized = report.legalize
             result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
-            result.details = {"build_status": report.status, "summary": report.summary}
+            result.details.update({"build_status": report.status, "summary": report.summary})
             if report.status == VERIFIED:
                 result.status = "benchmarked" if "bench" in stages and report.benchmark else "verified"
                 result.stage, result.category, result.message = "verify", None, ""
@@ -96,8 +104,8 @@ def run_cell(spec: CellSpec) -> CellResult:
                 result.status, result.stage = "failed", report.stage
                 ran = report.verification is not None
                 result.category = ("numeric-mismatch" if report.stage == "verify" and ran else
-                                   "backend-error" if report.stage == "build" else result.category or
-                                   "unsupported-op")
+                                   (report.failure_category or "backend-error") if report.stage == "build"
+                                   else result.category or "unsupported-op")
                 result.message = _cause(report.summary, legalized)
                 # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
                 result.regressed = bool(result.legal_as_exported) and report.stage == "legalize" and \

@@ -20,13 +20,16 @@ if TYPE_CHECKING:
 
 class BackendError(DeployccError):
     """The backend refused or failed to build or run: exit 1, the stage is named. `stage` is
-    "run" when a built engine failed on the inputs it was given."""
+    "run" when a built engine failed on the inputs it was given; `category` is an audit failure
+    category when the backend knows better than "backend-error" (e.g. "dynamic-shape")."""
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None, stage: str = "build") -> None:
+    def __init__(self, message: str, hint: str | None = None, stage: str = "build",
+                 category: str | None = None) -> None:
         super().__init__(message, hint)
         self.stage = stage
+        self.category = category
 
 
 class BackendUnavailable(DeployccError):

@@ -1,5 +1,5 @@
-"""OpenVINO: `openvino.convert_model` -> IR (.xml + .bin, weights compressed to fp16 only when
-the precision asks for it), compiled on the target device with the target's performance hint
+"""OpenVINO: the ONNX frontend (`Core.read_model`) -> IR (.xml + .bin, weights compressed to fp16
+only when the precision asks for it), compiled on the target device with the target's performance hint
 and a model cache directory, and `Core.query_model` for placement.
 """
 
@@ -22,6 +22,22 @@ def default_cache_dir() -> Path:
     """Compiled-blob cache outside the output directory: blobs are machine-specific."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "deploycc" / "openvino"
+
+
+# What the ONNX frontend says when a tensor's rank depends on a dynamic dim, as in a TorchScript
+# export of `x.squeeze(0)` (an If on `Shape(x)[0] == 1` whose branches differ in rank).
+_DYNAMIC_RANK = ("rank has to be known", "rank().is_static()", "Unsupported input type dynamic")
+
+
+def _conversion_error(message: str) -> BackendError:
+    text = message.strip()
+    last = text.splitlines()[-1] if text else "no message"
+    if any(sign in text for sign in _DYNAMIC_RANK):
+        return BackendError(f"OpenVINO's ONNX frontend cannot type this graph while its dims are dynamic "
+                            f"({last.lstrip('- ')}): a tensor's rank depends on an input dim",
+                            hint="fix the dynamic dims with --batch N or --shape NAME:DIMS",
+                            category="dynamic-shape")
+    return BackendError(f"openvino conversion failed: {last}")
 
 
 def compile_config(request: BuildRequest) -> dict[str, str]:
@@ -110,10 +126,11 @@ class OpenVinoBackend(Backend):
             raise BackendError(f"precision {request.precision} needs quantization (NNCF), which "
                                f"deploycc does not run yet", hint="use --precision fp32, fp16 or bf16")
         try:
-            model = ov.convert_model(str(request.model))
+            # Core.read_model runs the same ONNX frontend as convert_model, without the
+            # convert_model telemetry process that calls out to the internet on every conversion.
+            model = ov.Core().read_model(str(request.model))
         except Exception as error:
-            last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-            raise BackendError(f"openvino.convert_model failed: {last}") from None
+            raise _conversion_error(str(error)) from None
         _stable_names(model, request.model)
         xml = request.outdir / "model.xml"
         # save_model compresses weights to fp16 by default; only do it when fp16 was asked for

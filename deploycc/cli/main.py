@@ -7,6 +7,7 @@ options; 3 an internal error (a bug: rerun with --debug and report it).
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 from typing import Any
@@ -65,9 +66,16 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+_MAIN_PID = os.getpid()
+
+
 def _terminate(signum: int, frame: Any) -> None:
     from deploycc.errors import Terminated
 
+    if os.getpid() != _MAIN_PID:  # a forked helper (a library's subprocess) just ends, quietly
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise Terminated(f"terminated by signal {signum}")
 
 

@@ -14,6 +14,8 @@ from deploycc.errors import OptionError
 from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import onnx_ir as ir
 
 LAYOUT_PERMUTATIONS = {  # fed layout -> permutation that gives the model the other layout
@@ -67,13 +69,18 @@ class AxesPass(Pass):
                 raise OptionError(f"the model has no input named {name!r}",
                                   hint=f"inputs: {', '.join(inputs) or 'none'}")
         fixed: dict[str, int] = {}  # symbolic dim name -> the size it was fixed at
+        wanted = {name: self._wanted_dims(name, _dims(value), options, state)
+                  for name, value in inputs.items()}
+        for name, value in inputs.items():
+            for was, now in zip(_dims(value) or [], wanted[name] or [], strict=False):
+                if isinstance(was, str) and was != "?" and isinstance(now, int):  # "?": unnamed
+                    if fixed.setdefault(was, now) != now:
+                        raise OptionError(f"dim {was!r} is fixed at {fixed[was]} and at {now}; inputs "
+                                          f"that name a dim alike share its size")
         for name, value in inputs.items():
             old = _dims(value)
-            new = self._wanted_dims(name, old, options, state)
+            new = self._same_named_dims(wanted[name], fixed, kept=options.shapes.get(name))
             if new is not None and new != old:
-                for was, now in zip(old or [], new, strict=False):
-                    if isinstance(was, str) and isinstance(now, int):
-                        fixed[was] = now
                 _set_dims(value, new)
                 notes.append(f"{name}: {old} -> {new}")
                 state.signature_changes.append(f"input {name} dims {old} -> {new}")
@@ -110,6 +117,17 @@ class AxesPass(Pass):
         if old and not isinstance(old[0], int) and options.batch is not None and not options.dynamic_batch:
             new[0] = options.batch
         return new
+
+    @staticmethod
+    def _same_named_dims(dims: list[int | str] | None, fixed: dict[str, int],
+                         kept: Sequence[int | str] | None) -> list[int | str] | None:
+        """A dim named like one that was fixed takes its size: ONNX gives one size to one dim name
+        in a graph (Silero's `state` shares `batch` with `input` at dim 1, so `--batch 1` fixes it
+        too), except where --shape said `dynamic` for that dim."""
+        if dims is None:
+            return None
+        return [fixed.get(d, d) if isinstance(d, str) and (kept is None or kept[i] != "dynamic") else d
+                for i, d in enumerate(dims)]
 
     @staticmethod
     def _require_static(inputs: dict[str, ir.Value], state: PipelineState) -> None:

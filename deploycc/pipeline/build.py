@@ -49,6 +49,7 @@ class BuildReport(Result):
     verification: Verification | None
     benchmark: LatencyStats | None
     build_hash: str = ""
+    failure_category: str | None = None  # the backend's own failure category, when it gave one
     files: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -131,6 +132,7 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
         verification = None
         benchmark = None
         status, stage, message = FAILED, "legalize", legalized.summary
+        failure_category: str | None = None
         if legalized.verification is not None and legalized.verification.needs_inputs:
             status, stage = NEEDS_INPUTS, "verify"
         if legalized.success:
@@ -162,6 +164,7 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
                         status, message = FAILED, f"verification failed: {verification.problem}"
             except (BackendError, BackendUnavailable) as error:
                 message = str(error)
+                failure_category = getattr(error, "category", None)
             except RunError as error:  # the reference run, when legalize did not verify
                 status, message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
         step("manifest")
@@ -180,8 +183,8 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
             summary=_summary(status, message, target, artifact),
             next_step=_next_step(status, stage, message, target),
             precision=precision, legalize=legalized, artifact=artifact, verification=verification,
-            benchmark=benchmark, build_hash=manifest["build_hash"], files=_listing(staging),
-            seconds=seconds)
+            benchmark=benchmark, build_hash=manifest["build_hash"], failure_category=failure_category,
+            files=_listing(staging), seconds=seconds)
         step.stop()
         _write_reports(staging, report)
         staged.commit()

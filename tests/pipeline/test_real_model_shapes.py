@@ -421,3 +421,54 @@ def test_sample_shape_sets_drawn_sizes_without_fixing_axes(tmp_path: Path) -> No
     assert report.success, report.summary
     dims = [d.dim_param or d.dim_value for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim]
     assert dims == ["N", "height", "width"]
+
+
+# 9. Silero VAD: `state` names its dim 1 `batch` like `input`'s dim 0, and the TorchScript
+# export of `x.squeeze(0)` (an If on Shape(x)[0] == 1 whose branches differ in rank) leaves
+# OpenVINO unable to type the graph while the batch is dynamic.
+
+
+def squeeze_if_batch_one() -> onnx.ModelProto:
+    squeeze = helper.make_graph([helper.make_node("Squeeze", ["x", "axis0"], ["squeezed"])], "then", [],
+                                [_vi("squeezed", FLOAT, None)])
+    keep = helper.make_graph([helper.make_node("Identity", ["x"], ["kept"])], "else", [],
+                             [_vi("kept", FLOAT, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Equal", ["n", "one"], ["is_one"]),
+             helper.make_node("If", ["is_one"], ["maybe_squeezed"], then_branch=squeeze, else_branch=keep),
+             helper.make_node("Unsqueeze", ["maybe_squeezed", "axis0"], ["x3"]),
+             helper.make_node("Conv", ["x3", "w"], ["conv"]),
+             helper.make_node("Add", ["state", "state"], ["state_out"])]
+    graph = helper.make_graph(
+        nodes, "squeeze_if_one", [_vi("x", FLOAT, ["batch", 2, 8]), _vi("state", FLOAT, [2, "batch", 4])],
+        [_vi("conv", FLOAT, None), _vi("state_out", FLOAT, [2, "batch", 4])],
+        [_const("zero", 0), _const("one", 1), _const("axis0", [0]),
+         _const("w", np.full((3, 2, 3), 0.5), np.float32)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_batch_fixes_every_dim_named_like_the_batch(tmp_path: Path) -> None:
+    model = _save(tmp_path, squeeze_if_batch_one(), "vad.onnx")
+    out = tmp_path / "vad.b1.onnx"
+    report = api.legalize(model, "ort-cpu", out, LegalizeOptions(batch=1))
+    assert report.success, report.summary
+    state = onnx.load(out).graph.input[1]
+    assert [d.dim_value for d in state.type.tensor_type.shape.dim] == [2, 1, 4]
+
+
+def test_openvino_dynamic_rank_is_a_dynamic_shape_failure_that_static_hints_fix(tmp_path: Path) -> None:
+    model = _save(tmp_path, squeeze_if_batch_one(), "vad.onnx")
+    batch_one = {"x": [1, 2, 8], "state": [2, 1, 4]}  # the graph runs at batch 1 only, like Silero
+    report = api.build(model, "openvino-cpu", tmp_path / "dyn",
+                       BuildOptions(legalize=LegalizeOptions(sample_shapes=batch_one), bench=False))
+    assert report.status == "failed" and report.stage == "build"
+    assert report.failure_category == "dynamic-shape"
+    assert "--batch" in report.summary
+    (tmp_path / "vad.hints.json").write_text('{"shapes": {"x": [1, 2, 8], "state": [2, 1, 4]}}')
+    from deploycc.audit.run import AuditOptions
+
+    audited = api.audit([model], ["openvino-cpu"], tmp_path / "audit", AuditOptions(jobs=1))
+    cell = audited.cells[0]
+    assert cell.status == "verified", cell.message
+    assert cell.details["static_shapes"] == batch_one
