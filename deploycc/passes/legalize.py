@@ -113,18 +113,22 @@ class LegalizePass(Pass):
         from deploycc.rules import quantized
         from deploycc.rules.engine import Rewrite
 
-        forms = [("DynamicQuantizeLinear", "dynamic-quantization-to-float",
-                  quantized.dynamic_quantization_to_float),
-                 ("DequantizeLinear", "dequantize-to-float", quantized.dequantize_to_float)]
-        for op, rule, change in forms:
+        # In this order: the QOperator form's QDQ nodes may then be refused in turn.
+        forms = [({op for _, op in quantized.QOPERATOR_OPS}, "qoperator-to-qdq", quantized.qoperator_to_qdq,
+                  "in QDQ form"),
+                 ({"DynamicQuantizeLinear"}, "dynamic-quantization-to-float",
+                  quantized.dynamic_quantization_to_float, "made float"),
+                 ({"DequantizeLinear"}, "dequantize-to-float", quantized.dequantize_to_float, "made float")]
+        for ops, rule, change, done in forms:
             judge, opsets = ConversionTarget(state.target), state.opsets
-            refused = [node for node in state.model.graph if node.op_type == op
+            refused = [node for node in state.model.graph if node.op_type in ops
                        and judge.judge(node, opsets).status == ILLEGAL]
             if not refused:
                 continue
+            op = "/".join(sorted({node.op_type for node in refused}))
             certificate = self._prove_whole(
                 state, lambda model, change=change, refused=refused: change(model, refused.__contains__),
-                rule, op, f"{op} node(s) made float")
+                rule, op, f"{op} node(s) {done}")
             state.rewrites.append(Rewrite(rule, "<graph>", op, "main", 0, certificate))
 
     @staticmethod

@@ -10,6 +10,9 @@ refuses a DequantizeLinear:
 - DequantizeLinear(QuantizeLinear(x, s, z), s', z'), per tensor: the fake quantization
   (clip(round(x / s) + z, qmin, qmax) - z') * s' in float ops the target has (Div, Round, Add,
   Max, Min, Sub, Mul). Round is half to even, as QuantizeLinear's rounding.
+- QLinearConv, QLinearMatMul and com.microsoft's QLinear*/QGemm (ORT's QOperator form): the QDQ
+  form they are defined to mean, DequantizeLinear -> the float op -> QuantizeLinear, which the
+  forms above then make float where the target refuses DequantizeLinear too.
 - DynamicQuantizeLinear -> MatMulInteger/ConvInteger -> Cast (ORT's dynamic quantization): the
   scale and zero point computed in float as the op defines them, the integer ops on the
   centred levels in float (exact: integer sums below 2**24).
@@ -35,6 +38,12 @@ if TYPE_CHECKING:
 
 QUANTIZED_RANGES = {"UINT8": (0, 255), "INT8": (-128, 127), "UINT16": (0, 65535), "INT16": (-32768, 32767)}
 MAX_CONSTANT_ELEMENTS = 64 << 20
+
+
+def _unique_name(node: ir.Node, graph: ir.Graph) -> str:
+    """The node's name, or one made from its op and place: exporters leave names empty, and the
+    replacement nodes are named after it (ONNX Runtime refuses two nodes of one name)."""
+    return node.name or f"{node.op_type}_{graph.index(node)}"
 
 
 def _default_domain(node: ir.Node | None, op: str) -> bool:
@@ -73,9 +82,26 @@ def _scalar_parameters(node: ir.Node) -> tuple[np.float32, np.float32] | None:
     return np.float32(scale.reshape(())), np.float32(zero.reshape(()))
 
 
+# Ops that only move elements: with a per-tensor scale, DQ(Flatten(q)) = Flatten(DQ(q)).
+_LAYOUT_OPS = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose"}
+
+
+def _through_layout_ops(value: ir.Value | None) -> tuple[ir.Value | None, list[ir.Node]]:
+    """The value before a chain of layout ops, and the chain in the order it runs."""
+    chain: list[ir.Node] = []
+    producer = value.producer() if value is not None else None
+    while value is not None and producer is not None and producer.op_type in _LAYOUT_OPS \
+            and producer.domain in ("", "ai.onnx"):
+        chain.insert(0, producer)
+        value = producer.inputs[0]
+        producer = value.producer() if value is not None else None
+    return value, chain
+
+
 def _fake_quantization(node: ir.Node, b: Builder) -> ir.Value | None:
-    """The float form of DequantizeLinear(QuantizeLinear(x)), per tensor; None when not that."""
-    quantized = node.inputs[0]
+    """The float form of DequantizeLinear(QuantizeLinear(x)), per tensor, with layout ops
+    between them run on the float values; None when not that."""
+    quantized, layout = _through_layout_ops(node.inputs[0])
     quantize = quantized.producer() if quantized is not None else None
     if quantized is None or quantize is None or not _default_domain(quantize, "QuantizeLinear"):
         return None
@@ -90,7 +116,10 @@ def _fake_quantization(node: ir.Node, b: Builder) -> ir.Value | None:
     rounded = b.op("Round", b.op("Div", x, b.const(scale_q)))
     clipped = b.op("Min", b.op("Max", b.op("Add", rounded, b.const(zero_q)), b.const(np.float32(bounds[0]))),
                    b.const(np.float32(bounds[1])))
-    return b.op("Mul", b.op("Sub", clipped, b.const(zero_dq)), b.const(scale_dq))
+    value = b.op("Mul", b.op("Sub", clipped, b.const(zero_dq)), b.const(scale_dq))
+    for op in layout:
+        value = b.op(op.op_type, value, *op.inputs[1:], **{k: a.value for k, a in op.attributes.items()})
+    return value
 
 
 def _gathered_table(node: ir.Node, b: Builder) -> ir.Value | None:
@@ -121,7 +150,7 @@ def dequantize_to_float(model: ir.Model, refused: Callable[[ir.Node], bool]) -> 
     for node in list(graph):
         if not _default_domain(node, "DequantizeLinear") or not refused(node):
             continue
-        b = Builder(opset, f"{node.name or 'dq'}/float")
+        b = Builder(opset, f"{_unique_name(node, graph)}/float")
         constant = _dequantized_constant(node)
         value = b.const(constant) if constant is not None else \
             _fake_quantization(node, b) or _gathered_table(node, b)
@@ -198,7 +227,7 @@ def dynamic_quantization_to_float(model: ir.Model, refused: Callable[[ir.Node], 
                 or not own_zero_point or not casts_only or \
                 any(_centered_weights(reader) is None for reader in readers):
             continue
-        b = Builder(opset, f"{node.name or 'dql'}/float")
+        b = Builder(opset, f"{_unique_name(node, graph)}/float")
         zero_f, top = b.const(np.float32(0)), b.const(np.float32(255))
         low = b.op("Min", b.reduce("ReduceMin", x, None, keepdims=0), zero_f)
         high = b.op("Max", b.reduce("ReduceMax", x, None, keepdims=0), zero_f)
@@ -223,3 +252,102 @@ def dynamic_quantization_to_float(model: ir.Model, refused: Callable[[ir.Node], 
     return replaced
 
 
+
+
+# ONNX Runtime's QOperator form: each op reads (tensor, scale, zero point) triplets and writes a
+# quantized tensor. Where the target refuses one, it becomes DequantizeLinear -> the float op ->
+# QuantizeLinear (the QDQ form the backends consume and that ONNX defines it to mean), or float
+# arithmetic when DequantizeLinear is refused too. The layouts, as the op schemas give them:
+# op -> (indices of the (x, scale, zero point) triplets read, output scale/zero point indices,
+#        index of an int32 bias quantized at scale_a * scale_b, the float op)
+_QOPERATOR_FORMS: dict[tuple[str, str], tuple[tuple[int, ...], tuple[int, int] | None, int | None, str]] = {
+    ("", "QLinearConv"): ((0, 3), (6, 7), 8, "Conv"),
+    ("", "QLinearMatMul"): ((0, 3), (6, 7), None, "MatMul"),
+    ("com.microsoft", "QLinearAdd"): ((0, 3), (6, 7), None, "Add"),
+    ("com.microsoft", "QLinearMul"): ((0, 3), (6, 7), None, "Mul"),
+    ("com.microsoft", "QLinearGlobalAveragePool"): ((0,), (3, 4), None, "GlobalAveragePool"),
+    ("com.microsoft", "QLinearAveragePool"): ((0,), (3, 4), None, "AveragePool"),
+    ("com.microsoft", "QLinearSigmoid"): ((0,), (3, 4), None, "Sigmoid"),
+    ("com.microsoft", "QLinearLeakyRelu"): ((0,), (3, 4), None, "LeakyRelu"),
+    ("com.microsoft", "QGemm"): ((0, 3), (7, 8), 6, "Gemm"),
+}
+QOPERATOR_OPS = set(_QOPERATOR_FORMS)
+# Attributes of the QOperator op that are not the float op's.
+_QOPERATOR_ONLY_ATTRIBUTES = {"channels_last"}
+
+
+def _input(node: ir.Node, index: int) -> ir.Value | None:
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def _dequantize(b: Builder, node: ir.Node, at: int, axis: int | None) -> ir.Value | None:
+    """DequantizeLinear of the triplet at `at`; None when it cannot be written (no scale)."""
+    x, scale, zero = _input(node, at), _input(node, at + 1), _input(node, at + 2)
+    if x is None or scale is None:
+        return None
+    per_axis = scale.shape is not None and len(scale.shape) == 1 and scale.shape[0] != 1
+    if not per_axis:
+        return b.op("DequantizeLinear", x, scale, zero)
+    if axis is None or b.opset < 13:
+        return None
+    return b.op("DequantizeLinear", x, scale, zero, axis=axis)
+
+
+def _bias(node: ir.Node, at: int | None, b: Builder) -> ir.Value | bool | None:
+    """The int32 bias at `at` as float32 (bias * scale_a * scale_b); None when there is none,
+    False when it cannot be made (not constant)."""
+    bias = _input(node, at) if at is not None else None
+    if bias is None:
+        return None
+    values = constant_tensor(bias)
+    scale_a, scale_b = constant_tensor(node.inputs[1]), constant_tensor(node.inputs[4])
+    if values is None or scale_a is None or scale_b is None:
+        return False
+    return b.const((values.astype(np.float64) * scale_a.astype(np.float64) * scale_b.astype(np.float64)
+                    .reshape(-1)).astype(np.float32).reshape(values.shape))
+
+
+def _weight_axis(node: ir.Node, float_op: str) -> int | None:
+    """The axis of a per-channel weight scale: Conv's output channels, MatMul's columns, Gemm's
+    output columns (1, or 0 when B is transposed)."""
+    if float_op == "Conv":
+        return 0
+    if float_op == "MatMul":
+        return 1
+    if float_op == "Gemm":
+        return 0 if "transB" in node.attributes and int(node.attributes["transB"].value) else 1
+    return None
+
+
+def qoperator_to_qdq(model: ir.Model, refused: Callable[[ir.Node], bool]) -> int:
+    """Replace every refused QOperator node of the forms above by its QDQ form; returns how many."""
+    import onnx_ir as ir
+
+    opset = model.opset_imports.get("", 13)
+    replaced = 0
+    graph = model.graph
+    for node in list(graph):
+        form = _QOPERATOR_FORMS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+        if form is None or not refused(node) or ("channels_last" in node.attributes
+                                                 and int(node.attributes["channels_last"].value)):
+            continue
+        triplets, output_at, bias_at, float_op = form
+        b = Builder(opset, f"{_unique_name(node, graph)}/qdq")
+        operands = [_dequantize(b, node, at, None if at == 0 else _weight_axis(node, float_op))
+                    for at in triplets]
+        bias = _bias(node, bias_at, b)
+        if any(v is None for v in operands) or bias is False:
+            continue
+        attributes = {name: attr.value for name, attr in node.attributes.items()
+                      if name not in _QOPERATOR_ONLY_ATTRIBUTES}
+        inputs = [*operands, bias] if bias is not None else operands
+        value = b.op(float_op, *inputs, **attributes)
+        scale, zero = (_input(node, output_at[0]), _input(node, output_at[1])) if output_at else (None, None)
+        output = node.outputs[0]
+        if scale is not None:  # QGemm without an output scale writes float
+            value = b.op("QuantizeLinear", value, scale, zero)
+        value.name = f"{output.name}/qdq"
+        value.type, value.shape = output.type, output.shape
+        ir.convenience.replace_nodes_and_values(graph, node, [node], b.nodes, [output], [value])
+        replaced += 1
+    return replaced

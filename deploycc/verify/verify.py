@@ -118,7 +118,9 @@ def _has_symbolic(graph: ir.Graph) -> bool:
 
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
                  "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QLinearAdd",
-                 "com.microsoft::QLinearMul", "com.microsoft::QLinearGlobalAveragePool"}
+                 "com.microsoft::QLinearMul", "com.microsoft::QLinearGlobalAveragePool",
+                 "com.microsoft::QGemm", "com.microsoft::QLinearAveragePool", "com.microsoft::QLinearSigmoid",
+                 "com.microsoft::QLinearLeakyRelu"}
 
 
 def tolerance_precision(source_ops: Mapping[str, int], precision: str) -> str:

@@ -472,3 +472,63 @@ def test_openvino_dynamic_rank_is_a_dynamic_shape_failure_that_static_hints_fix(
     cell = audited.cells[0]
     assert cell.status == "verified", cell.message
     assert cell.details["static_shapes"] == batch_one
+
+
+# 10. ORT's static quantization in the QOperator form (QLinearConv and com.microsoft QLinear*):
+# OpenVINO lacks the com.microsoft ops, TensorRT every one of them.
+
+
+def qoperator_model(tmp_path: Path) -> Path:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    rng = np.random.default_rng(9)
+    tensors = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3, "w"),
+               numpy_helper.from_array(rng.standard_normal(8).astype(np.float32) * 0.1, "b"),
+               numpy_helper.from_array(rng.standard_normal((5, 8)).astype(np.float32), "fc"),
+               numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "fc_b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2", "b"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["r", "c2"], ["s"]),
+             helper.make_node("GlobalAveragePool", ["s"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc", "fc_b"], ["y"], transB=1)]
+    tensors.append(numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.1, "w2"))
+    graph = helper.make_graph(nodes, "qop", [_vi("x", FLOAT, [1, 3, 16, 16])], [_vi("y", FLOAT, [1, 5])],
+                              tensors)
+    float_model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                        "float.onnx")
+
+    class Samples(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.samples = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+                                 for _ in range(4)])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    model = tmp_path / "qop.onnx"
+    quantize_static(str(float_model), str(model), Samples(), quant_format=QuantFormat.QOperator)
+    return model
+
+
+def test_qoperator_model_becomes_qdq_on_openvino_and_float_on_tensorrt(tmp_path: Path) -> None:
+    model = qoperator_model(tmp_path)
+    ops = {(n.domain, n.op_type) for n in onnx.load(model).graph.node}
+    assert {("", "QLinearConv"), ("com.microsoft", "QLinearAdd"), ("com.microsoft", "QGemm")} <= ops
+    report = api.build(model, "openvino-cpu", tmp_path / "ov", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+    left = {(n.domain, n.op_type) for n in onnx.load(tmp_path / "ov" / "model.legalized.onnx").graph.node}
+    # only what OpenVINO lacks is rewritten: QLinearConv (and com.microsoft's QLinearAdd) stay
+    assert ("", "QLinearConv") in left and not {op for _, op in left} & {"QGemm", "QLinearGlobalAveragePool"}
+
+    out = tmp_path / "qop.xavier.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert report.success, report.summary
+    assert [r.rule for r in report.rewrites if r.certificate.status == "proven"][:2] == \
+        ["qoperator-to-qdq", "dequantize-to-float"]
+    left_ops = {n.op_type for n in onnx.load(out).graph.node}
+    assert not {op for op in left_ops if op.startswith("QLinear") or op in ("QGemm", "QuantizeLinear")}
+    x = {"x": np.random.default_rng(10).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    expected = ort.InferenceSession(str(model), _unoptimized()).run(None, x)[0]
+    np.testing.assert_allclose(ort.InferenceSession(str(out)).run(None, x)[0], expected, rtol=1e-4, atol=1e-4)
