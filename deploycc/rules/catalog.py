@@ -23,6 +23,7 @@ FAMILIES = (
     "shapes",
     "functions",
     "widen",
+    "ml",
 )
 
 RULES: dict[str, Rule] = {}

@@ -1,0 +1,58 @@
+"""ai.onnx.ml ops into standard ONNX, checked against ONNX Runtime's ML kernels."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.rules.helpers import declines, rewrite_and_compare
+
+HEADER = '<ir_version: 8, opset_import: ["" : 17, "ai.onnx.ml" : 3]>'
+# Two trees over 3 features: tree 0 of depth 2 (one side a leaf at depth 1), tree 1 a stump.
+TREES = """
+    nodes_treeids = [0, 0, 0, 0, 0, 1, 1, 1],
+    nodes_nodeids = [0, 1, 2, 3, 4, 0, 1, 2],
+    nodes_featureids = [0, 2, 0, 0, 0, 1, 0, 0],
+    nodes_values = [0.25, -0.5, 0.0, 0.0, 0.0, 0.1, 0.0, 0.0],
+    nodes_modes = ["{mode}", "{mode}", "LEAF", "LEAF", "LEAF", "{mode}", "LEAF", "LEAF"],
+    nodes_truenodeids = [1, 3, 0, 0, 0, 1, 0, 0],
+    nodes_falsenodeids = [2, 4, 0, 0, 0, 2, 0, 0],
+    target_treeids = [0, 0, 0, 0, 0, 1, 1, 1, 1],
+    target_nodeids = [2, 3, 4, 2, 3, 1, 2, 1, 2],
+    target_ids = [0, 0, 0, 1, 1, 0, 0, 1, 1],
+    target_weights = [1.5, -2.0, 0.75, 3.0, 0.5, 0.25, -1.25, 2.0, 4.0],
+    n_targets = 2"""
+
+
+@pytest.mark.parametrize(("mode", "aggregate", "post"), [
+    ("BRANCH_LEQ", "SUM", "NONE"), ("BRANCH_LT", "AVERAGE", "NONE"), ("BRANCH_GTE", "SUM", "LOGISTIC"),
+    ("BRANCH_GT", "SUM", "NONE"),
+])
+def test_tree_ensemble_regressor(mode: str, aggregate: str, post: str) -> None:
+    attributes = TREES.format(mode=mode) + f', aggregate_function = "{aggregate}", ' \
+        f'post_transform = "{post}", base_values = [0.5, -0.5]'
+    rewrite_and_compare(f"""
+        {HEADER}
+        g (float[5,3] x) => (float[5,2] y) {{ y = ai.onnx.ml.TreeEnsembleRegressor<{attributes}>(x) }}
+    """, "TreeEnsembleRegressor", "tree-ensemble-regressor", atol=1e-5, rtol=1e-5, seeds=(11, 12, 13))
+
+
+def test_tree_ensemble_regressor_on_thresholds_hit_exactly() -> None:
+    """Rows equal to a threshold take the branch the mode says (LEQ: true; LT: false)."""
+    import numpy as np
+
+    x = np.array([[0.25, 0.1, -0.5], [0.25, 0.2, 0.0], [0.3, 0.1, -0.6]], np.float32)
+    for mode in ("BRANCH_LEQ", "BRANCH_LT"):
+        rewrite_and_compare(f"""
+            {HEADER}
+            g (float[3,3] x) => (float[3,2] y) {{
+                y = ai.onnx.ml.TreeEnsembleRegressor<{TREES.format(mode=mode)}>(x)
+            }}
+        """, "TreeEnsembleRegressor", "tree-ensemble-regressor", atol=1e-6, rtol=1e-6, feeds={"x": x})
+
+
+def test_tree_ensemble_regressor_declines_mixed_modes() -> None:
+    attributes = TREES.format(mode="BRANCH_LEQ").replace('"LEAF", "BRANCH_LEQ"', '"LEAF", "BRANCH_EQ"')
+    declines(f"""
+        {HEADER}
+        g (float[5,3] x) => (float[5,2] y) {{ y = ai.onnx.ml.TreeEnsembleRegressor<{attributes}>(x) }}
+    """, "TreeEnsembleRegressor", "branch modes")
