@@ -388,11 +388,40 @@ def onnxruntime_loads(path: Path) -> bool:
 
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 3
+        options.log_severity_level = 4
         ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception:  # whatever ORT raises, the model is not one it loads
         return False
     return True
+
+
+def inline_branch(proto: onnx.ModelProto, index: int, branch_name: str) -> onnx.ModelProto:
+    """A copy of the model with the If at top-level position `index` replaced by the nodes of
+    one branch (`then_branch` or `else_branch`), its outputs named as the If's."""
+    import onnx
+
+    candidate = onnx.ModelProto()
+    candidate.CopyFrom(proto)
+    graph = candidate.graph
+    node = graph.node[index]
+    branch = next(a.g for a in node.attribute if a.name == branch_name)
+    renames = {out.name: name for out, name in zip(branch.output, node.output, strict=True)}
+    produced = {name for inner in branch.node for name in inner.output}
+    nodes = []
+    for inner in branch.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        copy.output[:] = [renames.get(name, name) for name in copy.output]
+        copy.input[:] = [renames.get(name, name) for name in copy.input]
+        nodes.append(copy)
+    for out in branch.output:  # an output passed straight from outer scope or a branch constant
+        if out.name not in produced:
+            nodes.append(onnx.helper.make_node("Identity", [out.name], [renames[out.name]]))
+    graph.initializer.extend(branch.initializer)
+    del graph.node[index]
+    for offset, inner in enumerate(nodes):
+        graph.node.insert(index + offset, inner)
+    return candidate
 
 
 def _one_line(error: BaseException, limit: int = 300) -> str:

@@ -125,6 +125,7 @@ class FoldPass(Pass):
 
         from deploycc.analysis.graphs import all_graphs
         from deploycc.io import held_back
+        from deploycc.passes.branches import keep_runnable_branches
 
         limit_elements = max(1, state.options.fold_limit_bytes // 4)
         before = len(state.model.graph)
@@ -135,11 +136,16 @@ class FoldPass(Pass):
         held = [node for graph in all_graphs(state.model.graph) for node in graph
                 if node.op_type == "CastLike" and node.domain in ("", "ai.onnx")
                 and "saturate" in node.attributes]
+        graph = state.model.graph
+        declared = [(value.type, value.shape) for value in graph.outputs]
+        branch_notes = keep_runnable_branches(state.model)
+        notes += branch_notes
         try:
             with held_back(state.model, held):
-                modified = bool(fold_constants(state.model, input_size_limit=limit_elements,
-                                               output_size_limit=limit_elements,
-                                               should_fold=size_guard(limit_elements)).modified)
+                folded = fold_constants(state.model, input_size_limit=limit_elements,
+                                        output_size_limit=limit_elements,
+                                        should_fold=size_guard(limit_elements))
+                modified = folded.modified or bool(branch_notes)
         except Exception as error:
             # onnxscript's folder fails on some nodes (SplitToSequence with a scalar split, found by
             # `deploycc probe`). It rewrites one node at a time in order and stops at the failing one,
@@ -147,6 +153,10 @@ class FoldPass(Pass):
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             notes.append(f"constant folding stopped early: {first[:160]}")
             modified = True
+        for value, (type_, shape) in zip(graph.outputs, declared, strict=True):
+            # An inlined If hands its outputs to branch values that carry no type of their own.
+            value.type = value.type or type_
+            value.shape = value.shape or shape
         RemoveUnusedNodesPass()(state.model)
         LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
         rewritten = sum(constant_as_tensor(node) for graph in all_graphs(state.model.graph) for node in graph)

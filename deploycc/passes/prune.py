@@ -170,6 +170,8 @@ def _eliminate_identities(graph: ir.Graph) -> int:
         graph.remove(node, safe=False)
         graph.outputs[index] = source
         source.name = name
+        source.type = source.type or result.type  # the output keeps its declared type and shape
+        source.shape = source.shape or result.shape
         removed += 1
     return removed
 

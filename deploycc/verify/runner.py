@@ -20,7 +20,8 @@ REFERENCE = "onnx.reference"
 
 class RunError(Exception):
     """The model could not be run by any reference runtime; the message says why. `stage` is
-    "run" when the runtime loaded the model and failed on the inputs it was given."""
+    "run" when the runtime loaded the model and failed on the inputs it was given, "crash" when
+    the runtime's process died or hung (which says nothing of the model's validity), else "load"."""
 
     def __init__(self, message: str, stage: str = "load") -> None:
         super().__init__(message)
@@ -184,10 +185,10 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
                                     "1" if optimize else "0"], capture_output=True, text=True,
                                    timeout=timeout, preexec_fn=_die_with_parent)
         except subprocess.TimeoutExpired:
-            raise RunError(f"onnxruntime did not finish in {timeout:g} s") from None
+            raise RunError(f"onnxruntime did not finish in {timeout:g} s", stage="crash") from None
         if child.returncode < 0:
             raise RunError(f"onnxruntime crashed on this model (its process died by signal "
-                           f"{-child.returncode})")
+                           f"{-child.returncode})", stage="crash")
         if child.returncode != 0:
             lines = child.stderr.strip().splitlines()
             raise RunError(lines[-1] if lines else f"onnxruntime exited {child.returncode}",

@@ -532,3 +532,38 @@ def test_qoperator_model_becomes_qdq_on_openvino_and_float_on_tensorrt(tmp_path:
     x = {"x": np.random.default_rng(10).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     expected = ort.InferenceSession(str(model), _unoptimized()).run(None, x)[0]
     np.testing.assert_allclose(ort.InferenceSession(str(out)).run(None, x)[0], expected, rtol=1e-4, atol=1e-4)
+
+
+# 11. Silero VAD fixed at its 16 kHz chunk: the 8 kHz branch of the If on the sample rate cannot
+# run with those shapes, and ONNX Runtime then refuses the whole model at load.
+
+
+def branch_per_width() -> onnx.ModelProto:
+    """y = x @ W4 when `wide`, else x @ W3: each branch takes one width of x only."""
+    def branch(name: str, weights: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node("MatMul", ["x", weights], [f"{name}_y"])], name, [],
+                                 [_vi(f"{name}_y", FLOAT, ["N", 5])])
+
+    nodes = [helper.make_node("If", ["wide"], ["y"], then_branch=branch("then", "w4"),
+                              else_branch=branch("else", "w3"))]
+    graph = helper.make_graph(
+        nodes, "per_width", [_vi("x", FLOAT, ["N", "width"]), _vi("wide", TensorProto.BOOL, [])],
+        [_vi("y", FLOAT, ["N", 5])],
+        [_const("w4", np.ones((4, 5)), np.float32), _const("w3", np.ones((3, 5)), np.float32)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_branch_that_cannot_run_with_the_fixed_shapes_is_dropped(tmp_path: Path) -> None:
+    model = _save(tmp_path, branch_per_width(), "per_width.onnx")
+    feeds = {"x": np.random.default_rng(11).standard_normal((1, 4)).astype(np.float32),
+             "wide": np.array(True)}
+    np.savez(tmp_path / "inputs.npz", **feeds)
+    out = tmp_path / "fixed.onnx"
+    report = api.legalize(model, "ort-cpu", out, LegalizeOptions(shapes={"x": [1, 4]},
+                                                                  inputs=tmp_path / "inputs.npz"))
+    assert report.success, report.summary
+    assert any("else branch cannot run" in note for p in report.passes for note in p.notes)
+    written = onnx.load(out)
+    assert "If" not in [node.op_type for node in written.graph.node]
+    assert [i.name for i in written.graph.input] == ["x", "wide"]  # the signature stays
+    _same_outputs(model, out, feeds)

@@ -1,0 +1,78 @@
+"""Branches that cannot run: an If whose one branch fails shape inference once the inputs are
+static keeps the other branch.
+
+Silero VAD chooses its 16 kHz or 8 kHz network with an If on the sample rate. Fixed at the 16 kHz
+chunk ([1, 576]), the 8 kHz branch squeezes a dim of size 1 its LSTM needs and fails, at run time
+(ONNX Runtime: "Input X must have 3 dimensions") and, with static shapes, already when ONNX
+Runtime loads the model, so a TensorRT-bound model with fixed shapes could not even be verified.
+With those input shapes only the other branch can produce a result, so the If is that branch:
+the graph computes the same wherever the original computes anything. The condition input stays
+(unread) so the signature does not change, and the report says which branch was kept and why.
+
+Judged per top-level If, on a copy with the branch inlined, by whether ONNX Runtime loads it.
+Only for graphs whose inputs are all static (dynamic dims keep inference lenient, and ORT loads
+those models), and never on large models, whose copies would cost more than the check is worth.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx_ir as ir
+
+MAX_WEIGHT_BYTES = 64 << 20
+MAX_CANDIDATES = 8
+
+
+def _loads(model: bytes, feeds: dict[str, np.ndarray]) -> bool | None:
+    """Whether ONNX Runtime loads the copy as it loads a model to run it, optimizations on (its
+    optimizer's shape propagation is what refuses Silero's 8 kHz branch; onnx's strict inference
+    lets it pass); None when ORT crashed, which says nothing about the branch. In a separate
+    process: ORT's constant folding segfaults on some graphs."""
+    from deploycc.verify.runner import RunError, run_ort_isolated
+
+    try:
+        run_ort_isolated(model, feeds, optimize=True, timeout=300)
+    except RunError as error:
+        return None if error.stage == "crash" else error.stage == "run"
+    return True
+
+
+def keep_runnable_branches(model: ir.Model) -> list[str]:
+    """Set the condition of each top-level If with exactly one branch that cannot run under the
+    static input shapes to the other branch (the folder then inlines it); returns the notes."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc import io
+    from deploycc.analysis.graphs import constant_tensor
+    from deploycc.verify.inputs import generate
+
+    graph = model.graph
+    inputs = [v for v in graph.inputs if v.name not in graph.initializers]
+    if any(v.shape is None or not v.shape.is_static() for v in inputs):
+        return []
+    candidates = [(i, node) for i, node in enumerate(graph) if node.op_type == "If"
+                  and node.domain in ("", "ai.onnx") and constant_tensor(node.inputs[0]) is None]
+    weights = sum(v.const_value.nbytes for v in graph.initializers.values() if v.const_value is not None)
+    if not candidates or len(candidates) > MAX_CANDIDATES or weights > MAX_WEIGHT_BYTES:
+        return []
+    proto = io.to_proto(model)
+    feeds = generate(inputs, seed=0)
+    notes = []
+    for index, node in candidates:
+        runs = {name: _loads(io.inline_branch(proto, index, name).SerializeToString(), feeds)
+                for name in ("then_branch", "else_branch")}
+        if None in runs.values() or runs["then_branch"] == runs["else_branch"]:
+            continue
+        kept = runs["then_branch"]
+        condition = ir.Value(name=f"{node.name or 'If'}/runnable_branch", shape=ir.Shape([]),
+                             type=ir.TensorType(ir.DataType.BOOL), const_value=ir.tensor(np.array(kept)))
+        graph.register_initializer(condition)
+        node.replace_input_with(0, condition)
+        dropped = "else" if kept else "then"
+        notes.append(f"If {node.name or index}: the {dropped} branch cannot run with these input shapes "
+                     f"(ONNX Runtime refuses it); the {'then' if kept else 'else'} branch is kept")
+    return notes
