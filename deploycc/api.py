@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from deploycc.pipeline.build import BuildReport
     from deploycc.pipeline.context import BuildOptions, LegalizeOptions
     from deploycc.pipeline.legalize import LegalizeReport
+    from deploycc.pipeline.partition import PartitionReport
     from deploycc.targets.schema import Target
 
 
@@ -183,6 +184,25 @@ def build(
     chosen = "ort-cpu" if target is None else target
     resolved = get_target(chosen, jetpack=jetpack) if isinstance(chosen, str) else chosen
     return run(model, resolved, outdir, options, progress=progress)
+
+
+def build_partitioned(
+    model: str | Path,
+    target: str | Target,
+    outdir: str | Path,
+    options: BuildOptions | None = None,
+    *,
+    jetpack: str | None = None,
+    min_segment_nodes: int = 1,
+    flops_per_byte: float | None = None,
+) -> PartitionReport:
+    """Build with host segments: what the target runs (after every rewrite) as device segments
+    built by its backend, the rest on ONNX Runtime CPU; the chain verified against the original."""
+    from deploycc.pipeline.partition import build_partitioned as run
+
+    resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
+    return run(model, resolved, outdir, options, min_segment_nodes=min_segment_nodes,
+               flops_per_byte=flops_per_byte)
 
 
 def bench(

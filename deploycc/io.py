@@ -481,6 +481,11 @@ def to_proto(model: ir.Model) -> Any:
     return proto
 
 
+def copy_model(model: ir.Model) -> ir.Model:
+    """An independent copy of the model (a protobuf round trip; sequence/map types kept)."""
+    return from_proto(to_proto(model))
+
+
 # ------------------------------------------------------------------ protobuf-only operations
 
 LARGE_TENSOR_BYTES = 1024  # initializers above this are kept out of protobuf round trips

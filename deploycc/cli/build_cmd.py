@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -60,6 +62,10 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
 @click.option("--no-bench", is_flag=True, help="Skip the latency summary.")
 @click.option("--force", is_flag=True, help="Replace OUTDIR if it exists.")
 @click.option("--engine-only", is_flag=True, help="MODEL is a device bundle: build its engine only.")
+@click.option("--partition", is_flag=True,
+              help="Run what no rule makes legal on the host (ONNX Runtime CPU): device and host segments.")
+@click.option("--min-segment-nodes", type=int, default=1, show_default=True,
+              help="With --partition: a smaller device segment runs on the host.")
 @pipeline_options(dynamic_batch_flag=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of a summary.")
 @click.pass_context
@@ -67,8 +73,8 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
                   precision: str | None, artifact_format: str, fail_on_fallback: bool,
                   batch_range: str | None,
                   shape_range: tuple[str, ...], dla_core: int | None, gpu_fallback: bool,
-                  workspace_mb: int | None, no_bench: bool, force: bool, engine_only: bool, as_json: bool,
-                  **flags) -> None:
+                  workspace_mb: int | None, no_bench: bool, force: bool, engine_only: bool, partition: bool,
+                  min_segment_nodes: int, as_json: bool, **flags) -> None:
     """Legalize MODEL, build TARGET's engine, verify it, and write OUTDIR atomically.
 
     Exit code 0 when built and verified (or bundled for a device), 1 when the model could not be
@@ -85,11 +91,21 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         engine_only=engine_only)
     if outdir is None and not engine_only:
         raise OptionError("no output directory", hint="pass -o OUTDIR")
-    with console.progress_status("building", quiet=as_json) as update:
-        report = api.build(model, target, Path(outdir) if outdir else None, options, jetpack=jetpack,
-                           progress=update)
+    report: Any
+    if partition:
+        if engine_only:
+            raise OptionError("--partition and --engine-only do not go together")
+        with console.progress_status("building segments", quiet=as_json):
+            report = api.build_partitioned(model, target, Path(outdir or ""), options, jetpack=jetpack,
+                                           min_segment_nodes=min_segment_nodes)
+        render: Callable[[Any], None] = console.render_partition
+    else:
+        with console.progress_status("building", quiet=as_json) as update:
+            report = api.build(model, target, Path(outdir) if outdir else None, options, jetpack=jetpack,
+                               progress=update)
+        render = console.render_build
     if as_json:
         click.echo(report.to_json())
     else:
-        console.render_build(report)
+        render(report)
     ctx.exit(report.exit_code)

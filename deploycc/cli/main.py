@@ -35,6 +35,7 @@ COMMANDS = {
     "probe": ("deploycc.cli.probe_cmd:probe_command",
               "What a backend really runs: the ONNX conformance cases, raw and legalized."),
     "rules": ("deploycc.cli.rules_cmd:rules_command", "List the rewrite rule catalog."),
+    "run": ("deploycc.cli.run_cmd:run_command", "Run a partitioned model's segments in order."),
 }
 
 

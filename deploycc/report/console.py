@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from deploycc.bench.run import BenchReport
     from deploycc.pipeline.build import BuildReport
     from deploycc.pipeline.legalize import LegalizeReport
+    from deploycc.pipeline.partition import PartitionReport
     from deploycc.targets.schema import Target
 
 MAX_NODES_SHOWN = 6
@@ -344,6 +345,26 @@ def render_build(report: BuildReport) -> None:
                   f"{bench.throughput_per_s:.1f}/s")
     out.print(f"[{colour}]{report.summary}[/{colour}]")
     out.print(f"  next: {report.next_step}")
+    out.print(f"  {report.outdir}/report.md")
+
+
+def render_partition(report: PartitionReport) -> None:
+    out = _console()
+    colour = {"verified": "green", "pending-on-device": "yellow"}.get(report.status, "red")
+    out.print(f"[bold]{report.model}[/bold] -> {report.target}, partitioned: "
+              f"[{colour}]{report.status}[/{colour}]")
+    for segment in report.segments:
+        out.print(f"  segment {segment['index']} ({segment['placement']}): {segment['nodes']} node(s), "
+                  f"reads {', '.join(segment['inputs'])}; {segment['decision']}")
+    for node, why in sorted(report.host_nodes.items()):
+        out.print(f"  host {node}: {'; '.join(why)}")
+    for title, check in (("ONNX Runtime CPU", report.chain_on_ort), ("the engines", report.chain_on_engines)):
+        if check is not None:
+            mark = "[green]passed[/green]" if check.passed else f"[red]{check.problem}[/red]"
+            out.print(f"  chain on {title}: {mark}")
+    for note in report.notes:
+        out.print(f"  [yellow]{note}[/yellow]")
+    out.print(f"[{colour}]{report.summary}[/{colour}]")
     out.print(f"  {report.outdir}/report.md")
 
 

@@ -141,3 +141,30 @@ def test_output_in_a_pipe_is_not_wrapped(tmp_path: Path) -> None:
     result = run("legalize", str(model), "-t", "ort-cpu", "-o", str(out), env={"COLUMNS": "80"})
     assert result.returncode == 0, result.stderr
     assert any(line.endswith(f"written to {out}") for line in result.stdout.splitlines()), result.stdout
+
+
+def test_build_partition_and_run_the_chain(tmp_path: Path):
+    """A model with an ai.onnx.ml op in the middle: `build --partition` on OpenVINO, then `run`."""
+    import numpy as np
+
+    from tests.pipeline.test_partition import _save, scaler_in_the_middle
+
+    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    done = run("build", str(model), "-t", "openvino-cpu", "-o", str(tmp_path / "out"), "--partition",
+               "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["status"] == "verified" and len(report["segments"]) == 3
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    ran = run("run", str(tmp_path / "out" / "segments"), "--inputs", str(tmp_path / "in.npz"),
+              "-o", str(tmp_path / "y.npz"))
+    assert ran.returncode == 0, ran.stderr
+    assert "y: float32 [1, 4, 8, 8]" in ran.stdout
+    with np.load(tmp_path / "y.npz") as outputs:
+        import onnxruntime as ort
+
+        expected = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+        np.testing.assert_allclose(outputs["y"], expected, rtol=1e-5, atol=1e-5)
+    bad = run("run", str(tmp_path), "--inputs", str(tmp_path / "in.npz"))
+    assert bad.returncode == 2 and "not a partitioned model" in bad.stderr and "Traceback" not in bad.stderr

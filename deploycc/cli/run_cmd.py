@@ -1,0 +1,49 @@
+"""`deploycc run SEGMENTS --inputs data.npz`: run a partitioned model's chain of segments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("run")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--inputs", "inputs", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An .npz with one array per input name.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the outputs here (.npz), atomically.")
+@click.pass_context
+def run_command(ctx: click.Context, folder: Path, inputs: Path, output: Path | None) -> None:
+    """Run the segments in FOLDER (a build's `segments/`, from `build --partition`) in order, each
+    on ONNX Runtime CPU, and print each output's shape and each segment's time.
+
+    Exit code 0 when it ran, 2 on bad input.
+    """
+    import numpy as np
+
+    from deploycc.errors import ModelInputError
+    from deploycc.runtime import Chain
+
+    try:
+        with np.load(inputs, allow_pickle=False) as archive:
+            feeds = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError) as error:
+        raise ModelInputError(f"{inputs}: not an .npz of arrays ({error})") from None
+    chain = Chain.load(folder)
+    try:
+        outputs = chain.run(feeds)
+    finally:
+        chain.close()
+    for name, array in outputs.items():
+        click.echo(f"{name}: {array.dtype} {list(array.shape)}")
+    for index, seconds in chain.seconds.items():
+        click.echo(f"segment {index}: {seconds * 1e3:.3f} ms")
+    if output is not None:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(dir=output.parent, suffix=".npz", delete=False) as handle:
+            np.savez(handle, **outputs)  # type: ignore[arg-type]
+        Path(handle.name).replace(output)  # whole or not at all
+    ctx.exit(0)

@@ -1,0 +1,211 @@
+"""Which nodes run on the device and which on the host, grouped into few segments with no cycle.
+
+Each top-level node is judged by the target's legality table after every rewrite; a control-flow
+node is legal only when every node of its bodies is. Segments come from one pass in topological
+order that gives each node the lowest *level* its inputs allow: a node's level is at least every
+producer's level, one more when the producer sits on the other side, and its parity says the side
+(even: device, odd: host, or the reverse when the first node is a host one). All nodes of one level
+form one segment. Every edge runs from a level to the same or a higher one, so the segment graph
+is acyclic by construction (the property OpenVINO's HETERO plugin and torch.fx's partitioner check
+by search), and a chain of host-device alternations is never longer than the longest such chain on
+any path, which is the fewest any partition can have.
+
+The cost model then sends a device segment back to the host when it is not worth a launch: fewer
+than `min_segment_nodes` nodes, or fewer floating-point operations than `flops_per_byte` times the
+bytes that cross its cuts. The levels are recomputed after each such move.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    import onnx_ir as ir
+
+DEVICE, HOST = "device", "host"
+# Bytes of one element per ONNX element type name, for the size of cut tensors.
+_BYTES = {"FLOAT": 4, "FLOAT16": 2, "BFLOAT16": 2, "DOUBLE": 8, "INT64": 8, "INT32": 4, "INT16": 2,
+          "INT8": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "BOOL": 1}
+FLOPS_PER_BYTE = 1.0  # a device segment must compute at least this much per byte it moves
+UNKNOWN_DIM = 1  # a symbolic dim counts as this many elements when sizing a cut (batch-like)
+
+
+@dataclass
+class Segment:
+    index: int
+    placement: str  # device | host
+    nodes: list[int]  # positions in the graph's topological order
+    ops: dict[str, int] = field(default_factory=dict)
+    flops: int = 0
+    inputs: list[str] = field(default_factory=list)  # values read from outside the segment
+    outputs: list[str] = field(default_factory=list)  # values read after it or graph outputs
+    decision: str = ""
+
+
+@dataclass
+class PartitionPlan:
+    segments: list[Segment]
+    host_reasons: dict[str, list[str]]  # host node label -> why it could not be made legal
+    cut_bytes: dict[str, int]  # cut tensor -> bytes per inference (symbolic dims counted as 1)
+
+    @property
+    def device_flops_share(self) -> float:
+        total = sum(s.flops for s in self.segments)
+        device = sum(s.flops for s in self.segments if s.placement == DEVICE)
+        return device / total if total else 0.0
+
+    @property
+    def trivial(self) -> bool:
+        """One segment: nothing to partition."""
+        return len(self.segments) <= 1
+
+
+def node_reads(node: ir.Node) -> Iterator[ir.Value]:
+    """Every value the node reads, its bodies' reads of outer values included."""
+    from deploycc.analysis.graphs import all_graphs
+
+    yield from (v for v in node.inputs if v is not None)
+    for attr in node.attributes.values():
+        bodies = attr.value if isinstance(attr.value, list) else [attr.value]
+        for body in bodies:
+            if not hasattr(body, "initializers"):  # not a graph
+                continue
+            for graph in all_graphs(body):
+                yield from (v for inner in graph for v in inner.inputs if v is not None)
+
+
+def flops(node: ir.Node) -> int:
+    """Multiply-adds x 2 for the ops that dominate (Conv, MatMul, Gemm), else one per output
+    element; unknown shapes count as nothing."""
+    def elements(value: ir.Value | None) -> int:
+        if value is None or value.shape is None:
+            return 0
+        return math.prod(d if isinstance(d, int) else UNKNOWN_DIM for d in value.shape)
+
+    out = elements(node.outputs[0]) if node.outputs else 0
+    weights = node.inputs[1] if len(node.inputs) > 1 else None
+    if node.op_type in ("Conv", "ConvTranspose") and weights is not None and weights.shape is not None:
+        per_output = math.prod(d if isinstance(d, int) else 1 for d in list(weights.shape)[1:])
+        return 2 * out * per_output
+    if node.op_type in ("MatMul", "Gemm") and node.inputs[0] is not None and node.inputs[0].shape is not None:
+        shape = node.inputs[0].shape
+        inner = shape[-1] if len(shape) and isinstance(shape[-1], int) else 1
+        if node.op_type == "Gemm" and "transA" in node.attributes and int(node.attributes["transA"].value):
+            inner = shape[0] if isinstance(shape[0], int) else 1
+        return 2 * out * inner
+    return out
+
+
+def tensor_bytes(value: ir.Value) -> int:
+    if value.shape is None or value.dtype is None:
+        return 0
+    return math.prod(d if isinstance(d, int) else UNKNOWN_DIM for d in value.shape) * \
+        _BYTES.get(value.dtype.name, 4)
+
+
+def _levels(nodes: list[ir.Node], placement: list[str]) -> list[int]:
+    """The lowest level per node (see the module's docstring)."""
+    parity = {DEVICE: 0, HOST: 1} if placement and placement[0] == DEVICE else {HOST: 0, DEVICE: 1}
+    position = {id(node): i for i, node in enumerate(nodes)}
+    levels: list[int] = []
+    for i, node in enumerate(nodes):
+        level = parity[placement[i]]
+        for value in node_reads(node):
+            producer = value.producer()
+            j = position.get(id(producer)) if producer is not None else None
+            if j is None or j >= i:
+                continue
+            needed = levels[j] + (placement[j] != placement[i])
+            level = max(level, needed)
+        if level % 2 != parity[placement[i]]:
+            level += 1
+        levels.append(level)
+    return levels
+
+
+def _segments(graph: ir.Graph, nodes: list[ir.Node], placement: list[str]) -> list[Segment]:
+    levels = _levels(nodes, placement)
+    by_level: dict[int, list[int]] = {}
+    for i, level in enumerate(levels):
+        by_level.setdefault(level, []).append(i)
+    segments = [Segment(index=k, placement=placement[members[0]], nodes=members)
+                for k, (_, members) in enumerate(sorted(by_level.items()))]
+    where = {i: s.index for s in segments for i in s.nodes}
+    position = {id(node): i for i, node in enumerate(nodes)}
+    graph_outputs = {id(v) for v in graph.outputs}
+    body_readers: dict[int, set[int]] = {}  # value -> segments of control-flow nodes reading it
+    for i, node in enumerate(nodes):
+        if any(hasattr(a.value, "initializers") or isinstance(a.value, list)
+               for a in node.attributes.values()):
+            for value in node_reads(node):
+                body_readers.setdefault(id(value), set()).add(where[i])
+    for segment in segments:
+        mine = set(segment.nodes)
+        reads: dict[str, None] = {}
+        for i in segment.nodes:
+            node = nodes[i]
+            segment.ops[node.op_type] = segment.ops.get(node.op_type, 0) + 1
+            segment.flops += flops(node)
+            for value in node_reads(node):
+                producer = value.producer()
+                j = position.get(id(producer)) if producer is not None else None
+                if (j is not None and j not in mine) or (j is None and value.name not in graph.initializers
+                                                       and value in graph.inputs):
+                    reads[value.name or ""] = None
+        segment.inputs = list(reads)
+        outputs: dict[str, None] = {}
+        for i in segment.nodes:
+            for value in nodes[i].outputs:
+                users = [position.get(id(user)) for user, _ in value.uses()]
+                read_later = any(j is not None and where[j] != segment.index for j in users)
+                in_bodies = body_readers.get(id(value), set()) - {segment.index}
+                if read_later or id(value) in graph_outputs or in_bodies:
+                    outputs[value.name or ""] = None
+        segment.outputs = list(outputs)
+    return segments
+
+
+def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_nodes: int = 1,
+         flops_per_byte: float = FLOPS_PER_BYTE) -> PartitionPlan:
+    """Segments of the graph for a judge that returns, per node, why it is illegal ([] = legal)."""
+    from deploycc.analysis.graphs import node_label
+
+    nodes = list(graph)
+    reasons = [legal(node) for node in nodes]
+    placement = [HOST if why else DEVICE for why in reasons]
+    decisions: dict[int, str] = {}
+    while True:
+        segments = _segments(graph, nodes, placement)
+        values = {v.name: v for node in nodes for v in node.outputs}
+        values.update({v.name: v for v in graph.inputs})
+        moved = False
+        for segment in segments:
+            if segment.placement != DEVICE:
+                continue
+            moved_bytes = sum(tensor_bytes(values[name]) for name in segment.inputs + segment.outputs
+                              if name in values)
+            small = len(segment.nodes) < min_segment_nodes
+            cheap = len(segments) > 1 and segment.flops < flops_per_byte * moved_bytes
+            if small or cheap:
+                why = (f"{len(segment.nodes)} node(s), fewer than --min-segment-nodes {min_segment_nodes}"
+                       if small else f"{segment.flops} FLOPs for {moved_bytes} bytes across its cuts")
+                for i in segment.nodes:
+                    placement[i] = HOST
+                    decisions[i] = f"kept on the host: its device segment was not worth a launch ({why})"
+                moved = True
+        if not moved:
+            break
+    for segment in segments:
+        segment.decision = "; ".join(sorted({decisions[i] for i in segment.nodes if i in decisions})) or \
+            ("runs what the target cannot" if segment.placement == HOST else "legal on the target")
+    cut = {name for s in segments for name in s.inputs} & {name for s in segments for name in s.outputs}
+    values = {v.name: v for node in nodes for v in node.outputs}
+    host_reasons = {f"{node_label(nodes[i])} ({nodes[i].op_type})": reasons[i] or [decisions.get(i, "")]
+                    for s in segments if s.placement == HOST for i in s.nodes}
+    return PartitionPlan(segments=segments, host_reasons=host_reasons,
+                         cut_bytes={name: tensor_bytes(values[name]) for name in sorted(cut)
+                                    if name in values})

@@ -1,0 +1,212 @@
+"""`deploycc build --partition`: what no rule makes legal runs on the host.
+
+    OUTDIR/model.legalized.onnx        every rewrite applied (mode partial: illegal nodes kept)
+    OUTDIR/segments/pipeline.json      the segments in order and every cut tensor
+    OUTDIR/segments/segment-NN-*.onnx  each segment as its own model
+    OUTDIR/segments/NN/                each device segment's engine (or device bundle)
+    OUTDIR/report.json, report.md
+
+The chain is verified twice against the original: first every segment on ONNX Runtime CPU
+(which isolates cutting bugs from engine differences), then with the built engines for the
+device segments, with the precision's tolerances. Where the engine is built on the device
+(TensorRT), the second check is pending there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
+from deploycc.pipeline.build import FAILED, LEGALIZED, PENDING, VERIFIED
+from deploycc.pipeline.context import BuildOptions
+from deploycc.results import Result
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from deploycc.partition.plan import PartitionPlan
+    from deploycc.pipeline.legalize import LegalizeReport
+    from deploycc.targets.schema import Target
+    from deploycc.verify.verify import Verification
+
+SEGMENTS = "segments"
+
+
+@dataclass
+class PartitionReport(Result):
+    model: str
+    target: str
+    outdir: str
+    status: str  # verified | pending-on-device | failed
+    summary: str
+    segments: list[dict[str, Any]]
+    host_nodes: dict[str, list[str]]  # node -> why it could not be made legal
+    cuts: list[dict[str, Any]]
+    device_flops_share: float
+    legalize: LegalizeReport | None
+    chain_on_ort: Verification | None  # every segment on ONNX Runtime CPU
+    chain_on_engines: Verification | None  # device segments on their built engines
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.status in (VERIFIED, PENDING) else EXIT_FINDINGS
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["exit_code"] = self.exit_code
+        return data
+
+
+def node_judge(model: ir.Model, target: Target) -> Callable[[ir.Node], list[str]]:
+    """Why each top-level node is illegal on the target ([] = legal); a control-flow node is
+    illegal when any node of its bodies is."""
+    from deploycc.analysis.graphs import all_graphs, opset_map
+    from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+
+    judge, opsets = ConversionTarget(target), opset_map(model)
+
+    def reasons(node: ir.Node) -> list[str]:
+        found = []
+        verdict = judge.judge(node, opsets)
+        if verdict.status == ILLEGAL:
+            found += [reason.summary for reason in verdict.reasons]
+        for attr in node.attributes.values():
+            bodies = attr.value if isinstance(attr.value, list) else [attr.value]
+            for body in bodies:
+                if not hasattr(body, "initializers"):
+                    continue
+                for graph in all_graphs(body):
+                    found += [f"{inner.op_type} in a body: {reason.summary}" for inner in graph
+                              for verdict in [judge.judge(inner, opsets, graph="body")]
+                              if verdict.status == ILLEGAL for reason in verdict.reasons]
+        return found
+
+    return reasons
+
+
+def _summary(plan: PartitionPlan, target: Target, pipeline: dict[str, Any]) -> str:
+    device = [s for s in plan.segments if s.placement == "device"]
+    host = [s for s in plan.segments if s.placement != "device"]
+    total = sum(len(s.nodes) for s in plan.segments)
+    cut_bytes = sum(c["bytes"] for c in pipeline["cuts"])
+    return (f"{total} nodes: {sum(len(s.nodes) for s in device)} on {target.name} in {len(device)} "
+            f"segment(s), {sum(len(s.nodes) for s in host)} on the host in {len(host)}; "
+            f"{plan.device_flops_share:.1%} of FLOPs on the device; {len(pipeline['cuts'])} cut tensor(s), "
+            f"{_size(cut_bytes)} per inference")
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e6:.2f} MB" if count >= 100_000 else f"{count / 1e3:.1f} kB"
+
+
+def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
+                      options: BuildOptions | None = None, *, min_segment_nodes: int = 1,
+                      flops_per_byte: float | None = None) -> PartitionReport:
+    """`min_segment_nodes` and `flops_per_byte` (None: the plan's default) are the cost model's
+    bounds for a device segment worth its launch."""
+    from deploycc import io
+    from deploycc.backends.base import BackendError, BuildRequest
+    from deploycc.backends.registry import get_backend
+    from deploycc.partition.plan import DEVICE, plan
+    from deploycc.partition.segments import observe_cut_shapes, write_segments
+    from deploycc.pipeline.build import verification_precision
+    from deploycc.pipeline.legalize import legalize
+    from deploycc.runtime import Chain
+    from deploycc.verify.verify import compare_all, reference_outputs, signature_feeds
+
+    options = options or BuildOptions()
+    options.legalize.mode = "partial"
+    source, outdir = Path(model), Path(outdir)
+    precision = options.effective_precision(target)
+    if min_segment_nodes < 1:
+        raise OptionError("--min-segment-nodes must be at least 1")
+    backend = get_backend(target.backend.kind)
+    with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
+        staging = staged.staging
+        legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
+        report = PartitionReport(model=str(source), target=target.name, outdir=str(outdir), status=FAILED,
+                                 summary=legalized.summary, segments=[], host_nodes={}, cuts=[],
+                                 device_flops_share=0.0, legalize=legalized, chain_on_ort=None,
+                                 chain_on_engines=None)
+        if legalized.success:
+            graph_model = io.load(staging / LEGALIZED, check=False, infer=True).model
+            bounds = {"flops_per_byte": flops_per_byte} if flops_per_byte is not None else {}
+            partition = plan(graph_model.graph, node_judge(graph_model, target),
+                             min_segment_nodes=min_segment_nodes, **bounds)
+            feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
+                                                               legalized.fed_layouts)
+            observed = observe_cut_shapes(graph_model, partition, feeds)
+            if observed:
+                report.notes.append(f"cut tensor(s) without inferred shape given the rank they run with: "
+                                    f"{', '.join(observed)}")
+            folder = staging / SEGMENTS
+            pipeline = write_segments(graph_model, partition, folder, source=source.name, target=target.name)
+            report.segments, report.cuts = pipeline["segments"], pipeline["cuts"]
+            report.host_nodes = partition.host_reasons
+            report.device_flops_share = partition.device_flops_share
+            report.summary = _summary(partition, target, pipeline)
+            expected, reference = reference_outputs(source, original_feeds)
+            tolerance = verification_precision(legalized, precision)
+            chain = Chain.load(folder)
+            try:
+                report.chain_on_ort = compare_all(expected, chain.run(feeds), reference=reference,
+                                                  inputs=described,
+                                                  precision=verification_precision(legalized, "fp32"))
+            finally:
+                chain.close()
+            runners: dict[int, Any] = {}
+            pending = False
+            try:
+                for segment in partition.segments:
+                    if segment.placement != DEVICE:
+                        continue
+                    where = folder / f"{segment.index:02d}"
+                    where.mkdir()
+                    request = BuildRequest(model=folder / pipeline["segments"][segment.index]["file"],
+                                           outdir=where, target=target, precision=precision)
+                    artifact = backend.build(request)
+                    if artifact.pending_on_device:
+                        pending = True
+                        continue
+                    runners[segment.index] = backend.load(artifact, where, request)
+                if report.chain_on_ort.passed and not pending:
+                    engines = Chain.load(folder, runners)
+                    report.chain_on_engines = compare_all(expected, engines.run(feeds), reference=reference,
+                                                          inputs=described, precision=tolerance)
+            except BackendError as error:
+                report.notes.append(f"device segment build failed: {error}")
+            finally:
+                for runner in runners.values():
+                    runner.close()
+            if not report.chain_on_ort.passed:
+                report.summary += f"; the chain on ONNX Runtime differs: {report.chain_on_ort.problem}"
+            elif report.chain_on_engines is not None and not report.chain_on_engines.passed:
+                report.summary += f"; the chain on the engines differs: {report.chain_on_engines.problem}"
+            elif report.chain_on_engines is not None:
+                report.status = VERIFIED
+            elif pending and not report.notes:
+                report.status = PENDING
+        io.write_text_atomic(staging / "report.json", report.to_json() + "\n")
+        io.write_text_atomic(staging / "report.md", _markdown(report))
+        staged.commit()
+    return report
+
+
+def _markdown(report: PartitionReport) -> str:
+    lines = [f"# {Path(report.model).name} on {report.target}, partitioned: {report.status}", "",
+             report.summary, "", "| segment | placement | nodes | inputs | outputs | decision |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {s['index']} | {s['placement']} | {s['nodes']} | {', '.join(s['inputs'])} | "
+              f"{', '.join(s['outputs'])} | {s['decision']} |" for s in report.segments]
+    if report.host_nodes:
+        lines += ["", "Host nodes and why each could not be made legal:", ""]
+        lines += [f"- {node}: {'; '.join(why)}" for node, why in sorted(report.host_nodes.items())]
+    for title, check in (("ONNX Runtime CPU", report.chain_on_ort), ("the engines", report.chain_on_engines)):
+        if check is not None:
+            lines += ["", f"Chain on {title}: {'passed' if check.passed else check.problem}"]
+    lines += [f"- {note}" for note in report.notes]
+    return "\n".join(lines) + "\n"

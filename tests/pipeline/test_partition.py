@@ -1,0 +1,196 @@
+"""Partition: device segments and host segments, each chain run against the original."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from deploycc import api
+from deploycc.pipeline.context import BuildOptions
+
+FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
+_vi = helper.make_tensor_value_info
+ML = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+
+
+def _save(tmp_path: Path, graph: onnx.GraphProto, name: str, opsets=None) -> Path:
+    path = tmp_path / name
+    onnx.save(helper.make_model(graph, opset_imports=opsets or ML), path)
+    return path
+
+
+def _const(name: str, values, dtype=np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(values, dtype=dtype), name)
+
+
+def _conv(name: str, x: str, y: str, channels: int) -> tuple[onnx.NodeProto, onnx.TensorProto]:
+    weights = np.random.default_rng(len(name)).standard_normal((channels, channels, 3, 3)).astype(np.float32)
+    return (helper.make_node("Conv", [x, f"{name}_w"], [y], pads=[1, 1, 1, 1]),
+            numpy_helper.from_array(weights * 0.2, f"{name}_w"))
+
+
+def scaler_in_the_middle() -> onnx.GraphProto:
+    """Conv -> ai.onnx.ml Scaler (no target but ORT has it) -> Conv: two device segments."""
+    first, w1 = _conv("c1", "x", "a", 4)
+    second, w2 = _conv("c2", "scaled", "b", 4)
+    nodes = [first, helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Reshape", ["r", "rows"], ["flat"]),
+             helper.make_node("Scaler", ["flat"], ["scaled_flat"], domain="ai.onnx.ml",
+                              offset=[0.5], scale=[2.0]),
+             helper.make_node("Reshape", ["scaled_flat", "back"], ["scaled"]),
+             second, helper.make_node("Sigmoid", ["b"], ["y"])]
+    return helper.make_graph(nodes, "middle", [_vi("x", FLOAT, [1, 4, 8, 8])],
+                             [_vi("y", FLOAT, [1, 4, 8, 8])],
+                             [w1, w2, _const("rows", [4, 64], np.int64),
+                              _const("back", [1, 4, 8, 8], np.int64)])
+
+
+def _feeds(shape=(1, 4, 8, 8)) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
+
+
+@pytest.mark.parametrize("target", ["ort-cpu", "openvino-cpu"])
+def test_an_illegal_node_in_the_middle_makes_two_device_segments(tmp_path: Path, target: str) -> None:
+    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    if target == "ort-cpu":  # ORT runs Scaler: nothing to partition, one device segment
+        report = api.build_partitioned(model, target, tmp_path / "out", BuildOptions(bench=False))
+        assert [s["placement"] for s in report.segments] == ["device"]
+        return
+    report = api.build_partitioned(model, target, tmp_path / "out", BuildOptions(bench=False),
+                                   flops_per_byte=0)
+    assert report.status == "verified", report.summary
+    assert [s["placement"] for s in report.segments] == ["device", "host", "device"]
+    assert report.chain_on_ort.passed and report.chain_on_engines.passed
+    assert any("Scaler" in node for node in report.host_nodes)
+    assert (tmp_path / "out" / "segments" / "00" / "model.xml").exists()  # a real OpenVINO engine
+    from deploycc.runtime import Chain
+
+    chain = Chain.load(tmp_path / "out" / "segments")
+    expected = ort.InferenceSession(str(model)).run(None, _feeds())[0]
+    np.testing.assert_allclose(chain.run(_feeds())["y"], expected, rtol=1e-5, atol=1e-5)
+    assert set(chain.seconds) == {0, 1, 2}
+
+
+def test_a_detector_ending_in_nonzero_keeps_it_on_the_host_of_jetson_nano(tmp_path: Path) -> None:
+    """torchvision's post-processing picks boxes above a score with NonZero, which TensorRT 8.2's
+    parser filters out as data-dependent: it runs on the host, the network on the device."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["features"]),
+             helper.make_node("Reshape", ["features", "box_shape"], ["raw_boxes"]),
+             helper.make_node("Sigmoid", ["raw_boxes"], ["boxes"]),
+             helper.make_node("ReduceMean", ["boxes"], ["scores"], axes=[2], keepdims=0),
+             helper.make_node("Greater", ["scores", "threshold"], ["kept"]),
+             helper.make_node("NonZero", ["kept"], ["selected"])]
+    graph = helper.make_graph(
+        nodes, "detector", [_vi("x", FLOAT, [1, 3, 8, 8])], [_vi("selected", INT64, [2, "n"])],
+        [_const("w", np.random.default_rng(4).standard_normal((16, 3, 3, 3)) * 0.3),
+         _const("box_shape", [1, 144, 4], np.int64), _const("threshold", 0.5)])
+    model = _save(tmp_path, graph, "detector.onnx", [helper.make_opsetid("", 13)])
+    report = api.build_partitioned(model, "jetson-nano", tmp_path / "out", BuildOptions(bench=False),
+                                   flops_per_byte=0)
+    assert report.status == "pending-on-device", report.summary  # TensorRT builds on the board
+    assert [s["placement"] for s in report.segments] == ["device", "host"]
+    assert report.segments[1]["ops"] == {"NonZero": 1}
+    assert report.chain_on_ort.passed
+    assert (tmp_path / "out" / "segments" / "00" / "bundle").is_dir()
+
+
+def test_a_scikit_learn_head_runs_on_the_host_of_a_tensorrt_target(tmp_path: Path) -> None:
+    """Features scaled in standard ops, then LinearClassifier and ZipMap (sequence of maps)."""
+    sequence_of_maps = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(INT64, helper.make_tensor_type_proto(FLOAT, [])))
+    nodes = [helper.make_node("Sub", ["x", "mean"], ["centred"]),
+             helper.make_node("Div", ["centred", "std"], ["z"]),
+             helper.make_node("LinearClassifier", ["z"], ["label", "probabilities"], domain="ai.onnx.ml",
+                              classlabels_ints=[0, 1, 2], coefficients=[v / 10 for v in range(12)],
+                              intercepts=[0.1, 0.2, 0.3], post_transform="SOFTMAX"),
+             helper.make_node("ZipMap", ["probabilities"], ["probs"], domain="ai.onnx.ml",
+                              classlabels_int64s=[0, 1, 2])]
+    graph = helper.make_graph(nodes, "pipeline", [_vi("x", FLOAT, [1, 4])],
+                              [_vi("label", INT64, [1]), helper.make_value_info("probs", sequence_of_maps)],
+                              [_const("mean", [0.1, 0.2, 0.3, 0.4]), _const("std", [1.0, 2.0, 0.5, 1.5])])
+    model = _save(tmp_path, graph, "sklearn.onnx", [helper.make_opsetid("", 13),
+                                                     helper.make_opsetid("ai.onnx.ml", 1)])
+    report = api.build_partitioned(model, "jetson-xavier", tmp_path / "out", BuildOptions(bench=False),
+                                   flops_per_byte=0)
+    assert [s["placement"] for s in report.segments] == ["device", "host"]
+    assert report.chain_on_ort.passed, report.summary
+    assert {"LinearClassifier", "ZipMap"} == set(report.segments[1]["ops"])
+
+
+def test_an_if_with_an_illegal_node_in_a_branch_stays_whole_on_the_host(tmp_path: Path) -> None:
+    scaled = helper.make_graph([helper.make_node("Scaler", ["r"], ["s"], domain="ai.onnx.ml", offset=[1.0],
+                                                 scale=[3.0])], "then", [], [_vi("s", FLOAT, [2, 3])])
+    kept = helper.make_graph([helper.make_node("Identity", ["r"], ["k"])], "else", [],
+                             [_vi("k", FLOAT, [2, 3])])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("If", ["flag"], ["chosen"], then_branch=scaled, else_branch=kept),
+             helper.make_node("Exp", ["chosen"], ["y"])]
+    graph = helper.make_graph(nodes, "branch", [_vi("x", FLOAT, [2, 3]), _vi("flag", TensorProto.BOOL, [])],
+                              [_vi("y", FLOAT, [2, 3])])
+    model = _save(tmp_path, graph, "branch.onnx")
+    report = api.build_partitioned(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False),
+                                   flops_per_byte=0)
+    assert [s["placement"] for s in report.segments] == ["device", "host", "device"]
+    assert report.segments[1]["ops"] == {"If": 1}
+    assert report.status == "verified", report.summary
+
+
+def test_a_graph_output_also_read_inside_the_graph(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Scaler", ["a"], ["b"], domain="ai.onnx.ml", offset=[0.0], scale=[2.0]),
+             helper.make_node("Add", ["b", "a"], ["c"])]
+    graph = helper.make_graph(nodes, "shared", [_vi("x", FLOAT, [2, 3])],
+                              [_vi("a", FLOAT, [2, 3]), _vi("c", FLOAT, [2, 3])])
+    model = _save(tmp_path, graph, "shared.onnx")
+    report = api.build_partitioned(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False),
+                                   flops_per_byte=0)
+    assert report.status == "verified", report.summary
+    assert "a" in report.segments[0]["outputs"] and "a" in report.segments[2]["inputs"]
+
+
+# The property: whatever the legality, the segment graph is acyclic and the chain is the original.
+
+OPS = ("Relu", "Sigmoid", "Add", "Mul", "Neg")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 1 << 16), st.integers(0, 1 << 16),
+                          st.booleans()), min_size=2, max_size=14))
+def test_random_dags_partition_into_an_acyclic_chain_equal_to_the_original(tmp_path_factory, spec) -> None:
+    from deploycc import io
+    from deploycc.partition.plan import plan
+    from deploycc.partition.segments import write_segments
+    from deploycc.runtime import Chain
+
+    names, nodes, illegal = ["x"], [], set()
+    for i, (op, a, b, refused) in enumerate(spec):
+        inputs = [names[a % len(names)]] + ([names[b % len(names)]] if op in ("Add", "Mul") else [])
+        nodes.append(helper.make_node(op, inputs, [f"v{i}"], name=f"n{i}"))
+        names.append(f"v{i}")
+        if refused:
+            illegal.add(f"n{i}")
+    outputs = [_vi(name, FLOAT, [2, 3]) for name in names[1:] if not any(name in n.input for n in nodes)]
+    graph = helper.make_graph(nodes, "random", [_vi("x", FLOAT, [2, 3])], outputs)
+    folder = tmp_path_factory.mktemp("random")
+    path = _save(folder, graph, "random.onnx", [helper.make_opsetid("", 17)])
+    model = io.load(path, infer=True).model
+    result = plan(model.graph, lambda node: ["refused"] if node.name in illegal else [], flops_per_byte=0)
+    order = {name: s.index for s in result.segments for name in s.outputs}
+    for segment in result.segments:  # every cut tensor comes from an earlier segment
+        assert all(order.get(name, -1) < segment.index for name in segment.inputs if name != "x")
+        assert all((nodes[i].name in illegal) == (segment.placement == "host") for i in segment.nodes)
+    write_segments(model, result, folder / "segments", source="random.onnx", target="test")
+    feeds = {"x": np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)}
+    ran = ort.InferenceSession(str(path)).run(None, feeds)
+    expected = dict(zip([o.name for o in outputs], ran, strict=True))
+    chain = Chain.load(folder / "segments")
+    actual = chain.run(feeds)
+    for name, want in expected.items():
+        np.testing.assert_allclose(actual[name], want, rtol=1e-6, atol=1e-6)
