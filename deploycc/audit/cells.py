@@ -1,7 +1,8 @@
 """An audit cell: one (model, target) pair run through the requested stages, and how it ended.
 
 The status taxonomy is fixed so audits can be compared across runs and corpora:
-  statuses   legal-as-exported, legalized, built, verified, benchmarked, failed
+  statuses   legal-as-exported, legalized, built, verified, benchmarked, failed, host-segments
+             (not legal as a whole, but deployable with host segments: `--partition`; counted apart)
   categories (why a cell failed) unsupported-op, opset, dtype, dynamic-shape, numeric-mismatch,
              needs-inputs (the original fails on drawn inputs: give --inputs), backend-error,
              backend-crash, timeout, out-of-memory, invalid-model, unschedulable, regressed (legal
@@ -16,7 +17,8 @@ from typing import Any
 
 STAGES = ("check", "legalize", "build", "verify", "bench")
 DEFAULT_STAGES = ("check", "legalize", "build", "verify")
-STATUSES = ("legal-as-exported", "legalized", "built", "verified", "benchmarked", "failed")
+HOST_SEGMENTS = "host-segments"
+STATUSES = ("legal-as-exported", "legalized", "built", "verified", "benchmarked", "failed", HOST_SEGMENTS)
 CATEGORIES = ("unsupported-op", "opset", "dtype", "dynamic-shape", "numeric-mismatch", "needs-inputs",
               "backend-error", "backend-crash", "timeout", "out-of-memory", "invalid-model", "unschedulable",
               "regressed")
@@ -41,10 +43,11 @@ class CellSpec:
     shapes: dict[str, list[int | str]] = field(default_factory=dict)
     inputs: str | None = None
     hints_sha256: str = ""
+    partition: bool = False  # a model refused as a whole is tried with host segments
 
     def key(self, version: str) -> str:
         text = "|".join([self.model_sha256, self.target_hash, version, ",".join(self.stages),
-                         str(self.batch), self.hints_sha256])
+                         str(self.batch), self.hints_sha256] + (["partition"] if self.partition else []))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def needs_hardware(self, backend: str) -> bool:
@@ -71,4 +74,5 @@ class CellResult:
 
     @property
     def succeeded(self) -> bool:
-        return self.status != "failed"
+        """Deployed whole on the target (host segments are counted apart)."""
+        return self.status not in ("failed", HOST_SEGMENTS)

@@ -14,10 +14,11 @@ if TYPE_CHECKING:
     from deploycc.audit.run import AuditReport
 
 COLOURS = {"legal-as-exported": "#9be7a0", "legalized": "#c8ecb0", "built": "#d8f0b8",
-           "verified": "#7fd88a", "benchmarked": "#5cc96b", "failed": "#f3a3a3"}
+           "verified": "#7fd88a", "benchmarked": "#5cc96b", "failed": "#f3a3a3", "host-segments": "#a7c7f2"}
 
 
 def summarize(report: AuditReport) -> None:
+    from deploycc.audit.cells import HOST_SEGMENTS
     from deploycc.audit.run import TargetSummary
 
     by_target: dict[str, list] = defaultdict(list)
@@ -31,7 +32,8 @@ def summarize(report: AuditReport) -> None:
         total = len(cells) or 1
         report.summary.append(TargetSummary(target, len(cells), exported, succeeded,
                                             round(exported / total, 4), round(succeeded / total, 4),
-                                            sum(1 for c in cells if c.regressed)))
+                                            sum(1 for c in cells if c.regressed),
+                                            sum(1 for c in cells if c.status == HOST_SEGMENTS)))
     causes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cell in report.cells:
         if cell.status == "failed":
@@ -43,6 +45,12 @@ def summarize(report: AuditReport) -> None:
                            for (cause, stage), hits in ranked[:10]]
 
 
+def _with_host(summary) -> str:
+    """Deployed whole or with host segments, of all cells (the share apart in brackets)."""
+    both = summary.succeeded + summary.with_host_segments
+    return f"{both} ({both / (summary.cells or 1):.0%}; +{summary.with_host_segments})"
+
+
 def _label(path: str) -> str:
     return Path(path).name
 
@@ -52,10 +60,11 @@ def markdown(report: AuditReport) -> str:
              f"{len(report.models)} model(s) x {len(report.targets)} target(s), stages "
              f"{', '.join(report.stages)}; {report.reused} cell(s) reused from an earlier run; "
              f"{report.seconds:.1f} s.", "", "## Success rate per target", "",
-             "| target | cells | legal as exported | after deploycc | regressed |", "|---|---|---|---|---|"]
+             "| target | cells | legal as exported | after deploycc | with host segments | regressed |",
+             "|---|---|---|---|---|---|"]
     for s in report.summary:
         lines.append(f"| {s.target} | {s.cells} | {s.legal_as_exported} ({s.rate_as_exported:.0%}) | "
-                     f"{s.succeeded} ({s.rate_after_deploycc:.0%}) | {s.regressed} |")
+                     f"{s.succeeded} ({s.rate_after_deploycc:.0%}) | {_with_host(s)} | {s.regressed} |")
     regressions = [c for c in report.cells if c.regressed]
     if regressions:
         lines += ["", f"**{len(regressions)} cell(s) legal as exported were refused after deploycc "
@@ -98,7 +107,7 @@ def page(report: AuditReport) -> str:
         f"<tr><th>{e(s.target)}</th>"
         f"<td>{s.legal_as_exported}/{s.cells} ({s.rate_as_exported:.0%})</td>"
         f"<td><b>{s.succeeded}/{s.cells} ({s.rate_after_deploycc:.0%})</b></td>"
-        f"<td>{s.regressed}</td></tr>" for s in report.summary)
+        f"<td>{e(_with_host(s))}</td><td>{s.regressed}</td></tr>" for s in report.summary)
     failures = "".join(
         f"<li><b>{e(str(f['cause']))}</b> at {e(str(f['stage']))} ({f['count']}): "
         f"{e(', '.join(str(c) for c in f['cells']))}</li>"  # type: ignore[attr-defined]
@@ -115,8 +124,9 @@ caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
 <h1>deploycc audit</h1>
 <p>{len(report.models)} model(s) &times; {len(report.targets)} target(s),
 stages {e(', '.join(report.stages))}; {report.reused} cell(s) reused; {report.seconds:.1f} s.</p>
-<table><caption>Success rate per target: as exported vs after deploycc</caption>
-<tr><th>target</th><th>legal as exported</th><th>after deploycc</th><th>regressed</th></tr>{rates}</table>
+<table><caption>Success rate per target: as exported, after deploycc, and with host segments</caption>
+<tr><th>target</th><th>legal as exported</th><th>after deploycc</th><th>with host segments</th>
+<th>regressed</th></tr>{rates}</table>
 <table><caption>Model &times; target</caption><tr><th>model</th>{headers}</tr>{''.join(rows)}</table>
 <h2>Top failure causes</h2><ul>{failures or '<li>none</li>'}</ul>
 </body></html>

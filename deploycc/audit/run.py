@@ -35,6 +35,7 @@ class AuditOptions:
     batch: int | None = None
     executor: str = "local"
     ray_address: str | None = None
+    partition: bool = False  # refused models tried again with host segments (build stage)
     worker: Sequence[str] = WORKER  # the cell process; tests substitute one that really crashes
 
 
@@ -47,6 +48,7 @@ class TargetSummary:
     rate_as_exported: float
     rate_after_deploycc: float
     regressed: int = 0  # legal as exported, refused after deploycc: each one a deploycc bug
+    with_host_segments: int = 0  # refused as a whole, deployable with host segments (--partition)
 
 
 @dataclass
@@ -149,7 +151,7 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
         for target in targets:
             spec = CellSpec(model=str(model), model_sha256=digest, target=target.name,
                             target_hash=target.spec_hash, stages=tuple(options.stages), jetpack=jetpack,
-                            batch=options.batch, **hints)
+                            batch=options.batch, partition=options.partition, **hints)
             key = spec.key(version)
             spec.workdir = str(outdir / "builds" / key)
             cells.append((key, spec))

@@ -42,6 +42,27 @@ def _cause(summary: str, legalized) -> str:
     return f"{summary}: {'; '.join(reasons[:4])}{more}"
 
 
+def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> None:
+    """A model refused as a whole, built again with host segments: the cell says whether that
+    deploys (chain verified on ORT, and on the engines where they build here)."""
+    from deploycc.audit.cells import HOST_SEGMENTS
+    from deploycc.pipeline.build import PENDING, VERIFIED
+    from deploycc.pipeline.context import BuildOptions
+    from deploycc.pipeline.partition import build_partitioned
+
+    report = build_partitioned(spec.model, target, Path(spec.workdir) / "partition",
+                               BuildOptions(legalize=options, bench=False, force=True))
+    result.details["partition"] = {"status": report.status, "summary": report.summary,
+                                   "segments": [s["placement"] for s in report.segments],
+                                   "device_flops_share": round(report.device_flops_share, 4),
+                                   "host_ops": sorted({op for s in report.segments if s["placement"] == "host"
+                                                       for op in s["ops"]})}
+    devices = sum(1 for s in report.segments if s["placement"] == "device")
+    if report.status in (VERIFIED, PENDING) and devices:
+        result.status = HOST_SEGMENTS
+        result.message = f"{report.summary} (refused as a whole: {result.message})"
+
+
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
     from deploycc.pipeline.build import NEEDS_INPUTS, PENDING, VERIFIED, build
@@ -110,6 +131,8 @@ def run_cell(spec: CellSpec) -> CellResult:
                 # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
                 result.regressed = bool(result.legal_as_exported) and report.stage == "legalize" and \
                     not (legalized is not None and legalized.as_exported)
+                if spec.partition and report.stage == "legalize":
+                    _with_host_segments(spec, target, options, result)
         elif "legalize" in stages:
             result.stage = "legalize"
             report_l = legalize(spec.model, target, options)

@@ -20,13 +20,16 @@ from deploycc.audit.cells import DEFAULT_STAGES, STAGES
 @click.option("--memory-limit", "memory_limit_mb", type=int, help="MiB of address space per cell.")
 @click.option("--fresh", is_flag=True, help="Ignore results from earlier runs.")
 @click.option("--batch", type=int, help="Fix dynamic batch dims to N before legalizing.")
+@click.option("--partition", is_flag=True,
+              help="Try each model refused as a whole again with host segments (counted apart).")
 @click.option("--jetpack", help="Resolve Jetson targets at this JetPack release.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--ray-address", help="Ray cluster address (default: start or join a local one).")
 @click.option("--json", "as_json", is_flag=True, help="Print audit.json instead of a summary.")
 def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str, stages: str, jobs: int,
                   timeout: float, memory_limit_mb: int | None, fresh: bool, batch: int | None,
-                  jetpack: str | None, executor: str, ray_address: str | None, as_json: bool) -> None:
+                  partition: bool, jetpack: str | None, executor: str, ray_address: str | None,
+                  as_json: bool) -> None:
     """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran."""
     from deploycc import api
     from deploycc.audit.run import AuditOptions
@@ -34,7 +37,7 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
 
     options = AuditOptions(stages=tuple(s.strip() for s in stages.split(",") if s.strip()), jobs=jobs,
                            timeout=timeout, memory_limit_mb=memory_limit_mb, fresh=fresh, batch=batch,
-                           executor=executor, ray_address=ray_address)
+                           executor=executor, ray_address=ray_address, partition=partition)
     with console.progress_bar("auditing", quiet=as_json) as update:
         def progress(counts, total) -> None:
             update(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",

@@ -179,6 +179,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                                                           inputs=described, precision=tolerance)
             except BackendError as error:
                 report.notes.append(f"device segment build failed: {error}")
+                pending = False
             finally:
                 for runner in runners.values():
                     runner.close()
@@ -188,7 +189,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                 report.summary += f"; the chain on the engines differs: {report.chain_on_engines.problem}"
             elif report.chain_on_engines is not None:
                 report.status = VERIFIED
-            elif pending and not report.notes:
+            elif pending:
                 report.status = PENDING
         io.write_text_atomic(staging / "report.json", report.to_json() + "\n")
         io.write_text_atomic(staging / "report.md", _markdown(report))

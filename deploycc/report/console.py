@@ -422,11 +422,15 @@ def render_audit(report: AuditReport) -> None:
     out.print(f"[bold]audit[/bold]: {len(report.models)} model(s) x {len(report.targets)} target(s), "
               f"{len(report.cells)} cells ({report.reused} reused) in {report.seconds:.1f} s")
     table = Table(title="success rate per target")
-    for column in ("target", "cells", "legal as exported", "after deploycc", "regressed"):
+    partitioned = any(s.with_host_segments for s in report.summary)
+    columns = ["target", "cells", "legal as exported", "after deploycc"]
+    for column in columns + (["with host segments"] if partitioned else []) + ["regressed"]:
         table.add_column(column)
     for s in report.summary:
+        both = s.succeeded + s.with_host_segments
+        host = [f"{both} ({both / (s.cells or 1):.0%}; +{s.with_host_segments})"] if partitioned else []
         table.add_row(s.target, str(s.cells), f"{s.legal_as_exported} ({s.rate_as_exported:.0%})",
-                      f"{s.succeeded} ({s.rate_after_deploycc:.0%})",
+                      f"{s.succeeded} ({s.rate_after_deploycc:.0%})", *host,
                       f"[bold red]{s.regressed}[/bold red]" if s.regressed else "0")
     out.print(table)
     for cell in [c for c in report.cells if c.regressed]:

@@ -194,3 +194,17 @@ def test_random_dags_partition_into_an_acyclic_chain_equal_to_the_original(tmp_p
     actual = chain.run(feeds)
     for name, want in expected.items():
         np.testing.assert_allclose(actual[name], want, rtol=1e-6, atol=1e-6)
+
+
+def test_audit_counts_host_segments_apart(tmp_path: Path) -> None:
+    from deploycc.audit.run import AuditOptions
+
+    _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    plain = api.audit([tmp_path], ["openvino-cpu"], tmp_path / "plain", AuditOptions())
+    assert plain.cells[0].status == "failed" and plain.summary[0].with_host_segments == 0
+    audited = api.audit([tmp_path], ["openvino-cpu"], tmp_path / "audit", AuditOptions(partition=True))
+    cell, summary = audited.cells[0], audited.summary[0]
+    assert cell.status == "host-segments", cell.message
+    assert cell.details["partition"]["segments"] == ["device", "host", "device"]
+    assert summary.succeeded == 0 and summary.with_host_segments == 1
+    assert "with host segments" in (tmp_path / "audit" / "audit.md").read_text()
