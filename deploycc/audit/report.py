@@ -124,7 +124,7 @@ caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
 <h1>deploycc audit</h1>
 <p>{len(report.models)} model(s) &times; {len(report.targets)} target(s),
 stages {e(', '.join(report.stages))}; {report.reused} cell(s) reused; {report.seconds:.1f} s.</p>
-<table><caption>Success rate per target: as exported, after deploycc, and with host segments</caption>
+<table><caption>Success rate per target: as exported vs after deploycc, and with host segments</caption>
 <tr><th>target</th><th>legal as exported</th><th>after deploycc</th><th>with host segments</th>
 <th>regressed</th></tr>{rates}</table>
 <table><caption>Model &times; target</caption><tr><th>model</th>{headers}</tr>{''.join(rows)}</table>
