@@ -195,14 +195,16 @@ def build_partitioned(
     jetpack: str | None = None,
     min_segment_nodes: int = 1,
     flops_per_byte: float | None = None,
+    build_engines: bool = True,
 ) -> PartitionReport:
     """Build with host segments: what the target runs (after every rewrite) as device segments
-    built by its backend, the rest on ONNX Runtime CPU; the chain verified against the original."""
+    built by its backend, the rest on ONNX Runtime CPU; the chain verified against the original.
+    Without `build_engines` (`legalize --partition`) only the segments, verified on ORT CPU."""
     from deploycc.pipeline.partition import build_partitioned as run
 
     resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
     return run(model, resolved, outdir, options, min_segment_nodes=min_segment_nodes,
-               flops_per_byte=flops_per_byte)
+               flops_per_byte=flops_per_byte, build_engines=build_engines)
 
 
 def bench(

@@ -77,3 +77,53 @@ class Chain:
     def close(self) -> None:
         for runner in self.runners.values():
             runner.close()
+
+
+class ChainRunner:
+    """A chain as one `backends.base.Runner` (what `bench` times), with the time of each segment."""
+
+    load_seconds = 0.0
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = chain
+        self._runs: list[dict[int, float]] = []  # seconds per segment, run by run
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.chain.pipeline["inputs"])
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = self.chain.run(feeds)
+        self._runs.append(dict(self.chain.seconds))
+        return outputs
+
+    def breakdown_ms(self, last: int | None = None) -> dict[str, float]:
+        runs = self._runs[-last:] if last else self._runs
+        placements = {s["index"]: s["placement"] for s in self.chain.pipeline["segments"]}
+        return {f"segment {index} ({placements[index]})":
+                round(sum(run[index] for run in runs) * 1e3 / max(len(runs), 1), 4)
+                for index in sorted(placements) if runs}
+
+    def close(self) -> None:
+        self.chain.close()
+
+
+def load_built_chain(build_dir: Path, target: Any, precision: str, threads: int | None = None) -> ChainRunner:
+    """The chain of a `build --partition` directory with each device segment on its engine."""
+    from deploycc.backends.base import Artifact, BuildRequest
+    from deploycc.backends.registry import get_backend
+
+    folder = build_dir / "segments"
+    pipeline = json.loads((folder / "pipeline.json").read_text())
+    backend = get_backend(target.backend.kind)
+    runners = {}
+    for segment in pipeline["segments"]:
+        built = segment.get("artifact")
+        if segment["placement"] != "device" or not built:
+            continue
+        where = folder / f"{segment['index']:02d}"
+        request = BuildRequest(model=folder / segment["file"], outdir=where, target=target,
+                               precision=precision, threads=threads)
+        runners[segment["index"]] = backend.load(Artifact(kind=built["kind"], files=built["files"],
+                                                          settings=built.get("settings", {})), where, request)
+    return ChainRunner(Chain.load(folder, runners))

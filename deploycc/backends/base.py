@@ -101,6 +101,11 @@ class Runner(ABC):
     def close(self) -> None:  # noqa: B027 - most runners need nothing
         """Release what the runner holds (device memory, sessions)."""
 
+    def breakdown_ms(self, last: int | None = None) -> dict[str, float]:
+        """Mean milliseconds per part over the `last` runs (all when None), for runners made of
+        parts (a chain of segments); none for one engine."""
+        return {}
+
 
 class Backend(ABC):
     kind: str

@@ -119,6 +119,7 @@ class BenchReport(Result):
     conditions: dict[str, str]
     warnings: list[str]
     comparison: Comparison | None = None
+    segments_ms: dict[str, float] = field(default_factory=dict)  # a partitioned build: mean per segment
 
 
 def open_subject(path: Path, target: Target | None) -> Subject:
@@ -131,6 +132,8 @@ def open_subject(path: Path, target: Target | None) -> Subject:
             raise OptionError(f"{path}: not a build directory (no report.json)",
                               hint="bench a model file, or a directory written by `deploycc build`")
         report = json.loads(report_file.read_text())
+        if "segments" in report:  # `build --partition`: the chain of segments
+            return _chain_subject(path, report, target)
         artifact = report.get("artifact")
         if report.get("status") != "verified" or not artifact:
             raise OptionError(f"{path}: the build is {report.get('status')}; nothing to bench here",
@@ -160,6 +163,27 @@ def _build_subject(path: Path, target: Target, artifact: dict[str, Any], precisi
 
     return Subject(str(path), "build", target, built.kind, path / "model.legalized.onnx", make,
                    backend.environment())
+
+
+def _chain_subject(path: Path, report: dict[str, Any], target: Target | None) -> Subject:
+    from deploycc.backends.registry import get_backend
+    from deploycc.runtime import load_built_chain
+    from deploycc.targets import registry
+
+    if report.get("status") != "verified":
+        raise OptionError(f"{path}: the partitioned build is {report.get('status')}; nothing to bench here",
+                          hint="a pending TensorRT segment is built and benched on the device")
+    built_target = registry.resolve(report["target"])
+    if target is not None and target.name != built_target.name:
+        raise OptionError(f"{path} was built for {built_target.name}, not {target.name}")
+
+    def make(threads: int | None) -> Runner:
+        return load_built_chain(path, built_target, report["precision"], threads)  # type: ignore[return-value]
+
+    devices = sum(1 for s in report["segments"] if s["placement"] == "device")
+    return Subject(str(path), "build", built_target,
+                   f"chain of {len(report['segments'])} segments ({devices} on {built_target.name})",
+                   path / "model.legalized.onnx", make, get_backend(built_target.backend.kind).environment())
 
 
 def _model_subject(path: Path, target: Target) -> Subject:
@@ -317,6 +341,7 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
             warm = warm_up(runner, feeds, options)
             samples = timed(runner, feeds, options, report_progress("timing"))
             latency = summarize(samples, warm.iterations, runner.load_seconds, first_ms / 1e3)
+            segments_ms = runner.breakdown_ms(last=samples.size)
             device_memory, device_note = nvml_process_memory()
             batches = []
             for batch in options.batches:
@@ -363,4 +388,4 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
         input_shapes={k: list(v.shape) for k, v in feeds.items()}, load_ms=latency.load_ms,
         first_inference_ms=latency.first_inference_ms, warmup=warm, latency=latency, batches=batches,
         throughput=stream_result, memory=memory, roofline=roofline, conditions=facts, warnings=warnings,
-        comparison=comparison)
+        comparison=comparison, segments_ms=segments_ms)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from deploycc.audit.cells import DEFAULT_STAGES, STAGES
+from deploycc.cli import emit
 
 
 @click.command("audit")
@@ -44,7 +45,4 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
                    sum(counts.values()), total)
 
         report = api.audit(list(paths), list(targets), outdir, options, jetpack=jetpack, progress=progress)
-    if as_json:
-        click.echo(report.to_json())
-    else:
-        console.render_audit(report)
+    emit(report, as_json, console.render_audit)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from deploycc.cli import emit
 from deploycc.errors import OptionError
 
 
@@ -52,7 +53,4 @@ def bench_command(ctx: click.Context, subject: str, target: str | None, jetpack:
                            compare_to=Path(compare_to) if compare_to else None)
     with console.progress_bar("benchmarking", quiet=as_json) as update:
         report = api.bench(subject, target, options, jetpack=jetpack, progress=update)
-    if as_json:
-        click.echo(report.to_json())
-    else:
-        console.render_bench(report)
+    emit(report, as_json, console.render_bench)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from deploycc import api
+from deploycc.cli import emit
 from deploycc.cli.legalize_cmd import options_from_flags, pipeline_options
 from deploycc.errors import OptionError
 from deploycc.pipeline.context import BuildOptions
@@ -104,8 +105,5 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
             report = api.build(model, target, Path(outdir) if outdir else None, options, jetpack=jetpack,
                                progress=update)
         render = console.render_build
-    if as_json:
-        click.echo(report.to_json())
-    else:
-        render(report)
+    emit(report, as_json, render)
     ctx.exit(report.exit_code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from deploycc import api
+from deploycc.cli import emit
 from deploycc.report import console
 
 
@@ -28,8 +29,5 @@ def check_command(ctx: click.Context, model: str, targets: tuple[str, ...], jetp
     """
     report = api.check(model, list(targets), jetpack=jetpack, dla=dla, explain=explain,
                        capabilities=capabilities)
-    if as_json:
-        click.echo(report.to_json())
-    else:
-        console.render_check(report)
+    emit(report, as_json, console.render_check)
     ctx.exit(report.exit_code)

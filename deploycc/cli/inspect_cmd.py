@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from deploycc import api
+from deploycc.cli import emit
 from deploycc.report import console
 
 
@@ -14,7 +15,4 @@ from deploycc.report import console
 def inspect_command(model: str, as_json: bool) -> None:
     """IR version, opsets, I/O, op histogram, parameters, external data, redundancy."""
     report = api.inspect(model)
-    if as_json:
-        click.echo(report.to_json())
-    else:
-        console.render_inspect(report)
+    emit(report, as_json, console.render_inspect)

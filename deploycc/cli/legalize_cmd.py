@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from deploycc import api
+from deploycc.cli import emit
 from deploycc.errors import OptionError
 from deploycc.pipeline.context import MODES, LegalizeOptions
 from deploycc.pipeline.legalize import PASS_NAMES
@@ -97,10 +98,13 @@ def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
 @pipeline_options
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Also write the JSON report here.")
+@click.option("--partition", is_flag=True,
+              help="Write device and host segments into the OUTPUT directory, verified on ONNX Runtime.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of tables.")
 @click.pass_context
 def legalize_command(ctx: click.Context, model: str, target: str, output: str | None,
-                     jetpack: str | None, report_path: str | None, as_json: bool, **flags) -> None:
+                     jetpack: str | None, report_path: str | None, partition: bool, as_json: bool,
+                     **flags) -> None:
     """Rewrite MODEL into one TARGET accepts, proving every rewrite; write it atomically.
 
     Exit code 0 when the result is legal (or partial mode) and verified, 1 when nodes stay
@@ -109,6 +113,18 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
     from deploycc.report import console
 
     options = options_from_flags(**flags)
+    if partition:
+        from deploycc.errors import OptionError
+        from deploycc.pipeline.context import BuildOptions
+
+        if output is None:
+            raise OptionError("--partition writes a directory", hint="pass -o OUTDIR")
+        with console.progress_status("partitioning", quiet=as_json):
+            split = api.build_partitioned(model, target, Path(output),
+                                          BuildOptions(legalize=options, bench=False), jetpack=jetpack,
+                                          build_engines=False)
+        emit(split, as_json, console.render_partition)
+        ctx.exit(split.exit_code)
     status = console.progress_status("legalizing", quiet=as_json)
     with status as update:
         report = api.legalize(model, target, output, options, jetpack=jetpack, progress=update)
@@ -116,8 +132,5 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
         from deploycc.io import write_text_atomic
 
         write_text_atomic(Path(report_path), report.to_json())
-    if as_json:
-        click.echo(report.to_json())
-    else:
-        console.render_legalize(report)
+    emit(report, as_json, console.render_legalize)
     ctx.exit(report.exit_code)

@@ -7,6 +7,7 @@ import json
 import click
 
 from deploycc import api
+from deploycc.cli import emit
 from deploycc.report import console
 
 
@@ -18,10 +19,7 @@ def targets(ctx: click.Context, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     listing = api.list_targets()
-    if as_json:
-        click.echo(listing.to_json())
-    else:
-        console.render_targets(listing)
+    emit(listing, as_json, console.render_targets)
 
 
 @targets.command("show")

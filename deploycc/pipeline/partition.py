@@ -14,6 +14,7 @@ device segments, with the precision's tolerances. Where the engine is built on t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ class PartitionReport(Result):
     outdir: str
     status: str  # verified | pending-on-device | failed
     summary: str
+    precision: str
     segments: list[dict[str, Any]]
     host_nodes: dict[str, list[str]]  # node -> why it could not be made legal
     cuts: list[dict[str, Any]]
@@ -105,9 +107,10 @@ def _size(count: int) -> str:
 
 def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                       options: BuildOptions | None = None, *, min_segment_nodes: int = 1,
-                      flops_per_byte: float | None = None) -> PartitionReport:
+                      flops_per_byte: float | None = None, build_engines: bool = True) -> PartitionReport:
     """`min_segment_nodes` and `flops_per_byte` (None: the plan's default) are the cost model's
-    bounds for a device segment worth its launch."""
+    bounds for a device segment worth its launch; without `build_engines` the segments are written
+    and verified on ONNX Runtime CPU only (`legalize --partition`)."""
     from deploycc import io
     from deploycc.backends.base import BackendError, BuildRequest
     from deploycc.backends.registry import get_backend
@@ -129,9 +132,9 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
         staging = staged.staging
         legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
         report = PartitionReport(model=str(source), target=target.name, outdir=str(outdir), status=FAILED,
-                                 summary=legalized.summary, segments=[], host_nodes={}, cuts=[],
-                                 device_flops_share=0.0, legalize=legalized, chain_on_ort=None,
-                                 chain_on_engines=None)
+                                 summary=legalized.summary, precision=precision, segments=[],
+                                 host_nodes={}, cuts=[], device_flops_share=0.0, legalize=legalized,
+                                 chain_on_ort=None, chain_on_engines=None)
         if legalized.success:
             graph_model = io.load(staging / LEGALIZED, check=False, infer=True).model
             bounds = {"flops_per_byte": flops_per_byte} if flops_per_byte is not None else {}
@@ -162,18 +165,20 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
             pending = False
             try:
                 for segment in partition.segments:
-                    if segment.placement != DEVICE:
+                    if segment.placement != DEVICE or not build_engines:
                         continue
                     where = folder / f"{segment.index:02d}"
                     where.mkdir()
                     request = BuildRequest(model=folder / pipeline["segments"][segment.index]["file"],
                                            outdir=where, target=target, precision=precision)
                     artifact = backend.build(request)
+                    report.segments[segment.index]["artifact"] = {
+                        "kind": artifact.kind, "files": artifact.files, "settings": artifact.settings}
                     if artifact.pending_on_device:
                         pending = True
                         continue
                     runners[segment.index] = backend.load(artifact, where, request)
-                if report.chain_on_ort.passed and not pending:
+                if report.chain_on_ort.passed and not pending and build_engines:
                     engines = Chain.load(folder, runners)
                     report.chain_on_engines = compare_all(expected, engines.run(feeds), reference=reference,
                                                           inputs=described, precision=tolerance)
@@ -183,11 +188,13 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
             finally:
                 for runner in runners.values():
                     runner.close()
+            pipeline["segments"] = report.segments  # now with each device segment's artifact
+            io.write_text_atomic(folder / "pipeline.json", json.dumps(pipeline, indent=2) + "\n")
             if not report.chain_on_ort.passed:
                 report.summary += f"; the chain on ONNX Runtime differs: {report.chain_on_ort.problem}"
             elif report.chain_on_engines is not None and not report.chain_on_engines.passed:
                 report.summary += f"; the chain on the engines differs: {report.chain_on_engines.problem}"
-            elif report.chain_on_engines is not None:
+            elif report.chain_on_engines is not None or not build_engines:
                 report.status = VERIFIED
             elif pending:
                 report.status = PENDING

@@ -383,6 +383,9 @@ def render_bench(report: BenchReport) -> None:
     table.add_row(*(f"{v:.3f}" for v in (lat.min_ms, lat.mean_ms, lat.std_ms, lat.p50_ms, lat.p90_ms,
                                           lat.p95_ms, lat.p99_ms, lat.max_ms)), f"{lat.throughput_per_s:.1f}")
     out.print(table)
+    if report.segments_ms:
+        out.print("  per segment (mean ms, inputs handed over included): "
+                  + ", ".join(f"{name} {ms:.3f}" for name, ms in report.segments_ms.items()))
     warm = report.warmup
     out.print(f"  load {report.load_ms:.1f} ms, first inference {report.first_inference_ms:.3f} ms, warm-up "
               f"{warm.iterations} runs ({'stable' if warm.stable else 'not stable'}, CV {warm.final_cv:.1%})")

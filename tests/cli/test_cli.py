@@ -168,3 +168,18 @@ def test_build_partition_and_run_the_chain(tmp_path: Path):
         np.testing.assert_allclose(outputs["y"], expected, rtol=1e-5, atol=1e-5)
     bad = run("run", str(tmp_path), "--inputs", str(tmp_path / "in.npz"))
     assert bad.returncode == 2 and "not a partitioned model" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_legalize_partition_writes_segments_verified_on_ort(tmp_path: Path):
+    from tests.pipeline.test_partition import _save, scaler_in_the_middle
+
+    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    done = run("legalize", str(model), "-t", "jetson-nano", "-o", str(tmp_path / "split"), "--partition",
+               "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["chain_on_ort"]["passed"] and report["chain_on_engines"] is None
+    assert [s["placement"] for s in report["segments"]] == ["device", "host", "device"]
+    assert not (tmp_path / "split" / "segments" / "00").exists()  # no engine: legalize only
+    missing = run("legalize", str(model), "-t", "jetson-nano", "--partition")
+    assert missing.returncode == 2 and "--partition writes a directory" in missing.stderr

@@ -208,3 +208,17 @@ def test_audit_counts_host_segments_apart(tmp_path: Path) -> None:
     assert cell.details["partition"]["segments"] == ["device", "host", "device"]
     assert summary.succeeded == 0 and summary.with_host_segments == 1
     assert "with host segments" in (tmp_path / "audit" / "audit.md").read_text()
+
+
+def test_bench_times_the_chain_and_each_segment(tmp_path: Path) -> None:
+    from deploycc.bench.run import BenchOptions
+
+    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    built = api.build_partitioned(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False),
+                                  flops_per_byte=0)
+    assert built.status == "verified", built.summary
+    timed = api.bench(tmp_path / "out", options=BenchOptions(iterations=20, warmup=3))
+    assert timed.artifact.startswith("chain of 3 segments")
+    assert list(timed.segments_ms) == ["segment 0 (device)", "segment 1 (host)", "segment 2 (device)"]
+    assert all(ms > 0 for ms in timed.segments_ms.values())
+    assert sum(timed.segments_ms.values()) <= timed.latency.max_ms  # parts of each timed run
