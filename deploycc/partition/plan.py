@@ -107,6 +107,12 @@ def tensor_bytes(value: ir.Value) -> int:
         _BYTES.get(value.dtype.name, 4)
 
 
+def _static(value: ir.Value) -> bool:
+    """False when shape inference found a dim it cannot size (NonZero's count, after the inputs
+    were fixed); a shape not inferred at all (ai.onnx.ml ops) is sized by a run later."""
+    return value.shape is None or value.shape.is_static()
+
+
 def _levels(nodes: list[ir.Node], placement: list[str]) -> list[int]:
     """The lowest level per node (see the module's docstring)."""
     parity = {DEVICE: 0, HOST: 1} if placement and placement[0] == DEVICE else {HOST: 0, DEVICE: 1}
@@ -170,8 +176,11 @@ def _segments(graph: ir.Graph, nodes: list[ir.Node], placement: list[str]) -> li
 
 
 def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_nodes: int = 1,
-         flops_per_byte: float = FLOPS_PER_BYTE) -> PartitionPlan:
-    """Segments of the graph for a judge that returns, per node, why it is illegal ([] = legal)."""
+         flops_per_byte: float = FLOPS_PER_BYTE, static_cuts: bool = False) -> PartitionPlan:
+    """Segments of the graph for a judge that returns, per node, why it is illegal ([] = legal).
+    With `static_cuts` (an engine built for fixed shapes, as TensorRT's is here), a device segment
+    that reads a cut tensor of data-dependent size (NonZero's, NonMaxSuppression's) runs on the
+    host: the engine would need a profile for a size only the data decides."""
     from deploycc.analysis.graphs import node_label
 
     nodes = list(graph)
@@ -190,9 +199,12 @@ def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_
                               if name in values)
             small = len(segment.nodes) < min_segment_nodes
             cheap = len(segments) > 1 and segment.flops < flops_per_byte * moved_bytes
-            if small or cheap:
+            sized_by_data = [name for name in segment.inputs if static_cuts and name in values
+                             and values[name] not in graph.inputs and not _static(values[name])]
+            if small or cheap or sized_by_data:
                 why = (f"{len(segment.nodes)} node(s), fewer than --min-segment-nodes {min_segment_nodes}"
-                       if small else f"{segment.flops} FLOPs for {moved_bytes} bytes across its cuts")
+                       if small else f"it reads {', '.join(sized_by_data)}, whose size the data decides"
+                       if sized_by_data else f"{segment.flops} FLOPs for {moved_bytes} bytes across its cuts")
                 for i in segment.nodes:
                     placement[i] = HOST
                     decisions[i] = f"kept on the host: its device segment was not worth a launch ({why})"

@@ -138,8 +138,11 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
         if legalized.success:
             graph_model = io.load(staging / LEGALIZED, check=False, infer=True).model
             bounds = {"flops_per_byte": flops_per_byte} if flops_per_byte is not None else {}
+            # TensorRT engines here are built for the shapes the axes pass fixed (profiles for
+            # graph inputs only), so a cut tensor sized by the data keeps its reader on the host.
             partition = plan(graph_model.graph, node_judge(graph_model, target),
-                             min_segment_nodes=min_segment_nodes, **bounds)
+                             min_segment_nodes=min_segment_nodes,
+                             static_cuts=target.backend.kind == "tensorrt", **bounds)
             feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
                                                                legalized.fed_layouts)
             observed = observe_cut_shapes(graph_model, partition, feeds)

@@ -222,3 +222,26 @@ def test_bench_times_the_chain_and_each_segment(tmp_path: Path) -> None:
     assert list(timed.segments_ms) == ["segment 0 (device)", "segment 1 (host)", "segment 2 (device)"]
     assert all(ms > 0 for ms in timed.segments_ms.values())
     assert sum(timed.segments_ms.values()) <= timed.latency.max_ms  # parts of each timed run
+
+
+def test_a_tensorrt_segment_reading_a_data_sized_tensor_runs_on_the_host(tmp_path: Path) -> None:
+    """NonZero's output count is decided by the data: on TensorRT (engines for fixed shapes here)
+    the Gather that reads it goes to the host with NonZero, not into a second engine."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["features"]),
+             helper.make_node("Reshape", ["features", "rows"], ["scores"]),
+             helper.make_node("Greater", ["scores", "threshold"], ["kept"]),
+             helper.make_node("NonZero", ["kept"], ["where"]),
+             helper.make_node("Gather", ["where", "one"], ["columns"], axis=0),
+             helper.make_node("Gather", ["scores", "columns"], ["picked"], axis=0),
+             helper.make_node("Exp", ["picked"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "data_sized", [_vi("x", FLOAT, [1, 3, 8, 8])], [_vi("y", FLOAT, ["n"])],
+        [_const("w", np.random.default_rng(6).standard_normal((4, 3, 3, 3)) * 0.3),
+         _const("rows", [144], np.int64), _const("threshold", 0.0), _const("one", 0, np.int64)])
+    model = _save(tmp_path, graph, "data_sized.onnx", [helper.make_opsetid("", 13)])
+    report = api.build_partitioned(model, "jetson-nano", tmp_path / "out", BuildOptions(bench=False),
+                                   flops_per_byte=0)
+    assert [s["placement"] for s in report.segments] == ["device", "host"], report.segments
+    assert set(report.segments[1]["ops"]) == {"NonZero", "Gather", "Exp"}
+    assert "whose size the data decides" in report.segments[1]["decision"]
+    assert report.chain_on_ort.passed
