@@ -147,7 +147,12 @@ class ConversionTarget:
         if (self.table.function_expansion and domain == ""
                 and schemas.has_function_body(node.op_type, domain, opset)):
             blocked = self._body_blocker(node.op_type, domain, opset, depth=0)
-            if blocked is None:
+            newest = self.table.function_expansion_max_opset
+            if blocked is None and newest is not None and opset > newest:
+                verdict.refuse("unsupported_op",
+                               f"{label} has no implementation in {self.product}, which expands its "
+                               f"function body only in models of opset {newest} or lower")
+            elif blocked is None:
                 verdict.allow_if(RUNTIME_EXPANDS)
             else:
                 verdict.refuse("unsupported_op",

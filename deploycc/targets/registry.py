@@ -321,7 +321,7 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
                               "optimization_level"})
     device_r.reject_unknown({"kind", "name", "compute_capability", "memory_mb"})
     opset_r.reject_unknown({"min", "max", "preferred", "statement"})
-    ops_r.reject_unknown({"table", "function_expansion"})
+    ops_r.reject_unknown({"table", "function_expansion", "function_expansion_max_opset"})
 
     table_name = ops_r.text("table", required=True)
     table = load_table(find_table(table_name, path))
@@ -335,6 +335,8 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
         table = replace(table, entries=_add_restrictions(table.entries, restrictions))
     if "function_expansion" in ops_r.data:
         table = replace(table, function_expansion=ops_r.flag("function_expansion"))
+    if "function_expansion_max_opset" in ops_r.data:
+        table = replace(table, function_expansion_max_opset=ops_r.integer("function_expansion_max_opset"))
 
     low = opset_r.integer("min", default=1)
     high = opset_r.integer("max", required=True)

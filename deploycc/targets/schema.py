@@ -98,6 +98,9 @@ class OpTable:
     # "next_schema_version" covers op versions up to the next ONNX change of the op.
     open_range: str = "latest"
     general_restrictions: tuple[str, ...] = ()
+    # The newest model opset at which the runtime still finds the function bodies it expands
+    # (ORT 1.32 expands Swish-24 in a model of opset 24, not of opset 25); None: no bound known.
+    function_expansion_max_opset: int | None = None
 
     def lookup(self, domain: str, op: str) -> tuple[OpSupport, ...]:
         return self._index().get((domain, op), ())

@@ -567,3 +567,19 @@ def test_a_branch_that_cannot_run_with_the_fixed_shapes_is_dropped(tmp_path: Pat
     assert "If" not in [node.op_type for node in written.graph.node]
     assert [i.name for i in written.graph.input] == ["x", "wide"]  # the signature stays
     _same_outputs(model, out, feeds)
+
+
+# 12. MobileNetV3 on ort-cpu grew from 159 to 274 nodes: HardSwish, which ONNX Runtime expands into
+# its function body itself, was decomposed by deploycc into more nodes than ORT's expansion.
+
+
+@pytest.mark.parametrize("target", ["ort-cpu", "openvino-cpu"])
+def test_a_function_op_the_runtime_expands_is_left_alone(tmp_path: Path, target: str) -> None:
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("HardSwish", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "hs", [_vi("x", FLOAT, ["N", 2, 5, 5])],
+                              [_vi("y", FLOAT, ["N", 3, 3, 3])],
+                              [_const("w", np.full((3, 2, 3, 3), 0.1), np.float32)])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), "hs.onnx")
+    report = api.build(model, target, tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+    assert report.legalize.nodes == {"before": 2, "after": 2} and not report.legalize.rewrites
