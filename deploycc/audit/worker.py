@@ -131,7 +131,7 @@ def run_cell(spec: CellSpec) -> CellResult:
                 # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
                 result.regressed = bool(result.legal_as_exported) and report.stage == "legalize" and \
                     not (legalized is not None and legalized.as_exported)
-                if spec.partition and report.stage == "legalize":
+                if (spec.partition or target.mode == "partition") and report.stage == "legalize":
                     _with_host_segments(spec, target, options, result)
         elif "legalize" in stages:
             result.stage = "legalize"

@@ -93,6 +93,8 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
     if outdir is None and not engine_only:
         raise OptionError("no output directory", hint="pass -o OUTDIR")
     report: Any
+    partition = partition or (not engine_only and flags.get("mode") is None
+                              and api.get_target(target, jetpack=jetpack).mode == "partition")
     if partition:
         if engine_only:
             raise OptionError("--partition and --engine-only do not go together")

@@ -44,9 +44,10 @@ class LegalizeOptions:
     sample_shapes: dict[str, list[int]] = field(default_factory=dict)
 
     def effective_mode(self, target: Target) -> str:
-        if self.mode is not None:
-            return self.mode
-        return "partial" if target.backend.kind == "onnxruntime" else "full"
+        """The asked mode, else the target's; a target that partitions writes one legalized file
+        in partial mode (`build` then cuts it into segments)."""
+        mode = self.mode if self.mode is not None else target.mode
+        return "partial" if mode == "partition" else mode
 
 
 @dataclass

@@ -24,6 +24,7 @@ from deploycc.targets.schema import (
     BACKEND_KINDS,
     DEVICE_KINDS,
     DTYPE_MODES,
+    LEGALIZE_MODES,
     OP_STATUSES,
     OPEN_RANGES,
     OPTIMIZATION_LEVELS,
@@ -55,7 +56,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 DEFAULT_TARGET = "ort-cpu"
 TARGET_PATH_ENV = "DEPLOYCC_TARGET_PATH"
 TARGET_KEYS = {
-    "schema", "name", "description", "aliases", "backend", "device", "opset", "ops", "op",
+    "schema", "name", "description", "aliases", "mode", "backend", "device", "opset", "ops", "op",
     "dtypes", "shapes", "precision", "memory", "dla", "jetpack", "provenance", "restrict",
 }
 
@@ -380,6 +381,7 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
         name=top.text("name", required=True),
         description=top.text("description", default=""),
         aliases=top.strings("aliases"),
+        mode=top.choice("mode", LEGALIZE_MODES, default="full"),
         backend=Backend(
             kind=backend_r.choice("kind", BACKEND_KINDS),
             version=backend_r.text("version", required=True),

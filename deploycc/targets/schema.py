@@ -21,6 +21,9 @@ BACKEND_KINDS = ("onnxruntime", "openvino", "tensorrt")
 DEVICE_KINDS = ("CPU", "GPU", "DLA")
 SHAPE_POLICIES = ("static", "dynamic")
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
+# What the target does with nodes no rule makes legal: refuse the model (full), leave them for
+# the runtime to fall back on (partial, ONNX Runtime's way), or run them on the host (partition).
+LEGALIZE_MODES = ("full", "partial", "partition")
 # "extended" keeps the saved model portable across CPUs; "all" adds layout transforms (NCHWc)
 # tied to the building machine's instruction set.
 OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
@@ -98,8 +101,9 @@ class OpTable:
     # "next_schema_version" covers op versions up to the next ONNX change of the op.
     open_range: str = "latest"
     general_restrictions: tuple[str, ...] = ()
-    # The newest model opset at which the runtime still finds the function bodies it expands
-    # (ORT 1.32 expands Swish-24 in a model of opset 24, not of opset 25); None: no bound known.
+    # The newest opset (of the model, and of the op) at which the runtime still finds the function
+    # bodies it expands: ORT 1.32 expands Swish-24 in a model of opset 24, not 25; OpenVINO 2026.4
+    # has no SwiGLU (opset 28). None: no bound known.
     function_expansion_max_opset: int | None = None
 
     def lookup(self, domain: str, op: str) -> tuple[OpSupport, ...]:
@@ -213,6 +217,7 @@ class Target:
     jetpack: JetPack | None
     source_file: str
     provenance: tuple[tuple[str, str], ...] = field(default=())
+    mode: str = "full"  # one of LEGALIZE_MODES: the default of `legalize --mode` and `build`
 
     def to_dict(self, with_ops: bool = False) -> dict[str, Any]:
         data = asdict(self)

@@ -183,3 +183,18 @@ def test_legalize_partition_writes_segments_verified_on_ort(tmp_path: Path):
     assert not (tmp_path / "split" / "segments" / "00").exists()  # no engine: legalize only
     missing = run("legalize", str(model), "-t", "jetson-nano", "--partition")
     assert missing.returncode == 2 and "--partition writes a directory" in missing.stderr
+
+
+def test_a_target_whose_mode_is_partition_builds_with_host_segments(tmp_path: Path):
+    """`mode = "partition"` in a target file makes `build` cut what no rule makes legal."""
+    from tests.pipeline.test_partition import _save, scaler_in_the_middle
+
+    text = (REPO / "targets" / "openvino-cpu.toml").read_text()
+    text = text.replace('name = "openvino-cpu"', 'name = "openvino-split"\nmode = "partition"', 1)
+    text = text.replace("aliases = ", "# aliases = ", 1)
+    (tmp_path / "openvino-split.toml").write_text(text)
+    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    done = run("build", str(model), "-t", str(tmp_path / "openvino-split.toml"), "-o", str(tmp_path / "out"),
+               "--json")
+    assert done.returncode == 0, done.stderr
+    assert [s["placement"] for s in json.loads(done.stdout)["segments"]] == ["device", "host", "device"]
