@@ -12,7 +12,8 @@ any path, which is the fewest any partition can have.
 
 The cost model then sends a device segment back to the host when it is not worth a launch: fewer
 than `min_segment_nodes` nodes, or fewer floating-point operations than `flops_per_byte` times the
-bytes that cross its cuts. The levels are recomputed after each such move.
+bytes that cross its cuts plus the launch of one more engine (`LAUNCH_FLOPS`). The levels are
+recomputed after each such move. `flops_per_byte=0` turns the FLOPs test off (tests use it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ _BYTES = {"FLOAT": 4, "FLOAT16": 2, "BFLOAT16": 2, "DOUBLE": 8, "INT64": 8, "INT
           "INT8": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "BOOL": 1}
 FLOPS_PER_BYTE = 1.0  # a device segment must compute at least this much per byte it moves
 UNKNOWN_DIM = 1  # a symbolic dim counts as this many elements when sizing a cut (batch-like)
+# One more engine call costs about 50 µs here (`deploycc bench` of a three-segment chain: 0.10 ms
+# per tiny OpenVINO segment against 0.03 ms for the ORT host segment), about 5e5 FLOPs at the
+# 10 GFLOP/s a CPU core sustains: a device segment must at least pay for that.
+LAUNCH_FLOPS = 5e5
 
 
 @dataclass
@@ -198,13 +203,15 @@ def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_
             moved_bytes = sum(tensor_bytes(values[name]) for name in segment.inputs + segment.outputs
                               if name in values)
             small = len(segment.nodes) < min_segment_nodes
-            cheap = len(segments) > 1 and segment.flops < flops_per_byte * moved_bytes
+            cheap = len(segments) > 1 and flops_per_byte > 0 and \
+                segment.flops < flops_per_byte * moved_bytes + LAUNCH_FLOPS
             sized_by_data = [name for name in segment.inputs if static_cuts and name in values
                              and values[name] not in graph.inputs and not _static(values[name])]
             if small or cheap or sized_by_data:
                 why = (f"{len(segment.nodes)} node(s), fewer than --min-segment-nodes {min_segment_nodes}"
                        if small else f"it reads {', '.join(sized_by_data)}, whose size the data decides"
-                       if sized_by_data else f"{segment.flops} FLOPs for {moved_bytes} bytes across its cuts")
+                       if sized_by_data else f"{segment.flops} FLOPs for {moved_bytes} bytes across its cuts "
+                       f"and one more launch")
                 for i in segment.nodes:
                     placement[i] = HOST
                     decisions[i] = f"kept on the host: its device segment was not worth a launch ({why})"

@@ -149,18 +149,18 @@ def test_build_partition_and_run_the_chain(tmp_path: Path):
 
     from tests.pipeline.test_partition import _save, scaler_in_the_middle
 
-    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    model = _save(tmp_path, scaler_in_the_middle(channels=16, size=32), "middle.onnx")
     done = run("build", str(model), "-t", "openvino-cpu", "-o", str(tmp_path / "out"), "--partition",
                "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["status"] == "verified" and len(report["segments"]) == 3
-    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((1, 16, 32, 32)).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x)
     ran = run("run", str(tmp_path / "out" / "segments"), "--inputs", str(tmp_path / "in.npz"),
               "-o", str(tmp_path / "y.npz"))
     assert ran.returncode == 0, ran.stderr
-    assert "y: float32 [1, 4, 8, 8]" in ran.stdout
+    assert "y: float32 [1, 16, 32, 32]" in ran.stdout
     with np.load(tmp_path / "y.npz") as outputs:
         import onnxruntime as ort
 
@@ -173,7 +173,7 @@ def test_build_partition_and_run_the_chain(tmp_path: Path):
 def test_legalize_partition_writes_segments_verified_on_ort(tmp_path: Path):
     from tests.pipeline.test_partition import _save, scaler_in_the_middle
 
-    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    model = _save(tmp_path, scaler_in_the_middle(channels=16, size=32), "middle.onnx")
     done = run("legalize", str(model), "-t", "jetson-nano", "-o", str(tmp_path / "split"), "--partition",
                "--json")
     assert done.returncode == 0, done.stderr
@@ -193,7 +193,7 @@ def test_a_target_whose_mode_is_partition_builds_with_host_segments(tmp_path: Pa
     text = text.replace('name = "openvino-cpu"', 'name = "openvino-split"\nmode = "partition"', 1)
     text = text.replace("aliases = ", "# aliases = ", 1)
     (tmp_path / "openvino-split.toml").write_text(text)
-    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    model = _save(tmp_path, scaler_in_the_middle(channels=16, size=32), "middle.onnx")
     done = run("build", str(model), "-t", str(tmp_path / "openvino-split.toml"), "-o", str(tmp_path / "out"),
                "--json")
     assert done.returncode == 0, done.stderr

@@ -36,20 +36,20 @@ def _conv(name: str, x: str, y: str, channels: int) -> tuple[onnx.NodeProto, onn
             numpy_helper.from_array(weights * 0.2, f"{name}_w"))
 
 
-def scaler_in_the_middle() -> onnx.GraphProto:
+def scaler_in_the_middle(channels: int = 4, size: int = 8) -> onnx.GraphProto:
     """Conv -> ai.onnx.ml Scaler (no target but ORT has it) -> Conv: two device segments."""
-    first, w1 = _conv("c1", "x", "a", 4)
-    second, w2 = _conv("c2", "scaled", "b", 4)
+    first, w1 = _conv("c1", "x", "a", channels)
+    second, w2 = _conv("c2", "scaled", "b", channels)
+    image = [1, channels, size, size]
     nodes = [first, helper.make_node("Relu", ["a"], ["r"]),
              helper.make_node("Reshape", ["r", "rows"], ["flat"]),
              helper.make_node("Scaler", ["flat"], ["scaled_flat"], domain="ai.onnx.ml",
                               offset=[0.5], scale=[2.0]),
              helper.make_node("Reshape", ["scaled_flat", "back"], ["scaled"]),
              second, helper.make_node("Sigmoid", ["b"], ["y"])]
-    return helper.make_graph(nodes, "middle", [_vi("x", FLOAT, [1, 4, 8, 8])],
-                             [_vi("y", FLOAT, [1, 4, 8, 8])],
-                             [w1, w2, _const("rows", [4, 64], np.int64),
-                              _const("back", [1, 4, 8, 8], np.int64)])
+    return helper.make_graph(nodes, "middle", [_vi("x", FLOAT, image)], [_vi("y", FLOAT, image)],
+                             [w1, w2, _const("rows", [channels, size * size], np.int64),
+                              _const("back", image, np.int64)])
 
 
 def _feeds(shape=(1, 4, 8, 8)) -> dict[str, np.ndarray]:
@@ -199,7 +199,8 @@ def test_random_dags_partition_into_an_acyclic_chain_equal_to_the_original(tmp_p
 def test_audit_counts_host_segments_apart(tmp_path: Path) -> None:
     from deploycc.audit.run import AuditOptions
 
-    _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    # big enough for the default cost model to keep its convolutions on the device
+    _save(tmp_path, scaler_in_the_middle(channels=16, size=32), "middle.onnx")
     plain = api.audit([tmp_path], ["openvino-cpu"], tmp_path / "plain", AuditOptions())
     assert plain.cells[0].status == "failed" and plain.summary[0].with_host_segments == 0
     audited = api.audit([tmp_path], ["openvino-cpu"], tmp_path / "audit", AuditOptions(partition=True))
@@ -245,3 +246,12 @@ def test_a_tensorrt_segment_reading_a_data_sized_tensor_runs_on_the_host(tmp_pat
     assert set(report.segments[1]["ops"]) == {"NonZero", "Gather", "Exp"}
     assert "whose size the data decides" in report.segments[1]["decision"]
     assert report.chain_on_ort.passed
+
+
+def test_the_cost_model_keeps_a_tiny_device_segment_on_the_host(tmp_path: Path) -> None:
+    """The same graph, small: its convolutions do not pay for the engine calls around the host
+    Scaler, so everything runs on the host, and the report says why."""
+    model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
+    report = api.build_partitioned(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert [s["placement"] for s in report.segments] == ["host"]
+    assert "not worth a launch" in report.segments[0]["decision"]
