@@ -207,15 +207,20 @@ def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_
                 segment.flops < flops_per_byte * moved_bytes + LAUNCH_FLOPS
             sized_by_data = [name for name in segment.inputs if static_cuts and name in values
                              and values[name] not in graph.inputs and not _static(values[name])]
-            if small or cheap or sized_by_data:
-                why = (f"{len(segment.nodes)} node(s), fewer than --min-segment-nodes {min_segment_nodes}"
-                       if small else f"it reads {', '.join(sized_by_data)}, whose size the data decides"
-                       if sized_by_data else f"{segment.flops} FLOPs for {moved_bytes} bytes across its cuts "
-                       f"and one more launch")
-                for i in segment.nodes:
-                    placement[i] = HOST
-                    decisions[i] = f"kept on the host: its device segment was not worth a launch ({why})"
-                moved = True
+            if sized_by_data:
+                why = f"its device segment reads {', '.join(sized_by_data)}, whose size the data decides"
+            elif small:
+                why = (f"its device segment was not worth a launch ({len(segment.nodes)} node(s), fewer "
+                       f"than --min-segment-nodes {min_segment_nodes})")
+            elif cheap:
+                why = (f"its device segment was not worth a launch ({segment.flops} FLOPs for {moved_bytes} "
+                       f"bytes across its cuts and one more launch)")
+            else:
+                continue
+            for i in segment.nodes:
+                placement[i] = HOST
+                decisions[i] = f"kept on the host: {why}"
+            moved = True
         if not moved:
             break
     for segment in segments:

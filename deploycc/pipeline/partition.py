@@ -155,6 +155,8 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
             report.host_nodes = partition.host_reasons
             report.device_flops_share = partition.device_flops_share
             report.summary = _summary(partition, target, pipeline)
+            if not any(s.placement == DEVICE for s in partition.segments):
+                report.notes.append(f"nothing runs on {target.name}: every node is on the host")
             expected, reference = reference_outputs(source, original_feeds)
             tolerance = verification_precision(legalized, precision)
             chain = Chain.load(folder)
