@@ -147,13 +147,7 @@ class ConversionTarget:
         if (self.table.function_expansion and domain == ""
                 and schemas.has_function_body(node.op_type, domain, opset)):
             blocked = self._body_blocker(node.op_type, domain, opset, depth=0)
-            newest = self.table.function_expansion_max_opset
-            born = schemas.first_version(node.op_type, domain) or 0
-            if blocked is None and newest is not None and max(opset, born) > newest:
-                verdict.refuse("unsupported_op",
-                               f"{label} has no implementation in {self.product}, which expands "
-                               f"function bodies only up to opset {newest} (of the op and the model)")
-            elif blocked is None:
+            if blocked is None:
                 verdict.allow_if(RUNTIME_EXPANDS)
             else:
                 verdict.refuse("unsupported_op",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from deploycc import io
 from deploycc.partition.plan import DEVICE, PartitionPlan, Segment, tensor_bytes
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def _segment_model(model: ir.Model, segment: Segment) -> ir.Model:
     import onnx_ir as ir
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-    part = io_copy(model)
+    part = io.copy_model(model)
     graph = part.graph
     nodes = list(graph)
     keep = set(segment.nodes)
@@ -70,7 +71,7 @@ def observe_cut_shapes(model: ir.Model, plan: PartitionPlan, feeds: dict[str, An
     unknown = [values[name] for name in plan.cut_bytes if name in values and values[name].shape is None]
     if not unknown:
         return []
-    probe = io_copy(model)
+    probe = io.copy_model(model)
     probe_values = {v.name: v for node in probe.graph for v in node.outputs}
     probe.graph.outputs.extend(probe_values[v.name] for v in unknown if v not in graph.outputs)
     observed = run_ort(serialize(probe), feeds)
@@ -80,12 +81,6 @@ def observe_cut_shapes(model: ir.Model, plan: PartitionPlan, feeds: dict[str, An
         value.shape = ir.Shape(list(dims) if static else [ir.SymbolicDim(f"{value.name}_{i}")
                                                           for i in range(len(dims))])
     return [v.name or "" for v in unknown]
-
-
-def io_copy(model: ir.Model) -> ir.Model:
-    from deploycc import io
-
-    return io.copy_model(model)
 
 
 def _tensor(value: ir.Value | None) -> dict[str, Any]:
@@ -99,8 +94,6 @@ def _tensor(value: ir.Value | None) -> dict[str, Any]:
 def write_segments(model: ir.Model, plan: PartitionPlan, folder: Path, *, source: str,
                    target: str) -> dict[str, Any]:
     """Each segment's model into `folder`, and `pipeline.json`; returns the pipeline description."""
-    from deploycc import io
-
     folder.mkdir(parents=True, exist_ok=True)
     values = {v.name: v for node in model.graph for v in node.outputs}
     values.update({v.name: v for v in model.graph.inputs})

@@ -3,10 +3,12 @@ illegal, to a fixed point (a rule's replacement may itself need a rule), then st
 
 Whole-graph type rules run first (float64 for targets without it, int64 Slice bounds for
 targets that carry int64 as int32), because they change what the node verdicts see. Only
-illegal nodes are touched; a legal or conditionally legal node is never rewritten. That includes
-a function op the runtime expands itself (ORT and OpenVINO inline HardSwish's body when they have
-no kernel, once their checks found every op of the body legal): deploycc's own rule would only
-make the graph bigger (MobileNetV3: 159 nodes as 274, where ORT's expansion is HardSigmoid*x).
+illegal nodes are touched, and function ops the runtime would expand itself above the opset up
+to which that expansion is known to work (`function_expansion_max_opset` in the target: ORT 1.32
+fails on Swish-24 in a model of opset 25, OpenVINO 2026.4 on SwiGLU-28); below it such an op is
+left to the runtime, whose expansion is no bigger than deploycc's (MobileNetV3 on ort-cpu: 122
+nodes stay 122, deploycc's HardSwish rule made them 274). Any other legal or conditionally legal
+node is never rewritten.
 """
 
 from __future__ import annotations
@@ -58,18 +60,21 @@ class LegalizePass(Pass):
     def _round(self, state: PipelineState) -> bool:
         """One sweep over the illegal nodes; True when something was rewritten."""
         from deploycc.analysis.graphs import all_graphs, graph_label
-        from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+        from deploycc.legality.conversion_target import ILLEGAL, RUNTIME_EXPANDS, ConversionTarget
         from deploycc.rules.engine import decide
 
         judge = ConversionTarget(state.target)
         opsets = state.opsets
+        newest = state.target.ops.function_expansion_max_opset
+        runtime_expands = newest is not None and opsets.get("", 1) <= newest
         unresolved: list[Decision] = []
         changed = False
         for graph in list(all_graphs(state.model.graph)):
             label = graph_label(state.model, graph)
             for node in list(graph):
                 verdict = judge.judge(node, opsets, label)
-                if verdict.status != ILLEGAL:
+                expand = RUNTIME_EXPANDS in verdict.conditions and not runtime_expands
+                if verdict.status != ILLEGAL and not expand:
                     continue
                 decision = decide(node, graph, opsets, prove=state.options.prove, graph_label=label,
                                   accepts=lambda candidate, label=label: judge.judge(  # type: ignore[misc]

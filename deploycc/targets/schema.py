@@ -101,9 +101,9 @@ class OpTable:
     # "next_schema_version" covers op versions up to the next ONNX change of the op.
     open_range: str = "latest"
     general_restrictions: tuple[str, ...] = ()
-    # The newest opset (of the model, and of the op) at which the runtime still finds the function
-    # bodies it expands: ORT 1.32 expands Swish-24 in a model of opset 24, not 25; OpenVINO 2026.4
-    # has no SwiGLU (opset 28). None: no bound known.
+    # The newest model opset at which the runtime's own function expansion is known to work (ORT
+    # 1.32 expands Swish-24 in a model of opset 24, not 25; OpenVINO 2026.4 has no SwiGLU-28);
+    # deploycc leaves function ops to the runtime up to it and expands them above. None: always.
     function_expansion_max_opset: int | None = None
 
     def lookup(self, domain: str, op: str) -> tuple[OpSupport, ...]:
