@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,13 +116,13 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     from deploycc.backends.registry import get_backend
     from deploycc.partition.plan import DEVICE, plan
     from deploycc.partition.segments import observe_cut_shapes, write_segments
-    from deploycc.pipeline.build import verification_precision
+    from deploycc.pipeline.build import profiles_for, verification_precision
     from deploycc.pipeline.legalize import legalize
     from deploycc.runtime import Chain
     from deploycc.verify.verify import compare_all, reference_outputs, signature_feeds
 
     options = options or BuildOptions()
-    options.legalize.mode = "partial"
+    options = replace(options, legalize=replace(options.legalize, mode="partial"))  # the caller's stay
     source, outdir = Path(model), Path(outdir)
     precision = options.effective_precision(target)
     if min_segment_nodes < 1:
@@ -164,8 +164,14 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                 report.chain_on_ort = compare_all(expected, chain.run(feeds), reference=reference,
                                                   inputs=described,
                                                   precision=verification_precision(legalized, "fp32"))
+            except Exception as error:  # ORT refusing a segment is a cutting bug to report, not a crash
+                report.notes.append(f"the chain did not run on ONNX Runtime: {str(error).splitlines()[0]}")
             finally:
                 chain.close()
+            if report.chain_on_ort is None:
+                _write(staging, report)
+                staged.commit()
+                return report
             runners: dict[int, Any] = {}
             pending = False
             try:
@@ -176,6 +182,8 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                     where.mkdir()
                     request = BuildRequest(model=folder / pipeline["segments"][segment.index]["file"],
                                            outdir=where, target=target, precision=precision)
+                    if target.backend.kind == "tensorrt":  # as `build` does: profiles for dynamic inputs
+                        request.profiles = profiles_for(request.model, options)
                     artifact = backend.build(request)
                     report.segments[segment.index]["artifact"] = {
                         "kind": artifact.kind, "files": artifact.files, "settings": artifact.settings}
@@ -203,10 +211,16 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                 report.status = VERIFIED
             elif pending:
                 report.status = PENDING
-        io.write_text_atomic(staging / "report.json", report.to_json() + "\n")
-        io.write_text_atomic(staging / "report.md", _markdown(report))
+        _write(staging, report)
         staged.commit()
     return report
+
+
+def _write(staging: Path, report: PartitionReport) -> None:
+    from deploycc import io
+
+    io.write_text_atomic(staging / "report.json", report.to_json() + "\n")
+    io.write_text_atomic(staging / "report.md", _markdown(report))
 
 
 def _markdown(report: PartitionReport) -> str:
