@@ -9,6 +9,13 @@ when its ops are written in tensor arithmetic:
   pointing at themselves; then the leaf weights gathered and summed over the trees. The size is
   linear in the node count (the GEMM strategy is quadratic), and every comparison is the one the op
   makes, on the same float32 values: the path is exact, only the order of the final sum differs.
+- Scaler: (x - offset) * scale. ArrayFeatureExtractor: Gather on the last axis.
+- LinearClassifier with integer labels and one score per class: MatMul + Add, the post transform
+  (Softmax/Sigmoid), and the label gathered at the ArgMax (ties to the first class, as ONNX
+  Runtime's max_element).
+
+ZipMap has no rule: its output, a sequence of maps, has no tensor form on any engine; with
+`--partition` it runs on the host.
 """
 
 from __future__ import annotations
@@ -146,3 +153,87 @@ class TreeEnsembleRegressorRule(Rule):
         if _text(site.attr("post_transform", "NONE")) == "LOGISTIC":
             y = b.op("Sigmoid", y)
         return [y]
+
+
+def _float_rows(site: Site) -> str | None:
+    dtype = site.dtype(0)
+    if site.rank(0) != 2 or dtype is None or dtype.name != "FLOAT":
+        return "handles a float32 input of rank 2 (rows of features)"
+    return None
+
+
+@register
+class ScalerRule(Rule):
+    """Scaler: y = (x - offset) * scale, per feature or for all."""
+
+    name = "scaler"
+    family = "ml"
+    op_type = "Scaler"
+    domain = ML
+
+    def check(self, site: Site) -> str | None:
+        return _float_rows(site)
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        offset = np.array(site.attr("offset", [0.0]) or [0.0], np.float32)
+        scale = np.array(site.attr("scale", [1.0]) or [1.0], np.float32)
+        return [b.op("Mul", b.op("Sub", site.inputs[0], b.const(offset)), b.const(scale))]
+
+
+@register
+class ArrayFeatureExtractorRule(Rule):
+    """ArrayFeatureExtractor: y = x[..., indices] (Gather on the last axis)."""
+
+    name = "array-feature-extractor"
+    family = "ml"
+    op_type = "ArrayFeatureExtractor"
+    domain = ML
+
+    def check(self, site: Site) -> str | None:
+        dtype, indices, rank = site.dtype(0), site.constant(1), site.rank(0)
+        if rank is None or rank < 2 or dtype is None or dtype.name == "STRING":
+            return "handles numeric inputs of rank 2 or more (ONNX Runtime gives a rank-1 input a row)"
+        shape = site.shape(0)
+        if indices is None or indices.ndim != 1 or shape is None or shape[-1] is None or \
+                not ((indices >= 0) & (indices < shape[-1])).all():
+            return "needs constant 1-D indices within a static last dim"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        return [b.op("Gather", site.inputs[0], site.inputs[1], axis=-1)]
+
+
+@register
+class LinearClassifierRule(Rule):
+    """LinearClassifier: scores = post(x @ W^T + b); label = labels[argmax(scores)]."""
+
+    name = "linear-classifier"
+    family = "ml"
+    op_type = "LinearClassifier"
+    domain = ML
+
+    def check(self, site: Site) -> str | None:
+        labels = site.attr("classlabels_ints")
+        intercepts = site.attr("intercepts", []) or []
+        if not labels:
+            return "integer class labels are handled (string labels have no tensor form on a device)"
+        if len(intercepts) != len(labels) or len(labels) < 2:
+            return "one score per class is handled (the binary single-score form is not)"
+        if len(site.attr("coefficients", [])) % len(labels):
+            return "coefficients are not one row per class"
+        if _text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
+            return "post transforms NONE, SOFTMAX and LOGISTIC are handled"
+        return _float_rows(site)
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        labels = np.array(site.attr("classlabels_ints"), np.int64)
+        weights = np.array(site.attr("coefficients"), np.float32).reshape(len(labels), -1)
+        scores = b.op("Add", b.op("MatMul", site.inputs[0], b.const(np.ascontiguousarray(weights.T))),
+                      b.const(np.array(site.attr("intercepts"), np.float32)))
+        label = b.op("Gather", b.const(labels), b.op("ArgMax", scores, axis=1, keepdims=0), axis=0)
+        post = _text(site.attr("post_transform", "NONE"))
+        if post == "SOFTMAX":
+            scores = b.op("Softmax", scores, axis=1) if b.opset >= 13 else b.op("Softmax", scores)
+        elif post == "LOGISTIC":
+            scores = b.op("Sigmoid", scores)
+        return [label, scores]

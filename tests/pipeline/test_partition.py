@@ -37,14 +37,13 @@ def _conv(name: str, x: str, y: str, channels: int) -> tuple[onnx.NodeProto, onn
 
 
 def scaler_in_the_middle(channels: int = 4, size: int = 8) -> onnx.GraphProto:
-    """Conv -> ai.onnx.ml Scaler (no target but ORT has it) -> Conv: two device segments."""
+    """Conv -> ai.onnx.ml Binarizer (no rule; only ORT has it) -> Conv: two device segments."""
     first, w1 = _conv("c1", "x", "a", channels)
     second, w2 = _conv("c2", "scaled", "b", channels)
     image = [1, channels, size, size]
     nodes = [first, helper.make_node("Relu", ["a"], ["r"]),
              helper.make_node("Reshape", ["r", "rows"], ["flat"]),
-             helper.make_node("Scaler", ["flat"], ["scaled_flat"], domain="ai.onnx.ml",
-                              offset=[0.5], scale=[2.0]),
+             helper.make_node("Binarizer", ["flat"], ["scaled_flat"], domain="ai.onnx.ml", threshold=0.1),
              helper.make_node("Reshape", ["scaled_flat", "back"], ["scaled"]),
              second, helper.make_node("Sigmoid", ["b"], ["y"])]
     return helper.make_graph(nodes, "middle", [_vi("x", FLOAT, image)], [_vi("y", FLOAT, image)],
@@ -59,7 +58,7 @@ def _feeds(shape=(1, 4, 8, 8)) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("target", ["ort-cpu", "openvino-cpu"])
 def test_an_illegal_node_in_the_middle_makes_two_device_segments(tmp_path: Path, target: str) -> None:
     model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
-    if target == "ort-cpu":  # ORT runs Scaler: nothing to partition, one device segment
+    if target == "ort-cpu":  # ORT runs Binarizer: nothing to partition, one device segment
         report = api.build_partitioned(model, target, tmp_path / "out", BuildOptions(bench=False))
         assert [s["placement"] for s in report.segments] == ["device"]
         return
@@ -68,7 +67,7 @@ def test_an_illegal_node_in_the_middle_makes_two_device_segments(tmp_path: Path,
     assert report.status == "verified", report.summary
     assert [s["placement"] for s in report.segments] == ["device", "host", "device"]
     assert report.chain_on_ort.passed and report.chain_on_engines.passed
-    assert any("Scaler" in node for node in report.host_nodes)
+    assert any("Binarizer" in node for node in report.host_nodes)
     assert (tmp_path / "out" / "segments" / "00" / "model.xml").exists()  # a real OpenVINO engine
     from deploycc.runtime import Chain
 
@@ -102,14 +101,15 @@ def test_a_detector_ending_in_nonzero_keeps_it_on_the_host_of_jetson_nano(tmp_pa
 
 
 def test_a_scikit_learn_head_runs_on_the_host_of_a_tensorrt_target(tmp_path: Path) -> None:
-    """Features scaled in standard ops, then LinearClassifier and ZipMap (sequence of maps)."""
+    """Features scaled in standard ops, then a LinearClassifier whose SOFTMAX_ZERO no rule
+    writes and ZipMap (a sequence of maps, no tensor form on an engine): both on the host."""
     sequence_of_maps = helper.make_sequence_type_proto(
         helper.make_map_type_proto(INT64, helper.make_tensor_type_proto(FLOAT, [])))
     nodes = [helper.make_node("Sub", ["x", "mean"], ["centred"]),
              helper.make_node("Div", ["centred", "std"], ["z"]),
              helper.make_node("LinearClassifier", ["z"], ["label", "probabilities"], domain="ai.onnx.ml",
                               classlabels_ints=[0, 1, 2], coefficients=[v / 10 for v in range(12)],
-                              intercepts=[0.1, 0.2, 0.3], post_transform="SOFTMAX"),
+                              intercepts=[0.1, 0.2, 0.3], post_transform="SOFTMAX_ZERO"),
              helper.make_node("ZipMap", ["probabilities"], ["probs"], domain="ai.onnx.ml",
                               classlabels_int64s=[0, 1, 2])]
     graph = helper.make_graph(nodes, "pipeline", [_vi("x", FLOAT, [1, 4])],
@@ -125,8 +125,8 @@ def test_a_scikit_learn_head_runs_on_the_host_of_a_tensorrt_target(tmp_path: Pat
 
 
 def test_an_if_with_an_illegal_node_in_a_branch_stays_whole_on_the_host(tmp_path: Path) -> None:
-    scaled = helper.make_graph([helper.make_node("Scaler", ["r"], ["s"], domain="ai.onnx.ml", offset=[1.0],
-                                                 scale=[3.0])], "then", [], [_vi("s", FLOAT, [2, 3])])
+    binarize = helper.make_node("Binarizer", ["r"], ["s"], domain="ai.onnx.ml", threshold=0.5)
+    scaled = helper.make_graph([binarize], "then", [], [_vi("s", FLOAT, [2, 3])])
     kept = helper.make_graph([helper.make_node("Identity", ["r"], ["k"])], "else", [],
                              [_vi("k", FLOAT, [2, 3])])
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
@@ -144,7 +144,7 @@ def test_an_if_with_an_illegal_node_in_a_branch_stays_whole_on_the_host(tmp_path
 
 def test_a_graph_output_also_read_inside_the_graph(tmp_path: Path) -> None:
     nodes = [helper.make_node("Relu", ["x"], ["a"]),
-             helper.make_node("Scaler", ["a"], ["b"], domain="ai.onnx.ml", offset=[0.0], scale=[2.0]),
+             helper.make_node("Binarizer", ["a"], ["b"], domain="ai.onnx.ml", threshold=0.5),
              helper.make_node("Add", ["b", "a"], ["c"])]
     graph = helper.make_graph(nodes, "shared", [_vi("x", FLOAT, [2, 3])],
                               [_vi("a", FLOAT, [2, 3]), _vi("c", FLOAT, [2, 3])])
@@ -250,7 +250,7 @@ def test_a_tensorrt_segment_reading_a_data_sized_tensor_runs_on_the_host(tmp_pat
 
 def test_the_cost_model_keeps_a_tiny_device_segment_on_the_host(tmp_path: Path) -> None:
     """The same graph, small: its convolutions do not pay for the engine calls around the host
-    Scaler, so everything runs on the host, and the report says why."""
+    Binarizer, so everything runs on the host, and the report says why."""
     model = _save(tmp_path, scaler_in_the_middle(), "middle.onnx")
     report = api.build_partitioned(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
     assert [s["placement"] for s in report.segments] == ["host"]

@@ -56,3 +56,45 @@ def test_tree_ensemble_regressor_declines_mixed_modes() -> None:
         {HEADER}
         g (float[5,3] x) => (float[5,2] y) {{ y = ai.onnx.ml.TreeEnsembleRegressor<{attributes}>(x) }}
     """, "TreeEnsembleRegressor", "branch modes")
+
+
+def test_scaler() -> None:
+    rewrite_and_compare(f"""
+        {HEADER}
+        g (float[5,3] x) => (float[5,3] y) {{
+            y = ai.onnx.ml.Scaler<offset = [0.5, -1.0, 2.0], scale = [2.0, 0.25, -1.5]>(x)
+        }}
+    """, "Scaler", "scaler", atol=1e-6, rtol=1e-6)
+
+
+def test_array_feature_extractor() -> None:
+    rewrite_and_compare(f"""
+        {HEADER}
+        g (float[5,4] x) => (float[5,2] y) {{
+            indices = Constant<value = int64[2] {{3, 1}}>()
+            y = ai.onnx.ml.ArrayFeatureExtractor(x, indices)
+        }}
+    """, "ArrayFeatureExtractor", "array-feature-extractor", atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC"])
+def test_linear_classifier(post: str) -> None:
+    coefficients = ", ".join(str(round(0.1 * (i - 5), 2)) for i in range(12))
+    rewrite_and_compare(f"""
+        {HEADER}
+        g (float[6,4] x) => (int64[6] label, float[6,3] scores) {{
+            label, scores = ai.onnx.ml.LinearClassifier<classlabels_ints = [7, 8, 9],
+                coefficients = [{coefficients}], intercepts = [0.1, -0.2, 0.3],
+                post_transform = "{post}">(x)
+        }}
+    """, "LinearClassifier", "linear-classifier", atol=1e-5, rtol=1e-5)
+
+
+def test_linear_classifier_declines_string_labels() -> None:
+    declines(f"""
+        {HEADER}
+        g (float[6,2] x) => (string[6] label, float[6,2] scores) {{
+            label, scores = ai.onnx.ml.LinearClassifier<classlabels_strings = ["a", "b"],
+                coefficients = [1.0, 2.0, 3.0, 4.0], intercepts = [0.0, 1.0]>(x)
+        }}
+    """, "LinearClassifier", "integer class labels")
