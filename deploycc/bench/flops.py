@@ -39,19 +39,20 @@ class FlopCount:
     uncounted: dict[str, int] = field(default_factory=dict)
 
 
-def _elements(value: ir.Value | None) -> int | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return math.prod(int(d) for d in value.shape.numpy())
+def node_flops(node: ir.Node, unknown_dim: int | None = None) -> int | None:
+    """The node's FLOPs; None when a shape it needs is not static, unless `unknown_dim` says how
+    many a symbolic dim counts for (the partitioner's estimate for a dynamic batch)."""
+    def _dims(value: ir.Value | None) -> list[int] | None:
+        if value is None or value.shape is None:
+            return None
+        if unknown_dim is None and not value.shape.is_static():
+            return None
+        return [d if isinstance(d, int) else unknown_dim for d in value.shape]  # type: ignore[misc]
 
+    def _elements(value: ir.Value | None) -> int | None:
+        dims = _dims(value)
+        return None if dims is None else math.prod(dims)
 
-def _dims(value: ir.Value | None) -> list[int] | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return [int(d) for d in value.shape.numpy()]
-
-
-def node_flops(node: ir.Node) -> int | None:
     op = node.op_type
     out = _elements(node.outputs[0]) if node.outputs else None
     if op in MOVEMENT:

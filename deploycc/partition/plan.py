@@ -84,25 +84,11 @@ def node_reads(node: ir.Node) -> Iterator[ir.Value]:
 
 
 def flops(node: ir.Node) -> int:
-    """Multiply-adds x 2 for the ops that dominate (Conv, MatMul, Gemm), else one per output
-    element; unknown shapes count as nothing."""
-    def elements(value: ir.Value | None) -> int:
-        if value is None or value.shape is None:
-            return 0
-        return math.prod(d if isinstance(d, int) else UNKNOWN_DIM for d in value.shape)
+    """bench's count (a multiply-add is 2), a symbolic dim counted as UNKNOWN_DIM; an op it cannot
+    count counts as nothing."""
+    from deploycc.bench.flops import node_flops
 
-    out = elements(node.outputs[0]) if node.outputs else 0
-    weights = node.inputs[1] if len(node.inputs) > 1 else None
-    if node.op_type in ("Conv", "ConvTranspose") and weights is not None and weights.shape is not None:
-        per_output = math.prod(d if isinstance(d, int) else 1 for d in list(weights.shape)[1:])
-        return 2 * out * per_output
-    if node.op_type in ("MatMul", "Gemm") and node.inputs[0] is not None and node.inputs[0].shape is not None:
-        shape = node.inputs[0].shape
-        inner = shape[-1] if len(shape) and isinstance(shape[-1], int) else 1
-        if node.op_type == "Gemm" and "transA" in node.attributes and int(node.attributes["transA"].value):
-            inner = shape[0] if isinstance(shape[0], int) else 1
-        return 2 * out * inner
-    return out
+    return node_flops(node, unknown_dim=UNKNOWN_DIM) or 0
 
 
 def tensor_bytes(value: ir.Value) -> int:
