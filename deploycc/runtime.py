@@ -6,7 +6,7 @@ handed from one to the next.
     chain.seconds                                # per segment, of the last run
 
 A runner is anything with `run(feeds) -> {name: array}` and `close()`: the built engines
-(`backends.*.Runner`) for device segments, an ONNX Runtime CPU session for host segments.
+(`backends.*.Runner`) for device segments, the ONNX Runtime backend's runner on CPU for host segments.
 """
 
 from __future__ import annotations
@@ -25,23 +25,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-class OrtCpuRunner:
-    """One segment on ONNX Runtime CPU, as it runs a host segment."""
-
-    def __init__(self, path: Path) -> None:
-        from deploycc.verify.runner import session
-
-        self._session = session(path, optimize=True, threads=0)
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from deploycc.verify.runner import run_session
-
-        return run_session(self._session, dict(feeds))
-
-    def close(self) -> None:
-        self._session = None
-
-
 @dataclass
 class Chain:
     folder: Path
@@ -57,8 +40,10 @@ class Chain:
             pipeline = json.loads((folder / "pipeline.json").read_text())
         except (OSError, ValueError) as error:
             raise ModelInputError(f"{folder}: not a partitioned model ({error})") from None
+        from deploycc.backends.onnxruntime import OrtRunner
+
         given = dict(runners or {})
-        chosen = {s["index"]: given.get(s["index"]) or OrtCpuRunner(folder / s["file"])
+        chosen = {s["index"]: given.get(s["index"]) or OrtRunner(folder / s["file"], ["CPUExecutionProvider"])
                   for s in pipeline["segments"]}
         return cls(folder, pipeline, chosen)
 
