@@ -382,17 +382,21 @@ def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = Fa
 def onnxruntime_loads(path: Path) -> bool:
     """Whether ONNX Runtime loads the model file as it is. Asked only when the checker refuses a
     model: the checker is stricter than the runtime (it wants a shape on every graph output, even
-    where an exporter declares none), and a model ONNX Runtime loads is never "bad input"."""
-    try:
-        import onnxruntime as ort
+    where an exporter declares none), and a model ONNX Runtime loads is never "bad input".
+    In a child process: ORT may crash on a model the checker refused, and that must not end us."""
+    import subprocess
+    import sys
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 4
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception:  # whatever ORT raises, the model is not one it loads
+    script = ("import sys, onnxruntime as ort\n"
+              "options = ort.SessionOptions()\n"
+              "options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL\n"
+              "options.log_severity_level = 4\n"
+              "ort.InferenceSession(sys.argv[1], options, providers=['CPUExecutionProvider'])\n")
+    try:
+        child = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, timeout=600)
+    except subprocess.TimeoutExpired:
         return False
-    return True
+    return child.returncode == 0
 
 
 def inline_branch(proto: onnx.ModelProto, index: int, branch_name: str) -> onnx.ModelProto:
