@@ -129,7 +129,13 @@ class OpsetPass(Pass):
         current, wanted = destination(state)
         if current is not None and current == wanted and state.options.opset is None:
             return self._toward_kernels(state, current)
-        if current is None or current == wanted:
+        if current is None:
+            # A graph of ai.onnx.ml (or other) nodes only: no node changes meaning when the default
+            # domain is declared, and without it no rule could write a standard op in its place.
+            state.model.opset_imports[""] = wanted
+            return PassOutcome(True, [f"the model imports no ai.onnx opset; declared {wanted} so that "
+                                      "rewrites can use standard ops"], {"from": None, "to": wanted})
+        if current == wanted:
             return PassOutcome(False, details={"opset": current})
         target = state.target
         if not target.opset.contains(wanted):

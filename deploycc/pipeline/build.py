@@ -228,7 +228,8 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
                     raise
         expected, reference = reference_outputs(source, original_feeds)
         verification = compare_all(expected, actual, reference=reference, inputs=described,
-                                   precision=verification_precision(legalized, request.precision))
+                                   precision=verification_precision(legalized, request.precision),
+                                   original=(source, original_feeds))
         benchmark = None
         if options.bench and verification.passed:
             step("bench")
@@ -321,7 +322,8 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
             runner = backend.load(artifact, staging, request)
             try:
                 verification = compare_all(expected, runner.run(feeds), reference=reference,
-                                           inputs="generated (seed 0)", precision=request.precision)
+                                           inputs="generated (seed 0)", precision=request.precision,
+                                           original=(model, feeds))
                 if options.bench and verification.passed:
                     from deploycc.bench.latency import measure
 

@@ -194,7 +194,8 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                 if report.chain_on_ort.passed and not pending and build_engines:
                     engines = Chain.load(folder, runners)
                     report.chain_on_engines = compare_all(expected, engines.run(feeds), reference=reference,
-                                                          inputs=described, precision=tolerance)
+                                                          inputs=described, precision=tolerance,
+                                                          original=(source, original_feeds))
             except BackendError as error:
                 report.notes.append(f"device segment build failed: {error}")
                 pending = False

@@ -301,10 +301,12 @@ def render_legalize(report: LegalizeReport) -> None:
     verification = report.verification
     if verification is not None:
         for output in verification.outputs:
-            mark = "[green]ok[/green]" if output.passed else "[red]FAIL[/red]"
+            mark = _mark(output.passed, output.name in verification.ill_conditioned)
             out.print(f"  verify {output.name}: {mark} max abs {output.max_abs_error:.2e}, max rel "
                       f"{output.max_rel_error:.2e}, cosine {output.cosine_similarity:.6f}, needs atol "
                       f"{output.required_atol:.1e} / rtol {output.required_rtol:.1e}")
+        if verification.passed and verification.caveat():
+            out.print(f"  [yellow]verified with a caveat[/yellow]: {verification.caveat()}")
         if verification.problem:
             out.print(f"  [red]verification failed[/red]: {verification.problem}"
                       + (f" (introduced by {verification.blame})" if verification.blame else ""))
@@ -312,6 +314,12 @@ def render_legalize(report: LegalizeReport) -> None:
         out.print(f"  [yellow]note[/yellow]: {note}")
     colour = "green" if report.success else "red"
     out.print(f"[{colour}]{report.summary}[/{colour}]")
+
+
+def _mark(passed: bool, ill_conditioned: bool) -> str:
+    if passed:
+        return "[green]ok[/green]"
+    return "[yellow]ill-conditioned[/yellow]" if ill_conditioned else "[red]FAIL[/red]"
 
 
 def _histogram(counts: dict[str, int]) -> str:
@@ -336,9 +344,11 @@ def render_build(report: BuildReport) -> None:
             out.print(f"  [yellow]{note}[/yellow]")
     if report.verification is not None:
         for output in report.verification.outputs:
-            mark = "[green]ok[/green]" if output.passed else "[red]FAIL[/red]"
+            mark = _mark(output.passed, output.name in report.verification.ill_conditioned)
             out.print(f"  verify {output.name}: {mark} max abs {output.max_abs_error:.2e}, cosine "
                       f"{output.cosine_similarity:.6f}")
+        if report.verification.passed and report.verification.caveat():
+            out.print(f"  [yellow]verified with a caveat[/yellow]: {report.verification.caveat()}")
     if report.benchmark is not None:
         bench = report.benchmark
         out.print(f"  latency: p50 {bench.p50_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, "

@@ -66,10 +66,13 @@ def build_markdown(report: BuildReport) -> str:
                   "", "| output | passed | max abs | max rel | cosine | needs atol | needs rtol |",
                   "|---|---|---|---|---|---|---|"]
         for output in verification.outputs:
-            passed = "yes" if output.passed else "NO"
+            passed = "yes" if output.passed else \
+                "ill-conditioned" if output.name in verification.ill_conditioned else "NO"
             lines.append(f"| {output.name} | {passed} | {output.max_abs_error:.2e} | "
                          f"{output.max_rel_error:.2e} | {output.cosine_similarity:.6f} | "
                          f"{output.required_atol:.1e} | {output.required_rtol:.1e} |")
+        if verification.passed and verification.caveat():
+            lines += ["", f"Caveat: {verification.caveat()}"]
         if verification.problem:
             lines += ["", f"Problem: {verification.problem}"]
         lines.append("")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deploycc.analysis.graphs import dims_of
 from deploycc.rules.base import Builder, Rule, Site
 from deploycc.rules.catalog import register
 
@@ -203,6 +204,20 @@ class ArrayFeatureExtractorRule(Rule):
         return [b.op("Gather", site.inputs[0], site.inputs[1], axis=-1)]
 
 
+def _weights(site: Site, classes: int) -> np.ndarray | None:
+    """The [classes, features] coefficient matrix as ONNX Runtime reads it: row i starts at
+    i * features, features being the input's dim 1 where it is known. onnxmltools' iris sample
+    declares 2 features and carries 4 per class; ORT reads the first 2 * classes values."""
+    coefficients = np.array(site.attr("coefficients", []) or [], np.float32)
+    dims = dims_of(site.inputs[0]) if site.inputs and site.inputs[0] is not None else None
+    features = dims[1] if dims and len(dims) == 2 and isinstance(dims[1], int) else None
+    if features is None:
+        return coefficients.reshape(classes, -1) if coefficients.size % classes == 0 else None
+    if features * classes > coefficients.size:
+        return None
+    return coefficients[:features * classes].reshape(classes, features)
+
+
 @register
 class LinearClassifierRule(Rule):
     """LinearClassifier: scores = post(x @ W^T + b); label = labels[argmax(scores)]."""
@@ -219,15 +234,16 @@ class LinearClassifierRule(Rule):
             return "integer class labels are handled (string labels have no tensor form on a device)"
         if len(intercepts) != len(labels) or len(labels) < 2:
             return "one score per class is handled (the binary single-score form is not)"
-        if len(site.attr("coefficients", [])) % len(labels):
-            return "coefficients are not one row per class"
+        if _weights(site, len(labels)) is None:
+            return "coefficients are not one row per class of the input's features"
         if _text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
             return "post transforms NONE, SOFTMAX and LOGISTIC are handled"
         return _float_rows(site)
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         labels = np.array(site.attr("classlabels_ints"), np.int64)
-        weights = np.array(site.attr("coefficients"), np.float32).reshape(len(labels), -1)
+        weights = _weights(site, len(labels))
+        assert weights is not None
         scores = b.op("Add", b.op("MatMul", site.inputs[0], b.const(np.ascontiguousarray(weights.T))),
                       b.const(np.array(site.attr("intercepts"), np.float32)))
         label = b.op("Gather", b.const(labels), b.op("ArgMax", scores, axis=1, keepdims=0), axis=0)

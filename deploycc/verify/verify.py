@@ -35,6 +35,21 @@ class Verification:
     needs_inputs: bool = False
     symbolic_size: int = SYMBOLIC_DIM_SIZE  # the size drawn for symbolic dims (the ladder's step)
     compared_as_sets: list[str] = field(default_factory=list)  # outputs equal up to the order of rows
+    # Outputs the original itself moves beyond tolerance under a rounding-level perturbation of
+    # its inputs (selection among near-tied scores): judged against that spread, not elementwise.
+    ill_conditioned: list[str] = field(default_factory=list)
+
+    def caveat(self) -> str:
+        """What a pass rests on beyond elementwise tolerance, for the reports ('' when nothing)."""
+        parts = []
+        if self.compared_as_sets:
+            parts.append(f"{', '.join(self.compared_as_sets)} equal up to the order of rows")
+        if self.ill_conditioned:
+            parts.append(f"{', '.join(self.ill_conditioned)} ill-conditioned at these inputs (the original "
+                         "itself moves beyond tolerance when its inputs move by "
+                         f"{PERTURBATION_ULPS} roundings): passed as no further from the reference "
+                         "than the original's own worst move")
+        return "; ".join(parts)
 
 
 def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
@@ -93,7 +108,8 @@ def verify_files(original: Path, candidate: Path, state: PipelineState, options:
         actual = run_ort_isolated(candidate, feeds)
     except RunError as error:
         return Verification(False, ORT, described, precision, problem=str(error))
-    result = compare_all(expected, actual, reference=reference, inputs=described, precision=precision)
+    result = compare_all(expected, actual, reference=reference, inputs=described, precision=precision,
+                         original=(original, original_feeds))
     result.symbolic_size = symbolic_size
     return result
 
@@ -136,8 +152,11 @@ def needs_inputs(described: str, precision: str, error: RunError) -> Verificatio
 
 
 def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], *, reference: str,
-                inputs: str, precision: str) -> Verification:
-    """Every output the candidate produces, compared with the reference's, at the precision's tolerances."""
+                inputs: str, precision: str,
+                original: tuple[Path, dict[str, np.ndarray]] | None = None) -> Verification:
+    """Every output the candidate produces, compared with the reference's, at the precision's
+    tolerances. With `original` (its file and the feeds `expected` came from), a failing output is
+    checked for ill-conditioning before it is called a mismatch."""
     atol, rtol, min_cosine = TOLERANCES[precision if precision in TOLERANCES else "int8"]
     result = Verification(passed=True, reference=reference, inputs=inputs, precision=precision)
     for name, array in actual.items():
@@ -152,7 +171,52 @@ def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], 
         result.passed, result.problem = False, "no output of the candidate matches an output of the original"
     if not result.passed:
         _compare_as_sets(expected, actual, result, atol, rtol, min_cosine)
+    if not result.passed and original is not None and reference == ORT:
+        _within_own_variation(original, expected, actual, result, atol, rtol)
     return result
+
+
+PERTURBATION_ULPS = 4
+PERTURBATION = PERTURBATION_ULPS * float(np.finfo(np.float32).eps)  # relative, per element
+PERTURBATION_TRIALS = 3
+
+
+def _within_own_variation(original: tuple[Path, dict[str, np.ndarray]], expected: dict[str, np.ndarray],
+                          actual: dict[str, np.ndarray], result: Verification, atol: float,
+                          rtol: float) -> None:
+    """A detector with random weights scores thousands of boxes within 1e-6 of each other: which
+    300 survive TopK then turns on the last bit, and ONNX Runtime itself returns other boxes for an
+    input moved by one rounding (or with its graph optimizations off). No engine can match such an
+    output elementwise. The original is run on inputs moved by a few roundings; an output that the
+    original itself moves beyond tolerance is ill-conditioned at these inputs, and the candidate
+    passes it when it is no further from the reference, by every statistic, than the original's
+    own worst trial is."""
+    path, feeds = original
+    failing = [c for c in result.outputs if not c.passed]
+    if not any(np.issubdtype(array.dtype, np.floating) for array in feeds.values()):
+        return
+    rng = np.random.default_rng(0)
+    spreads: dict[str, list[OutputComparison]] = {c.name: [] for c in failing}
+    for _ in range(PERTURBATION_TRIALS):
+        moved = {name: (array * (1 + PERTURBATION * rng.standard_normal(array.shape))).astype(array.dtype)
+                 if np.issubdtype(array.dtype, np.floating) else array for name, array in feeds.items()}
+        try:
+            again = run_ort_isolated(path, moved)
+        except RunError:
+            return
+        for comparison in failing:
+            spreads[comparison.name].append(compare(comparison.name, expected[comparison.name],
+                                                    again[comparison.name], atol=atol, rtol=rtol))
+    for comparison in failing:
+        worst = spreads[comparison.name]
+        if all(trial.passed for trial in worst):
+            return  # well-conditioned: the mismatch is the candidate's
+        if (comparison.max_abs_error > max(t.max_abs_error for t in worst)
+                or comparison.mismatched > max(t.mismatched for t in worst)
+                or comparison.cosine_similarity < min(t.cosine_similarity for t in worst)):
+            return
+    result.ill_conditioned = [c.name for c in failing]
+    result.passed, result.problem = True, ""
 
 
 def _row_order(arrays: dict[str, np.ndarray], names: list[str], rows: int) -> np.ndarray:

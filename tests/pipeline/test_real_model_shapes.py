@@ -583,3 +583,25 @@ def test_a_function_op_the_runtime_expands_is_left_alone(tmp_path: Path, target:
     report = api.build(model, target, tmp_path / "out", BuildOptions(bench=False))
     assert report.status == "verified", report.summary
     assert report.legalize.nodes == {"before": 2, "after": 2} and not report.legalize.rewrites
+
+
+# 13. onnxruntime's own scikit-learn sample (onnxmltools, IR 3): it imports ai.onnx.ml only, so no
+# rule could write a standard op in it; and its LinearClassifier carries 4 coefficients per class
+# for 2 declared features, of which ORT reads the first 2 * classes.
+
+
+def test_an_ml_only_model_gets_a_default_opset_and_ort_reading_of_coefficients(tmp_path: Path) -> None:
+    classifier = helper.make_node(
+        "LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml", classlabels_ints=[0, 1, 2],
+        coefficients=[0.4, 1.4, -2.1, -1.0, 0.6, -1.7, 0.5, -1.4, -1.7, -1.2, 2.2, 2.4],
+        intercepts=[0.25, 0.58, -0.94], post_transform="LOGISTIC")
+    graph = helper.make_graph([classifier], "logreg", [_vi("x", FLOAT, [3, 2])],
+                              [_vi("label", TensorProto.INT64, [3]), _vi("scores", FLOAT, [3, 3])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)], ir_version=3)
+    model = _save(tmp_path, proto, "logreg.onnx")
+    out = tmp_path / "logreg.ov.onnx"
+    report = api.legalize(model, "openvino-cpu", out)
+    assert report.success, report.summary
+    assert report.opset["before"] is None and report.opset["after"] is not None
+    assert not [n for n in onnx.load(out).graph.node if n.domain == "ai.onnx.ml"]
+    _same_outputs(model, out, {"x": np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)})
