@@ -1,0 +1,284 @@
+"""Graph clean-up on real exports: `deploycc legalize --target ort-cpu` against onnxsim and
+onnxslim, on the corpus that benchmarks/corpus.py makes (dynamic axes as exported).
+
+    .venv-bench/bin/python benchmarks/cleanup_vs_peers.py [--only NAME ...] [--fresh]
+
+Per model and tool, in a child process of its own: wall time, peak RSS (VmHWM), nodes after
+(subgraphs included); then every result is run on ONNX Runtime against the original on the
+same inputs (the model's hint shapes, its .inputs.npz where the corpus has one) and compared
+with deploycc's comparator at fp32 tolerances. A result that fails or changes the outputs does
+not count as that tool's node count. The peers' results are cached by model and tool version
+(`--fresh` redoes them); deploycc's are redone every run. Results: results/cleanup-vs-peers.json
+and the block in RESULTS.md between the cleanup markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+TOOLS = ("deploycc", "onnxsim", "onnxslim")
+MARK_BEGIN, MARK_END = "<!-- cleanup:begin -->", "<!-- cleanup:end -->"
+TIMEOUT_S = 1200
+
+CHILD = r"""
+import json, sys, time
+tool, source, output = sys.argv[1:4]
+started = time.perf_counter()
+error = None
+try:
+    if tool == "deploycc":
+        from deploycc import api
+        from deploycc.pipeline.context import LegalizeOptions
+        report = api.legalize(source, "ort-cpu", output, LegalizeOptions(verify=False))
+        if not report.success:
+            error = report.summary
+    elif tool == "onnxsim":
+        import onnx, onnxsim
+        model, ok = onnxsim.simplify(onnx.load(source))
+        if not ok:
+            error = "onnxsim could not validate its result"
+        onnx.save(model, output, save_as_external_data=model.ByteSize() > 1_900_000_000)
+    elif tool == "onnxslim":
+        import onnxslim
+        onnxslim.slim(source, output)
+except BaseException as exc:  # the point is to record what each tool does, failures included
+    error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+seconds = time.perf_counter() - started
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across execve.
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+print(json.dumps({"seconds": seconds, "peak_rss_bytes": int(status["VmHWM"].split()[0]) * 1024,
+                  "error": error}))
+"""
+
+
+def count_nodes(graph: onnx.GraphProto) -> int:
+    total = 0
+    for node in graph.node:
+        total += 1
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                total += count_nodes(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                total += sum(count_nodes(g) for g in attribute.graphs)
+    return total
+
+
+def _version(tool: str) -> str:
+    return metadata.version("onnxsim" if tool == "onnxsim" else tool)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def run_tool(tool: str, source: Path, output: Path) -> dict:
+    output.unlink(missing_ok=True)
+    try:
+        # The child imports deploycc from this checkout, not whatever is installed.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+        child = subprocess.run([sys.executable, "-c", CHILD, tool, str(source), str(output)],
+                               capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+        line = child.stdout.strip().splitlines()[-1] if child.stdout.strip() else ""
+        result = json.loads(line) if line.startswith("{") else {
+            "seconds": None, "peak_rss_bytes": None,
+            "error": f"exit {child.returncode}: {(child.stderr.strip().splitlines() or ['?'])[-1][:200]}"}
+    except subprocess.TimeoutExpired:
+        result = {"seconds": None, "peak_rss_bytes": None, "error": f"timeout after {TIMEOUT_S} s"}
+    if output.exists() and not result.get("error"):
+        result["nodes"] = count_nodes(onnx.load(output, load_external_data=False).graph)
+    return result
+
+
+def feeds_for(model: Path) -> dict[str, np.ndarray]:
+    from deploycc import io
+    from deploycc.verify.inputs import generate, load_npz
+
+    graph = io.load(model, check=False).model.graph
+    signature = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
+    npz = model.with_suffix(".inputs.npz")
+    if npz.exists():
+        return load_npz(npz, signature)
+    hints = model.with_suffix(".hints.json")
+    shapes = json.loads(hints.read_text()).get("shapes") if hints.exists() else None
+    return generate(list(signature.values()), seed=0, shapes=shapes)
+
+
+def verify(original: Path, candidate: Path, feeds: dict[str, np.ndarray],
+           expected: dict[str, np.ndarray]) -> dict:
+    from deploycc.verify.runner import RunError, run_ort_isolated
+    from deploycc.verify.verify import compare_all
+
+    try:
+        actual = run_ort_isolated(candidate, feeds)
+    except RunError as error:
+        return {"verified": False, "problem": str(error).splitlines()[0][:200]}
+    missing = sorted(set(expected) - set(actual))
+    if missing:
+        return {"verified": False, "problem": f"outputs missing: {', '.join(missing)}"}
+    result = compare_all(expected, actual, reference="onnxruntime", inputs="hints", precision="fp32",
+                         original=(original, feeds))
+    return {"verified": result.passed, "problem": result.problem[:200],
+            "ill_conditioned": result.ill_conditioned}
+
+
+def measure(models: list[Path], work: Path, cache: dict, fresh: bool) -> dict:
+    from deploycc.verify.runner import RunError, run_ort_isolated
+
+    results: dict = {}
+    for index, model in enumerate(models, 1):
+        name = model.stem
+        row: dict = {"nodes_before": count_nodes(onnx.load(model, load_external_data=False).graph),
+                     "size_mb": round(sum(p.stat().st_size for p in model.parent.glob(name + ".onnx*")) / 2**20, 1)}
+        feeds = feeds_for(model)
+        try:
+            expected = run_ort_isolated(model, feeds)
+        except RunError as error:
+            row["error"] = f"the original does not run on ORT: {error}"
+            results[name] = row
+            continue
+        sha = _sha(model)
+        for tool in TOOLS:
+            output = work / f"{name}.{tool}.onnx"
+            key = f"{name}|{tool}|{sha}|{_version(tool) if tool != 'deploycc' else 'head'}"
+            if tool != "deploycc" and not fresh and key in cache and (output.exists() or cache[key].get("error")):
+                row[tool] = cache[key]
+                print(f"[{index}/{len(models)}] {name} {tool}: cached", flush=True)
+                continue
+            outcome = run_tool(tool, model, output)
+            if "nodes" in outcome:
+                outcome.update(verify(model, output, feeds, expected))
+            row[tool] = outcome
+            if tool != "deploycc":
+                cache[key] = outcome
+            print(f"[{index}/{len(models)}] {name} {tool}: {outcome.get('nodes')} nodes, "
+                  f"{outcome.get('seconds') or 0:.1f} s, verified {outcome.get('verified')}"
+                  + (f" ({outcome['error'] or outcome.get('problem')})"
+                     if outcome.get("error") or outcome.get("problem") else ""), flush=True)
+        results[name] = row
+    return results
+
+
+def _good(row: dict, tool: str) -> int | None:
+    """The tool's node count where its result kept the outputs, else None."""
+    outcome = row.get(tool) or {}
+    return outcome.get("nodes") if outcome.get("verified") else None
+
+
+def summary(results: dict) -> tuple[str, dict]:
+    rows = {name: row for name, row in results.items() if "deploycc" in row}
+    fewest = at_most_min = 0
+    totals = dict.fromkeys(TOOLS, 0)
+    seconds = dict.fromkeys(TOOLS, 0.0)
+    kept = dict.fromkeys(TOOLS, 0)
+    big_rss: dict[str, list[float]] = {tool: [] for tool in TOOLS}
+    lines = ["| model | nodes before | deploycc | onnxsim | onnxslim | deploycc s | onnxsim s | onnxslim s | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, row in sorted(rows.items()):
+        counts = {tool: _good(row, tool) for tool in TOOLS}
+        for tool in TOOLS:
+            outcome = row.get(tool) or {}
+            kept[tool] += bool(outcome.get("verified"))
+            # A failed or wrong result counts as the model left as it was.
+            totals[tool] += counts[tool] if counts[tool] is not None else row["nodes_before"]
+            seconds[tool] += outcome.get("seconds") or 0.0
+            if row["size_mb"] > 100 and outcome.get("peak_rss_bytes"):
+                big_rss[tool].append(outcome["peak_rss_bytes"] / 2**20)
+        peers = [counts[t] for t in ("onnxsim", "onnxslim") if counts[t] is not None]
+        best_peer = min(peers) if peers else row["nodes_before"]
+        ours = counts["deploycc"]
+        at_most_min += ours is not None and ours <= best_peer
+        fewest += ours is not None and ours < best_peer
+        notes = [f"{tool}: {(row.get(tool) or {}).get('error') or (row.get(tool) or {}).get('problem')}"
+                 for tool in TOOLS if not (row.get(tool) or {}).get("verified")]
+
+        def cell(tool: str) -> str:
+            outcome = row.get(tool) or {}
+            if "nodes" not in outcome:
+                return "failed"
+            return f"{outcome['nodes']}" + ("" if outcome.get("verified") else " (wrong)")
+
+        lines.append(f"| {name} | {row['nodes_before']} | {cell('deploycc')} | {cell('onnxsim')} | "
+                     f"{cell('onnxslim')} | {(row['deploycc'].get('seconds') or 0):.1f} | "
+                     f"{((row.get('onnxsim') or {}).get('seconds') or 0):.1f} | "
+                     f"{((row.get('onnxslim') or {}).get('seconds') or 0):.1f} | "
+                     f"{'; '.join(notes)[:160]} |")
+    count = len(rows)
+    numbers = {"models": count, "at_most_min_peer": at_most_min, "fewest": fewest, "node_totals": totals,
+               "seconds": seconds, "outputs_kept": kept,
+               "peak_rss_mb_over_100mb": {t: round(max(v), 0) if v else None for t, v in big_rss.items()}}
+    head = [f"Models: {count}. deploycc has at most the fewer of the peers' nodes on {at_most_min} "
+            f"({at_most_min / max(count, 1):.0%}; goal 90%), strictly fewer on {fewest}.",
+            "",
+            "| tool | nodes after (sum) | ratio to onnxslim | outputs kept | wall s (sum) | ratio to onnxsim "
+            "| peak RSS MB, largest model over 100 MB |",
+            "|---|---|---|---|---|---|---|"]
+    for tool in TOOLS:
+        head.append(f"| {tool} | {totals[tool]} | {totals[tool] / max(totals['onnxslim'], 1):.3f} | "
+                    f"{kept[tool]} of {count} | {seconds[tool]:.0f} | "
+                    f"{seconds[tool] / max(seconds['onnxsim'], 1e-9):.2f} | "
+                    f"{numbers['peak_rss_mb_over_100mb'][tool]} |")
+    return "\n".join(head + ["", *lines]) + "\n", numbers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=HERE / "corpus")
+    parser.add_argument("--work", type=Path, default=HERE / "cleanup-work")
+    parser.add_argument("--only", nargs="*", help="model stems to run (default: the whole corpus)")
+    parser.add_argument("--fresh", action="store_true", help="redo the peers too")
+    args = parser.parse_args()
+    manifest = json.loads((args.corpus / "manifest.json").read_text())["models"]
+    models = sorted(args.corpus / Path(entry["file"]).name for entry in manifest.values()
+                    if entry.get("ort") == "ok")
+    if args.only:
+        models = [m for m in models if m.stem in set(args.only)]
+    args.work.mkdir(parents=True, exist_ok=True)
+    cache_file = args.work / "peers-cache.json"
+    cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    started = time.time()
+    try:
+        results = measure(models, args.work, cache, args.fresh)
+    finally:
+        cache_file.write_text(json.dumps(cache, indent=1))
+    table, numbers = summary(results)
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    record = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+              "versions": {t: _version(t) for t in ("onnxsim", "onnxslim")}, "numbers": numbers,
+              "models": results, "wall_s": round(time.time() - started)}
+    if not args.only:
+        (out / "cleanup-vs-peers.json").write_text(json.dumps(record, indent=1) + "\n")
+        block = (f"{MARK_BEGIN}\n## Clean-up on real exports against onnxsim and onnxslim\n\n"
+                 f"Made by `benchmarks/cleanup_vs_peers.py` ({record['date']}; onnxsim "
+                 f"{record['versions']['onnxsim']}, onnxslim {record['versions']['onnxslim']}); "
+                 "`deploycc legalize --target ort-cpu`, dynamic axes as exported; every result run "
+                 "on ONNX Runtime against the original. A result that fails or changes the outputs "
+                 "counts as the model left as it was.\n\n" + table + f"{MARK_END}")
+        results_md = HERE / "RESULTS.md"
+        text = results_md.read_text()
+        if MARK_BEGIN in text:
+            text = text[:text.index(MARK_BEGIN)] + block + text[text.index(MARK_END) + len(MARK_END):]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+        results_md.write_text(text)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
