@@ -90,7 +90,8 @@ def run_tool(tool: str, source: Path, output: Path) -> dict:
     output.unlink(missing_ok=True)
     try:
         # The child imports deploycc from this checkout, not whatever is installed.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+        paths = [str(HERE.parent), os.environ.get("PYTHONPATH", "")]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
         child = subprocess.run([sys.executable, "-c", CHILD, tool, str(source), str(output)],
                                capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
         line = child.stdout.strip().splitlines()[-1] if child.stdout.strip() else ""
@@ -142,8 +143,9 @@ def measure(models: list[Path], work: Path, cache: dict, fresh: bool) -> dict:
     results: dict = {}
     for index, model in enumerate(models, 1):
         name = model.stem
+        size = sum(p.stat().st_size for p in model.parent.glob(name + ".onnx*"))
         row: dict = {"nodes_before": count_nodes(onnx.load(model, load_external_data=False).graph),
-                     "size_mb": round(sum(p.stat().st_size for p in model.parent.glob(name + ".onnx*")) / 2**20, 1)}
+                     "size_mb": round(size / 2**20, 1)}
         feeds = feeds_for(model)
         try:
             expected = run_ort_isolated(model, feeds)
@@ -155,7 +157,8 @@ def measure(models: list[Path], work: Path, cache: dict, fresh: bool) -> dict:
         for tool in TOOLS:
             output = work / f"{name}.{tool}.onnx"
             key = f"{name}|{tool}|{sha}|{_version(tool) if tool != 'deploycc' else 'head'}"
-            if tool != "deploycc" and not fresh and key in cache and (output.exists() or cache[key].get("error")):
+            reusable = key in cache and (output.exists() or cache[key].get("error"))
+            if tool != "deploycc" and not fresh and reusable:
                 row[tool] = cache[key]
                 print(f"[{index}/{len(models)}] {name} {tool}: cached", flush=True)
                 continue
@@ -186,7 +189,8 @@ def summary(results: dict) -> tuple[str, dict]:
     seconds = dict.fromkeys(TOOLS, 0.0)
     kept = dict.fromkeys(TOOLS, 0)
     big_rss: dict[str, list[float]] = {tool: [] for tool in TOOLS}
-    lines = ["| model | nodes before | deploycc | onnxsim | onnxslim | deploycc s | onnxsim s | onnxslim s | note |",
+    lines = ["| model | nodes before | deploycc | onnxsim | onnxslim | deploycc s | onnxsim s | onnxslim s "
+             "| note |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, row in sorted(rows.items()):
         counts = {tool: _good(row, tool) for tool in TOOLS}
@@ -206,7 +210,7 @@ def summary(results: dict) -> tuple[str, dict]:
         notes = [f"{tool}: {(row.get(tool) or {}).get('error') or (row.get(tool) or {}).get('problem')}"
                  for tool in TOOLS if not (row.get(tool) or {}).get("verified")]
 
-        def cell(tool: str) -> str:
+        def cell(tool: str, row: dict = row) -> str:
             outcome = row.get(tool) or {}
             if "nodes" not in outcome:
                 return "failed"
@@ -232,7 +236,7 @@ def summary(results: dict) -> tuple[str, dict]:
                     f"{kept[tool]} of {count} | {seconds[tool]:.0f} | "
                     f"{seconds[tool] / max(seconds['onnxsim'], 1e-9):.2f} | "
                     f"{numbers['peak_rss_mb_over_100mb'][tool]} |")
-    return "\n".join(head + ["", *lines]) + "\n", numbers
+    return "\n".join([*head, "", *lines]) + "\n", numbers
 
 
 def main() -> None:

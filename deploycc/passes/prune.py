@@ -54,6 +54,21 @@ def _static(value: ir.Value | None) -> list[int] | None:
     return [int(d) for d in value.shape.numpy()]
 
 
+def _dims(value: ir.Value | None) -> list[int | None] | None:
+    """The value's dims with None for a symbolic or unknown one; None when its rank is unknown.
+    A dim a broadcast or reshape keeps must be known only where the other side is not 1."""
+    if value is None or value.shape is None:
+        return None
+    return [d if isinstance(d, int) else None for d in value.shape]
+
+
+def _broadcast_keeps(dims: list[int | None], other: tuple[int, ...] | list[int]) -> bool:
+    """Whether broadcasting a tensor of `dims` with one of shape `other` leaves `dims` as they are."""
+    if len(other) > len(dims):
+        return False
+    return all(o == 1 or (d is not None and d == o) for o, d in zip(other[::-1], dims[::-1], strict=False))
+
+
 def _dtype(value: ir.Value | None) -> str | None:
     return None if value is None or value.dtype is None else value.dtype.name
 
@@ -94,18 +109,22 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
     shape = _static(x)
     if op == "Reshape":
         wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
-        allowzero = node.attributes.get_int("allowzero", 0)
-        if shape is None or wanted is None:
+        dims = _dims(x)
+        if dims is None or wanted is None or wanted.size != len(dims):
             return None
-        resolved = [shape[i] if (d == 0 and not allowzero and i < len(shape)) else int(d)
-                    for i, d in enumerate(wanted.reshape(-1))]
-        return x if resolved == shape else None
+        # Dim by dim: 0 copies the dim (without allowzero), a number must equal a known dim, and
+        # one -1 is the one dim left when every other dim is kept.
+        allowzero = node.attributes.get_int("allowzero", 0)
+        kept = [(d == 0 and not allowzero) or (d > 0 and dim == d) for d, dim in zip(wanted.tolist(), dims,
+                                                                                   strict=True)]
+        inferred = [i for i, d in enumerate(wanted.tolist()) if d == -1]
+        return x if all(k or i in inferred for i, k in enumerate(kept)) and len(inferred) <= 1 else None
     if op == "Expand":
         wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
-        if shape is None or wanted is None or len(wanted.reshape(-1)) > len(shape):
+        dims = _dims(x)
+        if dims is None or wanted is None:
             return None
-        padded = [1] * (len(shape) - wanted.size) + [int(d) for d in wanted.reshape(-1)]
-        return x if all(w in (1, s) for w, s in zip(padded, shape, strict=True)) else None
+        return x if _broadcast_keeps(dims, [int(d) for d in wanted.reshape(-1)]) else None
     if op == "Pad":
         pads = _const(node.inputs[1]) if len(node.inputs) > 1 else None
         if pads is None:
@@ -140,10 +159,8 @@ def _neutral_arithmetic(node: ir.Node, op: str) -> ir.Value | None:
             continue
         if not np.all(constant == NEUTRAL_OPERAND[op]):
             continue
-        shape = _static(operand)
-        if shape is None or constant.ndim > len(shape):
-            continue
-        if all(c in (1, s) for c, s in zip(constant.shape[::-1], shape[::-1], strict=False)):
+        dims = _dims(operand)
+        if dims is not None and _broadcast_keeps(dims, constant.shape):
             return operand
     return None
 

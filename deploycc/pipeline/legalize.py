@@ -38,11 +38,13 @@ def default_passes() -> list[Pass]:
     from deploycc.passes.opset import OpsetPass
     from deploycc.passes.prune import PrunePass
     from deploycc.passes.simplify import SimplifyPass
+    from deploycc.passes.tidy import TidyPass
 
-    return [OpsetPass(), AxesPass(), FoldPass(), SimplifyPass(), PrunePass(), FusePass(), LegalizePass()]
+    return [OpsetPass(), AxesPass(), FoldPass(), TidyPass(), SimplifyPass(), PrunePass(), FusePass(),
+            LegalizePass()]
 
 
-PASS_NAMES = ("opset", "axes", "fold", "simplify", "prune", "fuse", "legalize")
+PASS_NAMES = ("opset", "axes", "fold", "tidy", "simplify", "prune", "fuse", "legalize")
 
 
 @dataclass

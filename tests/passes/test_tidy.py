@@ -1,0 +1,164 @@
+"""Target-neutral clean-up (tidy, prune): one small graph per simplification, each run before and
+after on ONNX Runtime at several sizes of its dynamic dims, including where it must decline."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from deploycc import api
+from deploycc.pipeline.context import LegalizeOptions
+
+FLOAT = TensorProto.FLOAT
+
+
+def _model(tmp_path: Path, nodes, inputs, outputs, inits=(), opset: int = 17, ir_version: int = 8) -> Path:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _const_node(name: str, values, dtype=np.int64) -> onnx.NodeProto:
+    tensor = numpy_helper.from_array(np.array(values, dtype), name)
+    return helper.make_node("Constant", [], [name], value=tensor)
+
+
+def _clean(tmp_path: Path, model: Path, target: str = "ort-cpu") -> tuple[Path, Counter]:
+    out = tmp_path / "clean.onnx"
+    report = api.legalize(model, target, out, LegalizeOptions(verify=False))
+    assert report.success, report.summary
+    return out, Counter(node.op_type for node in onnx.load(out).graph.node)
+
+
+def _same(original: Path, cleaned: Path, shapes: list[dict[str, tuple[int, ...]]]) -> None:
+    first = ort.InferenceSession(str(original), providers=["CPUExecutionProvider"])
+    second = ort.InferenceSession(str(cleaned), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for sizes in shapes:
+        feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in sizes.items()}
+        for expected, actual in zip(first.run(None, feeds), second.run(None, feeds), strict=True):
+            np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_constant_nodes_become_initializers(tmp_path: Path) -> None:
+    nodes = [_const_node("c", [[2.0, 3.0]], np.float32), helper.make_node("Mul", ["x", "c"], ["y"])]
+    model = _model(tmp_path, nodes,
+                   [helper.make_tensor_value_info("x", FLOAT, ["N", 2])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 2])])
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Mul": 1})
+    _same(model, cleaned, [{"x": (1, 2)}, {"x": (5, 2)}])
+
+
+def test_constant_nodes_stay_in_an_ir3_model(tmp_path: Path) -> None:
+    nodes = [_const_node("c", [[2.0, 3.0]], np.float32), helper.make_node("Mul", ["x", "c"], ["y"])]
+    model = _model(tmp_path, nodes,
+                   [helper.make_tensor_value_info("x", FLOAT, [4, 2])],
+                   [helper.make_tensor_value_info("y", FLOAT, [4, 2])], opset=8, ir_version=3)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Constant"] == 1  # an IR-3 initializer must also be a graph input
+    _same(model, cleaned, [{"x": (4, 2)}])
+
+
+def _shape_chain(prefix: str) -> list[onnx.NodeProto]:
+    """The TorchScript pattern: Shape(x)[0] unsqueezed, once per use."""
+    return [helper.make_node("Shape", ["x"], [f"{prefix}s"]),
+            _const_node(f"{prefix}i", 0),
+            helper.make_node("Gather", [f"{prefix}s", f"{prefix}i"], [f"{prefix}g"], axis=0),
+            _const_node(f"{prefix}a", [0]),
+            helper.make_node("Unsqueeze", [f"{prefix}g", f"{prefix}a"], [f"{prefix}u"])]
+
+
+def test_repeated_shape_chains_are_merged(tmp_path: Path) -> None:
+    nodes = _shape_chain("p") + _shape_chain("q") + [
+        _const_node("minus", [-1]),
+        helper.make_node("Concat", ["pu", "minus"], ["s1"], axis=0),
+        helper.make_node("Concat", ["qu", "minus"], ["s2"], axis=0),
+        helper.make_node("Reshape", ["x", "s1"], ["r1"]),
+        helper.make_node("Reshape", ["x", "s2"], ["r2"]),
+        helper.make_node("Add", ["r1", "r2"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 12])])
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Shape"] == 1 and ops["Gather"] == 1 and ops["Concat"] == 1 and ops["Reshape"] == 1, ops
+    _same(model, cleaned, [{"x": (1, 3, 4)}, {"x": (6, 3, 4)}])
+
+
+def test_a_zero_bias_is_dropped_when_it_cannot_broadcast_the_input_larger(tmp_path: Path) -> None:
+    inits = [numpy_helper.from_array(np.zeros(4, np.float32), "zeros"),
+             numpy_helper.from_array(np.ones((1, 4), np.float32), "ones")]
+    nodes = [helper.make_node("Add", ["x", "zeros"], ["a"]), helper.make_node("Mul", ["ones", "a"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 4])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert not ops - Counter({"Identity": 1}), ops
+    _same(model, cleaned, [{"x": (1, 4)}, {"x": (3, 4)}])
+
+
+def test_a_zero_bias_that_broadcasts_a_dynamic_dim_stays(tmp_path: Path) -> None:
+    # x's last dim is dynamic: with M = 1 the Add broadcasts x to [N, 4], so it is not a no-op.
+    inits = [numpy_helper.from_array(np.zeros(4, np.float32), "zeros")]
+    model = _model(tmp_path, [helper.make_node("Add", ["x", "zeros"], ["y"])],
+                   [helper.make_tensor_value_info("x", FLOAT, ["N", "M"])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 4])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Add"] == 1
+    _same(model, cleaned, [{"x": (2, 1)}, {"x": (2, 4)}])
+
+
+def test_a_reshape_that_copies_dynamic_dims_is_dropped_and_one_that_moves_them_stays(tmp_path: Path) -> None:
+    inits = [numpy_helper.from_array(np.array([0, 0, 4], np.int64), "same"),
+             numpy_helper.from_array(np.array([0, -1, 2], np.int64), "other")]
+    nodes = [helper.make_node("Reshape", ["x", "same"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Reshape", ["b", "other"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", "T", 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", None, 2])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Reshape"] == 1
+    _same(model, cleaned, [{"x": (1, 5, 4)}, {"x": (2, 3, 4)}])
+
+
+def test_transpose_pairs_that_cancel_go(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["t"], ["u"], perm=[0, 2, 1]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 5])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 3, 5])])
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Relu": 1})
+    _same(model, cleaned, [{"x": (2, 3, 5)}])
+
+
+def _reshape_by(source: str, data: str, index: int, out: str) -> list[onnx.NodeProto]:
+    """data reshaped to [Shape(source)[index], -1]."""
+    return [helper.make_node("Shape", [source], [f"{out}_s"]),
+            helper.make_node("Gather", [f"{out}_s", f"idx{index}"], [f"{out}_g"], axis=0),
+            helper.make_node("Unsqueeze", [f"{out}_g", "axis0"], [f"{out}_u"]),
+            helper.make_node("Concat", [f"{out}_u", "minus"], [f"{out}_shape"], axis=0),
+            helper.make_node("Reshape", [data, f"{out}_shape"], [out])]
+
+
+def test_shape_values_known_equal_are_merged_and_static_ones_become_constants(tmp_path: Path) -> None:
+    inits = [numpy_helper.from_array(np.array(i, np.int64), f"idx{i}") for i in (0, 1)] + [
+        numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus")]
+    # Shape(x)[0] and Shape(relu(x))[0] are both N; Shape(z)[0] is M, another dim; Shape(x)[1] is 4.
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), *_reshape_by("x", "x", 0, "a"),
+             *_reshape_by("r", "r", 0, "b"), *_reshape_by("z", "z", 0, "c"), *_reshape_by("x", "x", 1, "d"),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 4]),
+                                     helper.make_tensor_value_info("z", FLOAT, ["M", 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", None]),
+                    helper.make_tensor_value_info("c", FLOAT, ["M", None]),
+                    helper.make_tensor_value_info("d", FLOAT, [4, None])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    # a and b share one Shape chain; c keeps its own (M is not N); d's shape [4, -1] is a constant.
+    assert ops["Shape"] == 2 and ops["Gather"] == 2 and ops["Concat"] == 2, ops
+    _same(model, cleaned, [{"x": (1, 4), "z": (3, 4)}, {"x": (5, 4), "z": (2, 4)}])
