@@ -22,6 +22,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
@@ -122,7 +123,7 @@ def feeds_for(model: Path) -> dict[str, np.ndarray]:
 def verify(original: Path, candidate: Path, feeds: dict[str, np.ndarray],
            expected: dict[str, np.ndarray]) -> dict:
     from deploycc.verify.runner import RunError, run_ort_isolated
-    from deploycc.verify.verify import compare_all
+    from deploycc.verify.verify import compare_all, tolerance_precision
 
     try:
         actual = run_ort_isolated(candidate, feeds)
@@ -131,8 +132,11 @@ def verify(original: Path, candidate: Path, feeds: dict[str, np.ndarray],
     missing = sorted(set(expected) - set(actual))
     if missing:
         return {"verified": False, "problem": f"outputs missing: {', '.join(missing)}"}
-    result = compare_all(expected, actual, reference="onnxruntime", inputs="hints", precision="fp32",
-                         original=(original, feeds))
+    # A quantized model is judged with int8 tolerances, as deploycc's own verification does.
+    ops = Counter(f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+                  for n in onnx.load(original, load_external_data=False).graph.node)
+    result = compare_all(expected, actual, reference="onnxruntime", inputs="hints",
+                         precision=tolerance_precision(ops, "fp32"), original=(original, feeds))
     return {"verified": result.passed, "problem": result.problem[:200],
             "ill_conditioned": result.ill_conditioned}
 

@@ -115,6 +115,21 @@ def constant_as_tensor(node: ir.Node) -> bool:
     return True
 
 
+def constants_not_inputs(model: ir.Model) -> bool:
+    """IR < 4 lists every initializer as a graph input too (the ONNX model zoo's classics): a
+    feed could replace it, so no folder or fusion may read it as a constant. Nobody feeds a
+    ResNet's weights; onnxsim and onnxslim take them as constants, and so does deploycc,
+    writing the model as IR 4, where an initializer need not be an input."""
+    from onnx_ir.passes.common import RemoveInitializersFromInputsPass
+
+    graph = model.graph
+    if model.ir_version >= 4 or not any(value.name in graph.initializers for value in graph.inputs):
+        return False
+    RemoveInitializersFromInputsPass()(model)
+    model.ir_version = 4
+    return True
+
+
 class FoldPass(Pass):
     name = "fold"
     summary = "fold constant subgraphs (size-bounded before evaluation); Constant nodes become initializers"
@@ -130,7 +145,9 @@ class FoldPass(Pass):
         limit_elements = max(1, state.options.fold_limit_bytes // 4)
         before = len(state.model.graph)
         notes: list[str] = []
-        modified = False
+        modified = constants_not_inputs(state.model)
+        if modified:
+            notes.append("IR 3: initializers listed as graph inputs are constants (now IR 4)")
         # onnxscript's folder turns CastLike into Cast and drops `saturate` (found by `deploycc
         # probe`: float8 casts with saturate=0 came out saturating); hide those from it.
         held = [node for graph in all_graphs(state.model.graph) for node in graph

@@ -1,6 +1,6 @@
 """Fuse: fold BatchNormalization into the Conv/ConvTranspose before it, merge consecutive
-Transposes, and (for TensorRT, whose parser maps Gemm to one fully-connected layer) turn a 2-D
-MatMul followed by a bias Add into Gemm.
+Transposes, and, where the target has Gemm, turn a 2-D MatMul followed by a bias Add into Gemm
+(one node instead of two for every target; TensorRT's parser maps it to one fully-connected layer).
 
 The patterns are onnxscript's curated single-root rules (each declines with a reason, and the
 BatchNorm fold states its math: W' = W * gamma / sqrt(var + eps), B' = (B - mean) * gamma /
@@ -10,10 +10,15 @@ rule is quadratic in graph size.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
 
+if TYPE_CHECKING:
+    from deploycc.targets.schema import Target
 
-def fusion_rules(backend: str) -> list:
+
+def fusion_rules(target: Target) -> list:
     from onnxscript.rewriter.rules import common
 
     rules = [
@@ -21,7 +26,7 @@ def fusion_rules(backend: str) -> list:
         common.fuse_batchnorm_into_conv_transpose_rule,
         common.transpose_transpose_rule,
     ]
-    if backend == "tensorrt":
+    if target.ops.lookup("", "Gemm"):
         rules.append(common.matmul_add_to_gemm_rule)
     return rules
 
@@ -34,7 +39,7 @@ class FusePass(Pass):
         from onnx_ir.passes.common import RemoveUnusedNodesPass
         from onnxscript.rewriter import pattern
 
-        rules = fusion_rules(state.target.backend.kind)
+        rules = fusion_rules(state.target)
         applied = pattern.RewriteRuleSet(rules).apply_to_model(state.model)
         if applied:
             RemoveUnusedNodesPass()(state.model)

@@ -10,18 +10,24 @@ onnxslim do on real exports, done here on the IR, in place, without loading weig
    models, where every initializer must also be a graph input.
 2. Identical small initializers are merged (up to `DEDUP_MAX_ELEMENTS` elements: larger ones
    would be hashed in full, which for a model of real weights is a second read of all of them).
-3. Common subexpressions are merged (onnx-ir's pass: same op, attributes and inputs; never a
+3. Small integer values that ONNX Runtime's symbolic shape inference knows to hold the same
+   dims become one value (Shape(h)[0] of every layer is the input's batch); those it knows in
+   full become initializers (Shape(h)[2] is 768 however dynamic the batch).
+4. Common subexpressions are merged (onnx-ir's pass: same op, attributes and inputs; never a
    random op, never a node holding a subgraph).
-4. onnxscript's rewrite rules that only ever make a node disappear or become a simpler node of an
-   op the target has (`RULES`: Reshape/Unsqueeze/Transpose/Cast chains, slices that split, a
+5. onnxscript's rewrite rules that only ever make a node disappear or become a simpler node of an
+   op the target has (`_rules`: Reshape/Unsqueeze/Transpose/Cast chains, a
    Reshape whose shape is known, successive Relu/Clip/Min/Max, Pad folded into Conv).
 
-Rounds repeat while something changes, up to `ROUNDS`: merging two Shape chains makes their
-consumers identical in turn. The whole-model verification checks the result like any pass's.
+Shape values are merged from one symbolic inference (it sees every value's content at once; a
+value read from an If or a Loop is not trusted), subexpressions to a fixed point up to `ROUNDS`;
+then the rules run once, and what they made alike is merged again.
+The whole-model verification checks the result like any pass's.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
@@ -57,6 +63,8 @@ def lift_constants(graph: ir.Graph) -> int:
 
 
 SHAPE_VALUE_MAX_ELEMENTS = 16
+SLOW_INFERENCE_S = 2.0
+CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
 def symbolic_contents(model: ir.Model) -> dict[str, object]:
@@ -128,7 +136,13 @@ def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
     graph = model.graph
     first: dict[tuple, ir.Value] = {}
     merged = constant = 0
+    # ORT's inference gives an If the shapes of one branch (Silero's `squeeze(0)` on the batch
+    # size has branches of different rank): nothing read from a control-flow op is trusted.
+    untrusted: set[int] = set()
     for node in list(graph):
+        if node.op_type in CONTROL_FLOW or any(id(v) in untrusted for v in node.inputs if v is not None):
+            untrusted.update(id(value) for value in node.outputs)
+            continue
         for value in node.outputs:
             if value.name not in contents or value.is_graph_output() or value.shape is None \
                     or value.dtype not in (ir.DataType.INT64, ir.DataType.INT32) or not value.uses():
@@ -169,7 +183,7 @@ def _rules(state: PipelineState) -> list:
         (common.reshape_reshape_rule, ("Reshape",)), (common.unsqueeze_unsqueeze_rule, ("Unsqueeze",)),
         (common.transpose_transpose_rule, ("Transpose",)), (common.squeeze_reshape_1d_rule, ("Identity",)),
         (common.collapse_slice_rule, ("Slice",)), (common.collapse_slice2_rule, ("Slice",)),
-        (common.slice_split_rule, ("Split",)), (common.materialize_reshape_shape_rule, ("Reshape",)),
+        (common.materialize_reshape_shape_rule, ("Reshape",)),
         (common.successive_relu_rule, ("Relu",)), (common.successive_clip_rule, ("Clip",)),
         (common.successive_relu_clip_rule, ("Clip",)), (common.successive_clip_relu_rule, ("Clip",)),
         (common.min_min_rule, ("Min",)), (common.max_max_rule, ("Max",)),
@@ -199,26 +213,39 @@ class TidyPass(Pass):
         model = state.model
         before = len(model.graph)
         counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0}
-        rules = _rules(state)
-        rewrite = RewritePass(rules) if rules else None
-        for _ in range(ROUNDS):
-            changed = False
+
+        slow = {"inference_s": 0.0}
+
+        def merge() -> None:
+            """Lift, deduplicate, merge shape values (one symbolic inference: it sees every value's
+            content at once), then merge subexpressions to a fixed point."""
             if model.ir_version >= 4:
-                lifted = lift_constants(model.graph)
-                counts["lifted"] += lifted
-                changed |= bool(lifted)
-            changed |= DeduplicateInitializersPass(size_limit=DEDUP_MAX_ELEMENTS)(model).modified
-            changed |= CommonSubexpressionEliminationPass(size_limit=CSE_MAX_ELEMENTS)(model).modified
-            merged, known = merge_equal_shape_values(model)
-            counts["shape_values_merged"] += merged
-            counts["shape_values_known"] += known
-            changed |= bool(merged or known)
-            if rewrite is not None:
-                changed |= rewrite(model).modified
+                counts["lifted"] += lift_constants(model.graph)
+            DeduplicateInitializersPass(size_limit=DEDUP_MAX_ELEMENTS)(model)
+            # Symbolic inference costs a serialization and, on images with dynamic height and
+            # width, sympy work that grows with the depth (SSDlite: 17 s): only where shapes are
+            # read, and a second time only when the first was quick.
+            if any(node.op_type in ("Shape", "Size") for node in model.graph) \
+                    and slow["inference_s"] < SLOW_INFERENCE_S:
+                started = time.perf_counter()
+                merged, known = merge_equal_shape_values(model)
+                slow["inference_s"] += time.perf_counter() - started
+                counts["shape_values_merged"] += merged
+                counts["shape_values_known"] += known
+            for _ in range(ROUNDS):
+                counts["rounds"] += 1
+                again = CommonSubexpressionEliminationPass(size_limit=CSE_MAX_ELEMENTS)(model).modified
+                RemoveUnusedNodesPass()(model)
+                if not again:
+                    break
+
+        merge()
+        rules = _rules(state)
+        # The chain rules once (each is linear in the graph, and ~20 of them are the pass's main
+        # cost on a large graph); what they make alike is merged after them.
+        if rules and RewritePass(rules)(model).modified:
             RemoveUnusedNodesPass()(model)
-            counts["rounds"] += 1
-            if not changed:
-                break
+            merge()
         after = len(model.graph)
         notes = [f"{before - after} node(s) fewer"] if after != before else []
         if counts["lifted"]:

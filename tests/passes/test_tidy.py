@@ -162,3 +162,29 @@ def test_shape_values_known_equal_are_merged_and_static_ones_become_constants(tm
     # a and b share one Shape chain; c keeps its own (M is not N); d's shape [4, -1] is a constant.
     assert ops["Shape"] == 2 and ops["Gather"] == 2 and ops["Concat"] == 2, ops
     _same(model, cleaned, [{"x": (1, 4), "z": (3, 4)}, {"x": (5, 4), "z": (2, 4)}])
+
+
+def test_shape_values_read_from_an_if_are_not_trusted(tmp_path: Path) -> None:
+    """Silero's squeeze(0) on the batch: an If whose branches differ in rank. ONNX Runtime's
+    symbolic inference gives the If one branch's shape; a dim read from it is not a constant."""
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus"),
+             numpy_helper.from_array(np.array(1, np.int64), "one")]
+    squeeze = helper.make_graph([helper.make_node("Squeeze", ["x", "axis0"], ["sq"])], "then", [],
+                                [helper.make_tensor_value_info("sq", FLOAT, [4])])
+    keep = helper.make_graph([helper.make_node("Identity", ["x"], ["kept"])], "else", [],
+                             [helper.make_tensor_value_info("kept", FLOAT, ["N", 4])])
+    nodes = [helper.make_node("Shape", ["x"], ["xs"]),
+             helper.make_node("Gather", ["xs", "zero"], ["batch"], axis=0),
+             helper.make_node("Equal", ["batch", "one"], ["single"]),
+             helper.make_node("If", ["single"], ["y"], then_branch=squeeze, else_branch=keep),
+             helper.make_node("Shape", ["y"], ["ys"]),
+             helper.make_node("Gather", ["ys", "zero"], ["first"], axis=0),
+             helper.make_node("Unsqueeze", ["first", "axis0"], ["first1"]),
+             helper.make_node("Concat", ["first1", "minus"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["out"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 4])],
+                   [helper.make_tensor_value_info("out", FLOAT, [None, None])], inits)
+    cleaned, _ = _clean(tmp_path, model)
+    _same(model, cleaned, [{"x": (1, 4)}, {"x": (3, 4)}])
