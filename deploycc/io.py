@@ -374,9 +374,54 @@ def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = Fa
                               f"the {newest} the installed onnx {onnx.__version__} knows",
                         "upgrade onnx, or export the model at a lower opset")
     try:
-        onnx.checker.check_model(str(path) if has_external_data else proto, full_check=False)
+        onnx.checker.check_model(str(path) if has_external_data else _without_weights(proto),
+                                 full_check=False)
     except Exception as error:  # ValidationError, and other types the C++ checker raises
         raise _fail(path, f"fails the ONNX checker: {_one_line(error)}") from None
+
+
+CHECK_COPY_LIMIT = 8 << 20
+
+
+def _without_weights(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its large initializers declared as graph inputs instead, for the checker:
+    given a proto it serializes it and parses it again in C++, two more copies of every weight.
+    What it checks of an initializer beyond its type and shape (a data size that fits the dims)
+    validate_inline_tensors has checked already. Small models go as they are."""
+    import onnx
+
+    if proto.ByteSize() < CHECK_COPY_LIMIT:
+        return proto
+    light = onnx.ModelProto()
+    for descriptor, value in proto.ListFields():
+        if descriptor.name == "graph":
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(light, descriptor.name).extend(value)
+        elif descriptor.message_type:
+            getattr(light, descriptor.name).CopyFrom(value)
+        else:
+            setattr(light, descriptor.name, value)
+    graph = proto.graph
+    for descriptor, value in graph.ListFields():
+        if descriptor.name == "initializer":
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(light.graph, descriptor.name).extend(value)
+        elif descriptor.message_type:
+            getattr(light.graph, descriptor.name).CopyFrom(value)
+        else:
+            setattr(light.graph, descriptor.name, value)
+    inputs = {value.name for value in graph.input}
+    if light.ir_version < 4:
+        light.ir_version = 4  # an initializer that became an input alone is no longer listed twice
+    for tensor in graph.initializer:
+        if tensor.ByteSize() <= LARGE_TENSOR_BYTES + 256 and not tensor.HasField("data_location"):
+            light.graph.initializer.append(tensor)
+        elif tensor.name not in inputs:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type,
+                                                                        list(tensor.dims)))
+    return light
 
 
 def onnxruntime_loads(path: Path) -> bool:
@@ -656,7 +701,7 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
         if external:
             ir.save(model, staged, external_data=data_name, size_threshold_bytes=1024)
         else:
-            ir.save(model, staged)
+            write_streamed(model, staged)
         if model.meta.get(MAP_TYPES):  # the weights stay where ir.save put them
             import onnx
 
@@ -673,6 +718,62 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+STREAM_TENSOR_BYTES = 1 << 16
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        out.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(out)
+
+
+def write_streamed(model: ir.Model, path: Path) -> None:
+    """ir.save for one file, without the two extra copies of every weight it makes (a ModelProto
+    holding them, then its serialized bytes): the model is serialized without its large
+    initializers, and each of those is written after it, one at a time, as more entries of the
+    graph's `initializer` field (protobuf merges repeated fields across a message's bytes). The
+    graph's length prefix counts them in, so the file parses as the one ir.save writes."""
+    import onnx
+    import onnx_ir as ir
+
+    graph = model.graph
+    order = list(graph.initializers.values())
+    streamed = [v for v in order if v.const_value is not None and v.const_value.nbytes > STREAM_TENSOR_BYTES
+                and v.const_value.dtype not in (ir.DataType.STRING,)]
+    if not streamed:
+        ir.save(model, path)
+        return
+    for value in streamed:
+        graph.initializers.pop(value.name)  # type: ignore[arg-type]
+    try:
+        proto = ir.serde.serialize_model(model)
+    finally:
+        graph.initializers.clear()
+        for value in order:
+            graph.initializers.add(value)
+    graph_bytes = proto.graph.SerializeToString()
+    proto.ClearField("graph")
+    heads = []
+    for value in streamed:  # TensorProto: name, data_type, dims, then raw_data (field 9)
+        tensor = value.const_value
+        assert tensor is not None
+        head = onnx.TensorProto(name=value.name, data_type=int(tensor.dtype), dims=list(tensor.shape.numpy()))
+        heads.append(head.SerializeToString() + b"\x4a" + _varint(tensor.nbytes))
+    # graph field 7 (tag 0x3a) holds: what serialized, then each initializer as field 5 (0x2a).
+    entries = [len(head) + tensor_bytes for head, tensor_bytes in
+               zip(heads, (v.const_value.nbytes for v in streamed), strict=True)]  # type: ignore[union-attr]
+    graph_length = len(graph_bytes) + sum(1 + len(_varint(n)) + n for n in entries)
+    with path.open("wb") as handle:
+        handle.write(proto.SerializeToString())
+        handle.write(b"\x3a" + _varint(graph_length) + graph_bytes)
+        for value, head, entry in zip(streamed, heads, entries, strict=True):
+            handle.write(b"\x2a" + _varint(entry) + head)
+            handle.write(value.const_value.tobytes())  # type: ignore[union-attr]
 
 
 def write_text_atomic(path: Path, text: str) -> None:

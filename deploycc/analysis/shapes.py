@@ -44,7 +44,9 @@ def _infer_in_place(model: ir.Model, **settings: bool) -> None:
     _merge_func(model, call_onnx_api(infer, model))
 
 
-PROTO_INFERENCE_LIMIT = 256 << 20  # above this, infer on the IR with large tensors stripped
+# Above this, infer on the IR with large tensors stripped: onnx's inference on a proto serializes
+# it and returns a new one, two more copies of every weight (a 110 MB ConvNeXt peaked at 635 MB).
+PROTO_INFERENCE_LIMIT = 8 << 20
 
 
 def infer_proto(proto: Any) -> tuple[Any, str | None]:

@@ -19,9 +19,9 @@ onnxslim do on real exports, done here on the IR, in place, without loading weig
    op the target has (`_rules`: Reshape/Unsqueeze/Transpose/Cast chains, a
    Reshape whose shape is known, successive Relu/Clip/Min/Max, Pad folded into Conv).
 
-Shape values are merged from one symbolic inference (it sees every value's content at once; a
-value read from an If or a Loop is not trusted), subexpressions to a fixed point up to `ROUNDS`;
-then the rules run once, and what they made alike is merged again.
+Subexpressions and shape values are merged to a fixed point (up to `ROUNDS`: merged chains make
+their readers alike, and let ORT's inference name more dims alike); then the rules run once, and
+what they made alike is merged again.
 The whole-model verification checks the result like any pass's.
 """
 
@@ -67,7 +67,7 @@ SLOW_INFERENCE_S = 2.0
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
-def symbolic_contents(model: ir.Model) -> dict[str, object]:
+def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tuple[int, int]]]:
     """Value name -> what ONNX Runtime's symbolic shape inference knows the value holds, for the
     small integer tensors that carry shapes: a dim, a list of dims, sums and products of them
     ('batch', ['batch', 'sequence', 768], '12*sequence'). Weights stay out of it (onnx-ir's
@@ -82,7 +82,7 @@ def symbolic_contents(model: ir.Model) -> dict[str, object]:
     from onnx_ir.passes.common._c_api_utils import call_onnx_api
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    def infer(proto) -> dict[str, object]:
+    def infer(proto) -> tuple[dict[str, object], dict[str, tuple[int, int]]]:
         inference = SymbolicShapeInference(2**31 - 1, True, False, 0)
         quiet = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
         level, quiet.level = quiet.level, logging.ERROR
@@ -94,12 +94,15 @@ def symbolic_contents(model: ir.Model) -> dict[str, object]:
             pass
         finally:
             quiet.level = level
-        return dict(inference.sympy_data_)
+        types = {name: (len(info.type.tensor_type.shape.dim), info.type.tensor_type.elem_type)
+                 for name, info in inference.known_vi_.items()
+                 if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")}
+        return dict(inference.sympy_data_), types
 
     try:
         return call_onnx_api(infer, model)
     except Exception:
-        return {}
+        return {}, {}
 
 
 def _content_key(content: object, rank: int) -> tuple | None:
@@ -123,6 +126,111 @@ def _content_key(content: object, rank: int) -> tuple | None:
     return (rank, *parts)
 
 
+# ORT's symbolic inference is right about shapes that follow from shapes, and about the small
+# integer arithmetic exporters do on them; it is wrong elsewhere, found on Silero VAD: it gives an
+# If the shapes of one branch (the branches of `squeeze(0)` differ in rank), it reverses a 2-D
+# Slice with step -1 as if it were flat (torch's F.pad reverses its pads so), and it calls
+# Equal(floor(...) + 1, 1) false because the two sympy expressions differ in form. So its word
+# is taken only along the ops below, from graph inputs and constants.
+# Inputs whose *content* decides an op's output shape: that content must be trusted too.
+SHAPE_FROM_CONTENT = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,),
+    "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "OneHot": (1,), "CenterCropPad": (1,),
+    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
+    "ReduceL2": (1,), "ReduceL1": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
+    "ReduceLogSum": (1,), "GridSample": (), "Col2Im": (1, 2), "STFT": (2, 3), "DFT": (1,),
+}
+# Ops whose integer results ORT's inference computes right from trusted inputs.
+CONTENT_OPS = {"Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Add", "Sub", "Mul",
+               "Div", "Identity", "Min", "Max", "Reshape", "Constant", "ConstantOfShape", "Where", "Equal",
+               "Slice"}
+
+
+class _Trust:
+    """Which values' shapes, and which small integer values' contents, ORT's inference may be
+    believed about, walking the graph in order."""
+
+    def __init__(self, graph: ir.Graph, contents: dict[str, object],
+                 types: dict[str, tuple[int, int]]) -> None:
+        self.contents, self.types = contents, types
+        self.shape: set[int] = {id(v) for v in graph.inputs} | {id(v) for v in graph.initializers.values()}
+        self.content: set[int] = {id(v) for v in graph.initializers.values()}
+
+    def visit(self, node: ir.Node) -> None:
+        inputs = list(node.inputs)
+        if node.op_type == "Constant":
+            self.shape.update(id(v) for v in node.outputs)
+            self.content.update(id(v) for v in node.outputs)
+            return
+        if node.domain not in ("", "ai.onnx") or node.op_type in CONTROL_FLOW:
+            return
+        shaped = all(v is None or id(v) in self.shape for v in inputs)
+        if node.op_type not in ("Shape", "Size") and not shaped:
+            return
+        by_content = SHAPE_FROM_CONTENT.get(node.op_type, ())
+        if not all(i >= len(inputs) or inputs[i] is None or id(inputs[i]) in self.content
+                   for i in by_content):
+            return
+        if node.op_type in ("Shape", "Size") and not (inputs and inputs[0] is not None
+                                                      and id(inputs[0]) in self.shape):
+            return
+        self.shape.update(id(v) for v in node.outputs)
+        if node.op_type in CONTENT_OPS and (node.op_type in ("Shape", "Size") or all(
+                v is None or id(v) in self.content for v in inputs)):
+            # Contents of rank 0 and 1 only: the 2-D Slice above went wrong.
+            flat = all(self.rank(v) in (0, 1) for v in node.outputs) and (
+                node.op_type in ("Shape", "Size") or all(v is None or self.rank(v) in (0, 1) for v in inputs))
+            if flat and (node.op_type != "Equal" or self._decided(inputs)):
+                self.content.update(id(v) for v in node.outputs)
+
+    def rank(self, value: ir.Value) -> int | None:
+        """The value's rank, as the IR has it or else as ORT's inference found it."""
+        if value.shape is not None:
+            return value.shape.rank()
+        return self.types[value.name][0] if value.name in self.types else None
+
+    def dtype(self, value: ir.Value) -> ir.DataType | None:
+        import onnx_ir as ir
+
+        if value.dtype is not None:
+            return value.dtype
+        return ir.DataType(self.types[value.name][1]) if value.name in self.types else None
+
+    def _decided(self, inputs: list) -> bool:
+        """Whether Equal's answer follows from its inputs' contents: two numbers, or a dim
+        expression (never negative) against a negative number (the -1 of `expand(-1, ...)`).
+        Two expressions that differ in form may still be equal, and sympy says False."""
+        import numpy as np
+
+        sides = []
+        for value in inputs[:2]:
+            content = self.contents.get(value.name) if value is not None else None
+            if content is None:
+                if value is None or value.const_value is None:
+                    return False
+                content = value.const_value.numpy()
+            sides.append(list(np.asarray(content, dtype=object).reshape(-1)))
+        if len(sides) != 2:
+            return False
+        a, b = sides
+        if len(a) != len(b) and 1 not in (len(a), len(b)):
+            return False
+        width = max(len(a), len(b))
+        for left, right in zip(a * width if len(a) == 1 else a, b * width if len(b) == 1 else b, strict=True):
+            numbers = [isinstance(x, (int, np.integer)) or getattr(x, "is_Integer", False)
+                       for x in (left, right)]
+            if all(numbers):
+                continue
+            number, expression = (left, right) if numbers[0] else (right, left)
+            if not any(numbers) or int(number) >= 0 or not getattr(expression, "is_nonnegative", False):
+                return False
+        return True
+
+    def content_of(self, node: ir.Node) -> bool:
+        return all(id(v) in self.content for v in node.outputs)
+
+
 def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
     """Shape values whose content is known to be equal become one value; those fully known become
     initializers. Returns (merged, made constant). Of equal values the first in graph order stays:
@@ -130,41 +238,40 @@ def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
     import numpy as np
     import onnx_ir as ir
 
-    contents = symbolic_contents(model)
+    contents, types = symbolic_contents(model)
     if not contents:
         return 0, 0
     graph = model.graph
     first: dict[tuple, ir.Value] = {}
     merged = constant = 0
-    # ORT's inference gives an If the shapes of one branch (Silero's `squeeze(0)` on the batch
-    # size has branches of different rank): nothing read from a control-flow op is trusted.
-    untrusted: set[int] = set()
+    trust = _Trust(graph, contents, types)
     for node in list(graph):
-        if node.op_type in CONTROL_FLOW or any(id(v) in untrusted for v in node.inputs if v is not None):
-            untrusted.update(id(value) for value in node.outputs)
+        trust.visit(node)
+        if not trust.content_of(node):
             continue
         for value in node.outputs:
-            if value.name not in contents or value.is_graph_output() or value.shape is None \
-                    or value.dtype not in (ir.DataType.INT64, ir.DataType.INT32) or not value.uses():
+            rank, dtype = trust.rank(value), trust.dtype(value)
+            if value.name not in contents or value.is_graph_output() or rank is None \
+                    or dtype not in (ir.DataType.INT64, ir.DataType.INT32) or not value.uses():
                 continue
-            key = _content_key(contents[value.name], value.shape.rank())
+            key = _content_key(contents[value.name], rank)
             if key is None:
                 continue
             if all(isinstance(part, int) for part in key[1:]) and node.op_type != "Constant":
                 if model.ir_version < 4:  # an IR-3 initializer must also be a graph input
                     continue
-                array = np.array(key[1:], dtype=value.dtype.numpy())
+                array = np.array(key[1:], dtype=dtype.numpy())
                 array = array.reshape(()) if key[0] == 0 else array
                 name = f"{value.name}_known"
                 while name in graph.initializers:
                     name += "_"
-                known = ir.Value(name=name, shape=ir.Shape(list(array.shape)), type=value.type,
+                known = ir.Value(name=name, shape=ir.Shape(list(array.shape)), type=ir.TensorType(dtype),
                                  const_value=ir.tensor(array, name=name))
                 graph.register_initializer(known)
                 value.replace_all_uses_with(known)
                 constant += 1
                 continue
-            typed = (value.dtype, *key)
+            typed = (dtype, *key)
             if typed in first:
                 value.replace_all_uses_with(first[typed])
                 merged += 1
@@ -217,24 +324,25 @@ class TidyPass(Pass):
         slow = {"inference_s": 0.0}
 
         def merge() -> None:
-            """Lift, deduplicate, merge shape values (one symbolic inference: it sees every value's
-            content at once), then merge subexpressions to a fixed point."""
+            """Lift and deduplicate, then merge subexpressions and shape values to a fixed point:
+            ORT's inference names more dims alike once chains computing them are one."""
             if model.ir_version >= 4:
                 counts["lifted"] += lift_constants(model.graph)
             DeduplicateInitializersPass(size_limit=DEDUP_MAX_ELEMENTS)(model)
-            # Symbolic inference costs a serialization and, on images with dynamic height and
-            # width, sympy work that grows with the depth (SSDlite: 17 s): only where shapes are
-            # read, and a second time only when the first was quick.
-            if any(node.op_type in ("Shape", "Size") for node in model.graph) \
-                    and slow["inference_s"] < SLOW_INFERENCE_S:
-                started = time.perf_counter()
-                merged, known = merge_equal_shape_values(model)
-                slow["inference_s"] += time.perf_counter() - started
-                counts["shape_values_merged"] += merged
-                counts["shape_values_known"] += known
+            reads_shapes = any(node.op_type in ("Shape", "Size") for node in model.graph)
             for _ in range(ROUNDS):
                 counts["rounds"] += 1
                 again = CommonSubexpressionEliminationPass(size_limit=CSE_MAX_ELEMENTS)(model).modified
+                # Symbolic inference costs a serialization and, on images with dynamic height and
+                # width, sympy work that grows with the depth (SSDlite: 7 s a time): only where
+                # shapes are read, and again only while it is quick.
+                if reads_shapes and slow["inference_s"] < SLOW_INFERENCE_S:
+                    started = time.perf_counter()
+                    merged, known = merge_equal_shape_values(model)
+                    slow["inference_s"] += time.perf_counter() - started
+                    counts["shape_values_merged"] += merged
+                    counts["shape_values_known"] += known
+                    again |= bool(merged or known)
                 RemoveUnusedNodesPass()(model)
                 if not again:
                     break

@@ -188,3 +188,29 @@ def test_shape_values_read_from_an_if_are_not_trusted(tmp_path: Path) -> None:
                    [helper.make_tensor_value_info("out", FLOAT, [None, None])], inits)
     cleaned, _ = _clean(tmp_path, model)
     _same(model, cleaned, [{"x": (1, 4)}, {"x": (3, 4)}])
+
+
+def test_torch_pad_pads_reversed_through_a_2d_slice_stay_right(tmp_path: Path) -> None:
+    """torch's F.pad exports its pads reversed pairwise: Reshape to [-1, 2], Slice with step -1,
+    Transpose, Reshape back. ONNX Runtime's symbolic inference reverses that 2-D Slice as if it
+    were flat (Silero VAD's STFT padding came out [0, 64, 0, 0] instead of [0, 0, 0, 64])."""
+    inits = [numpy_helper.from_array(np.array([0, 3], np.int64), "front"),
+             numpy_helper.from_array(np.array([0, 0], np.int64), "back"),
+             numpy_helper.from_array(np.array([-1, 2], np.int64), "pairs"),
+             numpy_helper.from_array(np.array([-1], np.int64), "start"),
+             numpy_helper.from_array(np.array([-(2**62)], np.int64), "end"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array([-1], np.int64), "step"),
+             numpy_helper.from_array(np.array([-1], np.int64), "flat")]
+    nodes = [helper.make_node("Concat", ["front", "back"], ["p4"], axis=0),
+             helper.make_node("Reshape", ["p4", "pairs"], ["p22"]),
+             helper.make_node("Slice", ["p22", "start", "end", "axis0", "step"], ["rev"]),
+             helper.make_node("Transpose", ["rev"], ["t"], perm=[1, 0]),
+             helper.make_node("Reshape", ["t", "flat"], ["pads"]),
+             helper.make_node("Pad", ["x", "pads"], ["padded"]),
+             helper.make_node("Shape", ["padded"], ["s"]),
+             helper.make_node("Reshape", ["padded", "s"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 5])],
+                   [helper.make_tensor_value_info("y", FLOAT, [None, None])], inits)
+    cleaned, _ = _clean(tmp_path, model)
+    _same(model, cleaned, [{"x": (1, 5)}, {"x": (2, 5)}])

@@ -1,0 +1,67 @@
+"""Writing models: the streamed writer makes the file ir.save makes, weights and all, without
+holding a second copy of them; the checker sees a large model without its weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deploycc import io
+
+
+def _weighted(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.arange(256, dtype=np.int64), "idx"),  # int64, large too
+             numpy_helper.from_array(rng.standard_normal(256).astype(np.float16), "half"),
+             numpy_helper.from_array(np.array([1.5], np.float32), "small")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Gather", ["h", "idx"], ["g"], axis=1),
+             helper.make_node("Cast", ["half"], ["half32"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["g", "half32"], ["a"]),
+             helper.make_node("Mul", ["a", "small"], ["y"])]
+    graph = helper.make_graph(nodes, "w", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 256])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_the_streamed_file_is_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(io, "STREAM_TENSOR_BYTES", 1024)  # every weight but `small` streams
+    source = _weighted(tmp_path / "m.onnx")
+    model = io.load(source).model
+    names = list(model.graph.initializers)
+    written = tmp_path / "out.onnx"
+    io.write_streamed(model, written)
+    assert list(model.graph.initializers) == names  # the model in memory is as it was
+    proto = onnx.load(written)
+    onnx.checker.check_model(proto, full_check=True)
+    original = {t.name: numpy_helper.to_array(t) for t in onnx.load(source).graph.initializer}
+    again = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    assert original.keys() == again.keys()
+    for name, array in original.items():
+        assert again[name].dtype == array.dtype and np.array_equal(again[name], array), name
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 256)).astype(np.float32)}
+    expected = ort.InferenceSession(str(source)).run(None, feeds)[0]
+    np.testing.assert_array_equal(ort.InferenceSession(str(written)).run(None, feeds)[0], expected)
+
+
+def test_the_checker_sees_a_large_model_without_its_weights(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(io, "CHECK_COPY_LIMIT", 0)
+    proto = onnx.load(_weighted(tmp_path / "m.onnx"))
+    light = io._without_weights(proto)
+    # `half` holds 512 bytes, under LARGE_TENSOR_BYTES: small ones stay as they are.
+    assert {t.name for t in light.graph.initializer} == {"small", "half"}
+    assert {"w1", "idx"} <= {v.name for v in light.graph.input}
+    onnx.checker.check_model(light)
+    broken = onnx.ModelProto()
+    broken.CopyFrom(proto)
+    broken.graph.node[0].input[1] = "missing"
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(io._without_weights(broken))
