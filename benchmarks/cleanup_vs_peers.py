@@ -243,6 +243,65 @@ def summary(results: dict) -> tuple[str, dict]:
     return "\n".join([*head, "", *lines]) + "\n", numbers
 
 
+LATENCY_MODELS = ("hf_bert_ts_op14", "hf_gpt2_ts_op14", "hf_deberta_v2_ts_op15", "hf_vit_dynamo_op18",
+                  "tv_mobilenet_v3_small_ts_op17", "tv_shufflenet_v2_x1_0_ts_op11", "rapidocr_ppocrv4_rec",
+                  "tv_swin_t_ts_op17")
+
+
+def latency(results: dict, corpus: Path, work: Path, rounds: int = 10) -> dict:
+    """ORT (default session) and OpenVINO (default compile) latency of each tool's cleaned model,
+    interleaved in rounds in one process; deploycc's median over the best peer's, with a 95%
+    bootstrap interval. Only models whose every result kept the outputs."""
+    sys.path.insert(0, str(HERE))
+    from run_suite import interleaved
+
+    from deploycc.backends.onnxruntime import OrtRunner
+    from deploycc.backends.openvino import OpenVinoRunner
+    from deploycc.bench.run import bootstrap_ratio
+
+    table: dict = {}
+    for name in LATENCY_MODELS:
+        row = results.get(name, {})
+        if not all((row.get(tool) or {}).get("verified") for tool in TOOLS):
+            continue
+        feeds = feeds_for(corpus / f"{name}.onnx")
+        for runtime in ("ORT", "OpenVINO"):
+            files = {tool: work / f"{name}.{tool}.onnx" for tool in TOOLS}
+            runners = {tool: OrtRunner(path, ["CPUExecutionProvider"]) if runtime == "ORT"
+                       else OpenVinoRunner(path, "CPU", {}) for tool, path in files.items()}
+            try:
+                tick = time.perf_counter()
+                runners["deploycc"].run(feeds)
+                one = max(time.perf_counter() - tick, 1e-4)
+                per_round = max(2, min(20, int(3.0 / (len(runners) * one))))
+                samples = interleaved(runners, feeds, rounds=rounds, per_round=per_round)
+            finally:
+                for runner in runners.values():
+                    runner.close()
+            medians = {tool: float(np.median(values)) * 1e3 for tool, values in samples.items()}
+            best = min(("onnxsim", "onnxslim"), key=lambda tool: medians[tool])
+            low, high = bootstrap_ratio(samples["deploycc"], samples[best], samples=1000)
+            table.setdefault(name, {})[runtime] = {
+                "median_ms": {tool: round(ms, 3) for tool, ms in medians.items()}, "best_peer": best,
+                "ratio": round(medians["deploycc"] / medians[best], 3), "ci95": [low, high]}
+            print(f"[latency] {name} {runtime}: {table[name][runtime]}", flush=True)
+    return table
+
+
+def latency_markdown(table: dict) -> str:
+    lines = ["", "Latency of the cleaned models (median ms; ratio = deploycc / best peer, 95% bootstrap "
+             "interval; ORT default session, OpenVINO default compile on CPU):", "",
+             "| model | runtime | deploycc | onnxsim | onnxslim | ratio to best peer |",
+             "|---|---|---|---|---|---|"]
+    for name, runtimes in table.items():
+        for runtime, row in runtimes.items():
+            ms = row["median_ms"]
+            low, high = row["ci95"]
+            lines.append(f"| {name} | {runtime} | {ms['deploycc']} | {ms['onnxsim']} | {ms['onnxslim']} | "
+                         f"{row['ratio']:.2f} [{low:.2f}, {high:.2f}] ({row['best_peer']}) |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -250,6 +309,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=HERE / "cleanup-work")
     parser.add_argument("--only", nargs="*", help="model stems to run (default: the whole corpus)")
     parser.add_argument("--fresh", action="store_true", help="redo the peers too")
+    parser.add_argument("--latency", action="store_true",
+                        help="also time the cleaned models (LATENCY_MODELS)")
     args = parser.parse_args()
     manifest = json.loads((args.corpus / "manifest.json").read_text())["models"]
     models = sorted(args.corpus / Path(entry["file"]).name for entry in manifest.values()
@@ -265,6 +326,10 @@ def main() -> None:
     finally:
         cache_file.write_text(json.dumps(cache, indent=1))
     table, numbers = summary(results)
+    if args.latency:
+        timings = latency(results, args.corpus, args.work)
+        numbers["latency"] = timings
+        table += latency_markdown(timings)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     record = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),

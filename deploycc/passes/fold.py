@@ -85,6 +85,10 @@ def size_guard(limit_elements: int):
         if elements is None and node.op_type in GROWING_OPS and all(
                 v is None or _const_or_none(v) for v in node.inputs):
             return False  # constant inputs, yet no size: it could grow without bound, leave it
+        if node.op_type == "ConstantOfShape" and elements is not None and elements <= SMALL_GROWTH_ELEMENTS:
+            # onnxscript leaves every ConstantOfShape (it could be large); a few elements of
+            # shape arithmetic (the zeros torch's F.pad appends to its pads) fold like the rest.
+            return True
         # Otherwise the folder's own rules apply (it cannot fold non-constant inputs anyway).
         return None
 
@@ -113,6 +117,66 @@ def constant_as_tensor(node: ir.Node) -> bool:
     tensor = ir.tensor(np.asarray(value, dtype=CONSTANT_FORMS[form]))
     node.attributes["value"] = ir.AttrTensor("value", tensor)
     return True
+
+
+FOLD_ROUNDS = 8
+SMALL_GROWTH_ELEMENTS = 1024
+
+
+def read_static_dims(model: ir.Model) -> int:
+    """Shape(x) and Gather(Shape(x), i) whose dims are static, however dynamic the rest of x is,
+    become constants (onnxscript's folder does this for a 1-D index only; TorchScript writes
+    x.shape[1] with a scalar one). Shapes are inferred first: a Pad whose pads just folded has a
+    static width only then, which a Swin window partition reads in turn, so the fold pass
+    alternates the two until nothing more is read. Returns how many reads were replaced."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc.analysis.shapes import infer_shapes
+
+    if model.ir_version < 4:  # an IR-3 initializer must also be a graph input
+        return 0
+    infer_shapes(model)
+    graph = model.graph
+    replaced = 0
+    for node in list(graph):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Shape", "Gather"):
+            continue
+        output = node.outputs[0]
+        if output.is_graph_output() or not output.uses():
+            continue
+        source = node if node.op_type == "Shape" else node.inputs[0].producer() if node.inputs[0] else None
+        if source is None or source.op_type != "Shape" or source.graph is not graph or not source.inputs:
+            continue
+        x = source.inputs[0]
+        if x is None or x.shape is None:
+            continue
+        start = source.attributes.get_int("start", 0)
+        end = source.attributes.get_int("end", None)
+        # Plain lists: numpy would unpack a symbolic dim's name into characters.
+        dims = [d if isinstance(d, int) else None for d in x.shape][start:end]
+        if node.op_type == "Shape":
+            picked, form = dims, (len(dims),)
+        else:
+            index = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+            if index is None or node.attributes.get_int("axis", 0) != 0 or index.ndim > 1:
+                continue
+            positions = [int(i) for i in index.reshape(-1)]
+            if not all(-len(dims) <= i < len(dims) for i in positions):
+                continue
+            picked, form = [dims[i] for i in positions], tuple(index.shape)
+        if not all(isinstance(d, int) for d in picked):
+            continue
+        known = np.array(picked, dtype=np.int64).reshape(form)
+        name = f"{output.name}_static"
+        while name in graph.initializers:
+            name += "_"
+        value = ir.Value(name=name, shape=ir.Shape(list(known.shape)), type=ir.TensorType(ir.DataType.INT64),
+                         const_value=ir.tensor(known, name=name))
+        graph.register_initializer(value)
+        output.replace_all_uses_with(value)
+        replaced += 1
+    return replaced
 
 
 def constants_not_inputs(model: ir.Model) -> bool:
@@ -157,12 +221,18 @@ class FoldPass(Pass):
         declared = [(value.type, value.shape) for value in graph.outputs]
         branch_notes = keep_runnable_branches(state.model)
         notes += branch_notes
+        read = 0
         try:
             with held_back(state.model, held):
-                folded = fold_constants(state.model, input_size_limit=limit_elements,
-                                        output_size_limit=limit_elements,
-                                        should_fold=size_guard(limit_elements))
-                modified = folded.modified or bool(branch_notes)
+                for _ in range(FOLD_ROUNDS):
+                    folded = fold_constants(state.model, input_size_limit=limit_elements,
+                                            output_size_limit=limit_elements,
+                                            should_fold=size_guard(limit_elements))
+                    modified = modified or folded.modified or bool(branch_notes)
+                    reading = read_static_dims(state.model)
+                    read += reading
+                    if not reading:
+                        break
         except Exception as error:
             # onnxscript's folder fails on some nodes (SplitToSequence with a scalar split, found by
             # `deploycc probe`). It rewrites one node at a time in order and stops at the failing one,
@@ -180,5 +250,15 @@ class FoldPass(Pass):
         modified = modified or bool(rewritten)
         after = len(state.model.graph)
         notes += [f"folded {before - after} node(s)"] if before != after else []
+        notes += [f"{read} read(s) of static dims became constants"] if read else []
+        modified = modified or bool(read)
         return PassOutcome(modified or before != after, notes,
                            {"limit_bytes": state.options.fold_limit_bytes})
+
+
+class RefoldPass(FoldPass):
+    """Tidy turns shape values into constants (Shape(h)[2] is 768 however dynamic the batch);
+    what reads them (Range, Expand, Where, Mod on shapes: a Swin window's mask) folds only then."""
+
+    name = "refold"
+    summary = "fold again what tidy made constant"

@@ -27,7 +27,11 @@ The whole-model verification checks the result like any pass's.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
@@ -64,7 +68,33 @@ def lift_constants(graph: ir.Graph) -> int:
 
 SHAPE_VALUE_MAX_ELEMENTS = 16
 SLOW_INFERENCE_S = 2.0
+SYMBOLIC_BUDGET_S = 3.0
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt the Python code inside after `seconds` (sympy on an image model with dynamic
+    height and width: SSDlite's inference takes 10 s). Only in the main thread, where signals are
+    delivered; elsewhere the code runs to its end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tuple[int, int]]]:
@@ -87,10 +117,11 @@ def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tup
         quiet = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
         level, quiet.level = quiet.level, logging.ERROR
         try:
-            inference._preprocess(proto)
-            while inference.run_:
-                inference._infer_impl()
-        except Exception:  # an op it does not know: what it found before stands
+            with _time_limit(SYMBOLIC_BUDGET_S):
+                inference._preprocess(proto)
+                while inference.run_:
+                    inference._infer_impl()
+        except Exception:  # an op it does not know, or out of time: what it found before stands
             pass
         finally:
             quiet.level = level
@@ -110,8 +141,10 @@ def _content_key(content: object, rank: int) -> tuple | None:
     value's rank or is not a small integer tensor's."""
     import numpy as np
 
-    items = list(content) if isinstance(content, (list, tuple, np.ndarray)) else [content]
-    if (rank == 1) != isinstance(content, (list, tuple, np.ndarray)) or rank > 1:
+    listed = isinstance(content, (list, tuple, np.ndarray))
+    items = list(np.asarray(content, dtype=object).reshape(-1)) if listed else [content]
+    # ORT keeps an unsqueezed scalar as the scalar: one element, of rank 1.
+    if rank not in (0, 1) or (rank == 0 and (listed and len(items) != 1)):
         return None
     if len(items) > SHAPE_VALUE_MAX_ELEMENTS:
         return None
@@ -168,9 +201,11 @@ class _Trust:
         shaped = all(v is None or id(v) in self.shape for v in inputs)
         if node.op_type not in ("Shape", "Size") and not shaped:
             return
+        # A shape-deciding input whose content ORT's inference does not know is fine: it then
+        # gives the output fresh dims of its own (opaque, never wrong); one it knows must be trusted.
         by_content = SHAPE_FROM_CONTENT.get(node.op_type, ())
         if not all(i >= len(inputs) or inputs[i] is None or id(inputs[i]) in self.content
-                   for i in by_content):
+                   or (inputs[i].name or "") not in self.contents for i in by_content):  # type: ignore[union-attr]
             return
         if node.op_type in ("Shape", "Size") and not (inputs and inputs[0] is not None
                                                       and id(inputs[0]) in self.shape):
@@ -268,6 +303,8 @@ def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
                 known = ir.Value(name=name, shape=ir.Shape(list(array.shape)), type=ir.TensorType(dtype),
                                  const_value=ir.tensor(array, name=name))
                 graph.register_initializer(known)
+                trust.shape.add(id(known))
+                trust.content.add(id(known))
                 value.replace_all_uses_with(known)
                 constant += 1
                 continue

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 def default_passes() -> list[Pass]:
     from deploycc.passes.axes import AxesPass
-    from deploycc.passes.fold import FoldPass
+    from deploycc.passes.fold import FoldPass, RefoldPass
     from deploycc.passes.fuse import FusePass
     from deploycc.passes.legalize import LegalizePass
     from deploycc.passes.opset import OpsetPass
@@ -40,11 +40,11 @@ def default_passes() -> list[Pass]:
     from deploycc.passes.simplify import SimplifyPass
     from deploycc.passes.tidy import TidyPass
 
-    return [OpsetPass(), AxesPass(), FoldPass(), TidyPass(), SimplifyPass(), PrunePass(), FusePass(),
-            LegalizePass()]
+    return [OpsetPass(), AxesPass(), FoldPass(), TidyPass(), RefoldPass(), SimplifyPass(), PrunePass(),
+            FusePass(), LegalizePass()]
 
 
-PASS_NAMES = ("opset", "axes", "fold", "tidy", "simplify", "prune", "fuse", "legalize")
+PASS_NAMES = ("opset", "axes", "fold", "tidy", "refold", "simplify", "prune", "fuse", "legalize")
 
 
 @dataclass
