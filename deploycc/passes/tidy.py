@@ -28,11 +28,13 @@ The whole-model verification checks the result like any pass's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
 
@@ -72,6 +74,25 @@ SYMBOLIC_BUDGET_S = 3.0
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
+@functools.cache
+def _symbolic_shape_inference() -> Any:
+    """onnxruntime's SymbolicShapeInference, loaded from its file: importing it the usual way runs
+    onnxruntime/tools/__init__.py, which imports torch wherever torch is installed (half a GB
+    and a second and a half, for a helper deploycc never calls)."""
+    import importlib.util
+    import sys
+
+    import onnxruntime
+
+    path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
+    spec = importlib.util.spec_from_file_location("deploycc_ort_symbolic_shape_infer", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.SymbolicShapeInference
+
+
 class _OutOfTime(Exception):
     pass
 
@@ -97,7 +118,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tuple[int, int]]]:
+def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tuple[list, int]]]:
     """Value name -> what ONNX Runtime's symbolic shape inference knows the value holds, for the
     small integer tensors that carry shapes: a dim, a list of dims, sums and products of them
     ('batch', ['batch', 'sequence', 768], '12*sequence'). Weights stay out of it (onnx-ir's
@@ -110,11 +131,12 @@ def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tup
     import logging
 
     from onnx_ir.passes.common._c_api_utils import call_onnx_api
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    def infer(proto) -> tuple[dict[str, object], dict[str, tuple[int, int]]]:
+    SymbolicShapeInference = _symbolic_shape_inference()
+
+    def infer(proto) -> tuple[dict[str, object], dict[str, tuple[list, int]]]:
         inference = SymbolicShapeInference(2**31 - 1, True, False, 0)
-        quiet = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+        quiet = logging.getLogger("deploycc_ort_symbolic_shape_infer")  # the name it is loaded under
         level, quiet.level = quiet.level, logging.ERROR
         try:
             with _time_limit(SYMBOLIC_BUDGET_S):
@@ -125,7 +147,8 @@ def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tup
             pass
         finally:
             quiet.level = level
-        types = {name: (len(info.type.tensor_type.shape.dim), info.type.tensor_type.elem_type)
+        types = {name: ([d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                         for d in info.type.tensor_type.shape.dim], info.type.tensor_type.elem_type)
                  for name, info in inference.known_vi_.items()
                  if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")}
         return dict(inference.sympy_data_), types
@@ -185,7 +208,7 @@ class _Trust:
     believed about, walking the graph in order."""
 
     def __init__(self, graph: ir.Graph, contents: dict[str, object],
-                 types: dict[str, tuple[int, int]]) -> None:
+                 types: dict[str, tuple[list, int]]) -> None:
         self.contents, self.types = contents, types
         self.shape: set[int] = {id(v) for v in graph.inputs} | {id(v) for v in graph.initializers.values()}
         self.content: set[int] = {id(v) for v in graph.initializers.values()}
@@ -223,7 +246,7 @@ class _Trust:
         """The value's rank, as the IR has it or else as ORT's inference found it."""
         if value.shape is not None:
             return value.shape.rank()
-        return self.types[value.name][0] if value.name in self.types else None
+        return len(self.types[value.name][0]) if value.name in self.types else None
 
     def dtype(self, value: ir.Value) -> ir.DataType | None:
         import onnx_ir as ir
@@ -262,6 +285,20 @@ class _Trust:
                 return False
         return True
 
+    def annotate(self, node: ir.Node) -> int:
+        """Give the node's outputs the shapes ORT's inference found where the IR has none and the
+        shape is trusted: onnx's inference stops at a Reshape whose target it cannot read, and
+        then x + 0 and x * 1 (MobileBERT's NoNorm with its initial weights) cannot be told from
+        a broadcast. Returns how many outputs got one."""
+        import onnx_ir as ir
+
+        given = 0
+        for value in node.outputs:
+            if value.shape is None and id(value) in self.shape and value.name in self.types:
+                value.shape = ir.Shape(self.types[value.name][0])
+                given += 1
+        return given
+
     def content_of(self, node: ir.Node) -> bool:
         return all(id(v) in self.content for v in node.outputs)
 
@@ -282,6 +319,7 @@ def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
     trust = _Trust(graph, contents, types)
     for node in list(graph):
         trust.visit(node)
+        trust.annotate(node)
         if not trust.content_of(node):
             continue
         for value in node.outputs:
