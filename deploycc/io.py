@@ -607,7 +607,7 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     for node in (n for sub in all_graphs(result.graph) for n in sub):
         if node.domain == HOLD_DOMAIN:
             node.domain = ""
-    _drop_stale_attributes(result, current, version)
+    drop_stale_attributes(result, current, version)
     new_graph = result.graph
     for value in list(new_graph.inputs):
         if value.name in tensors:
@@ -617,10 +617,11 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     return result
 
 
-def _drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
+def drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
     """Attributes the converter carried over that the op does not have at `version` (ReduceMean
-    18 -> 17 keeps noop_with_empty_axes, an invalid model): dropped where they say nothing,
-    at the source opset's default or, for noop_with_empty_axes, beside non-empty axes."""
+    18 -> 17 keeps noop_with_empty_axes, an invalid model), or that a rewrite wrote in its newest
+    form (onnxscript's Reshape rules write allowzero=0 at opset 11): dropped where they say
+    nothing, at the source opset's default or, for noop_with_empty_axes, beside non-empty axes."""
     from deploycc.analysis.graphs import all_graphs
     from deploycc.legality import schemas
 

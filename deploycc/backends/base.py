@@ -109,6 +109,9 @@ class Runner(ABC):
 
 class Backend(ABC):
     kind: str
+    # Whether the engine's importer takes initializers declared inside an If/Loop body (tidy
+    # lifts a branch's Constant nodes into them only then).
+    subgraph_initializers: bool = True
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:

@@ -1,4 +1,4 @@
-"""Fuse: fold BatchNormalization into the Conv/ConvTranspose before it, merge consecutive
+"""Fuse: fold a per-channel Add and BatchNormalization into the Conv before it, merge consecutive
 Transposes, and, where the target has Gemm, turn a 2-D MatMul followed by a bias Add into Gemm
 (one node instead of two for every target; TensorRT's parser maps it to one fully-connected layer).
 
@@ -18,10 +18,53 @@ if TYPE_CHECKING:
     from deploycc.targets.schema import Target
 
 
+def _conv_bias_rules() -> list:
+    """Conv followed by the Add of a per-channel constant (PaddlePaddle exports its conv biases
+    so): the constant joins the Conv's bias. Declines unless the constant broadcasts to exactly
+    [1, M, 1, ...] against the Conv's [N, M, ...] output, so the Add changed nothing but values."""
+    import numpy as np
+    import onnx_ir as ir
+    from onnxscript.rewriter import pattern
+    from onnxscript.rewriter._basics import MatchResult
+
+    class ConvAddBias(pattern.RewriteRuleClassBase):
+        with_bias = True
+
+        def pattern(self, op, x, w, b, c):
+            conv = op.Conv(x, w, b, _allow_other_attributes=True, _outputs=["conv_out"]) if self.with_bias \
+                else op.Conv(x, w, _allow_other_attributes=True, _outputs=["conv_out"])
+            return op.Add(conv, c)
+
+        def check(self, context, x, w, c, conv_out, b=None) -> MatchResult:
+            result = MatchResult()
+            weights, extra = w.const_value, c.const_value
+            if weights is None or extra is None or (b is not None and b.const_value is None):
+                return result.fail("weights, bias and the added constant must be constants")
+            channels, rank = weights.shape[0], len(weights.shape)
+            shape = [1] * (rank - len(extra.shape)) + list(extra.shape)
+            if len(extra.shape) > rank or shape != [1, channels] + [1] * (rank - 2):
+                return result.fail("the added constant is not one value per output channel")
+            if extra.dtype != weights.dtype:
+                return result.fail("the added constant's dtype differs")
+            return result
+
+        def rewrite(self, op, x, w, c, conv_out, b=None):
+            added = c.const_value.numpy().reshape(-1)
+            base = b.const_value.numpy() if b is not None else np.zeros_like(added)
+            bias = op.initializer(ir.tensor((base + added).astype(added.dtype)), f"{conv_out.name}_bias")
+            return op.Conv(x, w, bias, **conv_out.producer().attributes)
+
+    class ConvWithoutBiasAddBias(ConvAddBias):
+        with_bias = False
+
+    return [ConvAddBias.rule(), ConvWithoutBiasAddBias.rule()]
+
+
 def fusion_rules(target: Target) -> list:
     from onnxscript.rewriter.rules import common
 
     rules = [
+        *_conv_bias_rules(),
         common.fuse_batchnorm_into_conv_rule,
         common.fuse_batchnorm_into_conv_transpose_rule,
         common.transpose_transpose_rule,
@@ -33,7 +76,7 @@ def fusion_rules(target: Target) -> list:
 
 class FusePass(Pass):
     name = "fuse"
-    summary = "Conv+BatchNormalization, ConvTranspose+BatchNormalization, Transpose pairs, MatMul+Add->Gemm"
+    summary = "Conv+Add bias, Conv(Transpose)+BatchNormalization, Transpose pairs, MatMul+Add->Gemm"
 
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx_ir.passes.common import RemoveUnusedNodesPass

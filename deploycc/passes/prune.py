@@ -4,8 +4,8 @@
    arithmetic with a neutral constant (x*1, x/1, x+0, x-0) that does not broadcast x larger,
    Cast to the type the input already has, Cast chains that round-trip through a wider type
    (float16 -> float32 -> float16 is exact; float32 -> float16 -> float32 is not, and stays),
-   Reshape/Expand to the shape the input already has, Transpose with the identity
-   permutation, Slice over the whole tensor, Pad with zero pads.
+   Reshape/Expand to the shape the input already has, Flatten of a matrix at axis 1, Transpose
+   with the identity permutation, Slice over the whole tensor, Pad with zero pads.
 2. Identity nodes go, keeping every graph's input and output names: y = Identity(x) is removed
    when y is not a graph output; when it is, x takes its place only if x is made in the same
    graph, read by nothing else and not an output itself. (onnx-ir's IdentityEliminationPass
@@ -103,6 +103,10 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
         return None
     if op in NEUTRAL_OPERAND and len(node.inputs) == 2:
         return _neutral_arithmetic(node, op)
+    if op == "Flatten":  # [a, b] flattened at axis 1 is [a, b]
+        dims = _dims(x)
+        return x if dims is not None and len(dims) == 2 and node.attributes.get_int("axis", 1) in (1, -1) \
+            else None
     if op == "Transpose":
         perm = node.attributes.get_ints("perm")
         return x if perm is not None and list(perm) == list(range(len(perm))) else None

@@ -4,10 +4,10 @@ Exporters repeat themselves: TorchScript writes a Shape -> Gather -> Unsqueeze c
 Constant per use, per layer; dynamo writes the same small constants many times. What onnxsim and
 onnxslim do on real exports, done here on the IR, in place, without loading weights twice:
 
-1. Constant nodes of the main graph become initializers (a Constant is a node to every runtime
-   and to every count; an initializer is data). Subgraph constants stay: TensorRT's importer
-   reads a branch's own initializers less reliably than its Constant nodes. Not in IR < 4
-   models, where every initializer must also be a graph input.
+1. Constant nodes become initializers (a Constant is a node to every runtime and to every count;
+   an initializer is data); an If/Loop body's too, except for an engine whose importer is not
+   known to read a branch's own initializers (TensorRT). Not in IR < 4 models, where every
+   initializer must also be a graph input.
 2. Identical small initializers are merged (up to `DEDUP_MAX_ELEMENTS` elements: larger ones
    would be hashed in full, which for a model of real weights is a second read of all of them).
 3. Small integer values that ONNX Runtime's symbolic shape inference knows to hold the same
@@ -46,10 +46,15 @@ DEDUP_MAX_ELEMENTS = 1024
 CSE_MAX_ELEMENTS = 1024
 
 
-def lift_constants(graph: ir.Graph) -> int:
-    """Constant nodes holding a tensor (the fold pass writes every form as one) -> initializers."""
+def lift_constants(graph: ir.Graph, subgraphs: bool = False) -> int:
+    """Constant nodes holding a tensor (the fold pass writes every form as one) -> initializers,
+    of the main graph, and of If/Loop bodies too with `subgraphs`."""
     import onnx_ir as ir
 
+    from deploycc.analysis.graphs import all_graphs
+
+    if subgraphs:
+        return sum(lift_constants(sub) for sub in list(all_graphs(graph)))
     lifted = 0
     for node in list(graph):
         if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") \
@@ -356,28 +361,43 @@ def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
 
 
 def _rules(state: PipelineState) -> list:
-    """onnxscript's rules whose results the target runs: each with the ops it may write."""
+    """onnxscript's rules whose results the target runs: each with the ops it may write and the
+    opset from which the form it writes exists (Clip's bounds became inputs in 11; the Reshape
+    they write carries `allowzero`, born in 14, taken off again where it means nothing)."""
     from onnxscript.rewriter.rules import common
 
     candidates = [
-        (common.cast_cast_rule, ("Cast",)), (common.no_op_cast_rule, ()),
-        (common.no_op_expand_rule, ()), (common.no_op_transpose_rule, ()),
-        (common.reshape_reshape_rule, ("Reshape",)), (common.unsqueeze_unsqueeze_rule, ("Unsqueeze",)),
-        (common.transpose_transpose_rule, ("Transpose",)), (common.squeeze_reshape_1d_rule, ("Identity",)),
-        (common.collapse_slice_rule, ("Slice",)), (common.collapse_slice2_rule, ("Slice",)),
-        (common.materialize_reshape_shape_rule, ("Reshape",)),
-        (common.successive_relu_rule, ("Relu",)), (common.successive_clip_rule, ("Clip",)),
-        (common.successive_relu_clip_rule, ("Clip",)), (common.successive_clip_relu_rule, ("Clip",)),
-        (common.min_min_rule, ("Min",)), (common.max_max_rule, ("Max",)),
-        (common.min_max_rule, ("Clip",)), (common.max_min_rule, ("Clip",)),
-        (common.fuse_pad_into_conv_rule, ("Conv",)),
+        (common.cast_cast_rule, ("Cast",), 1), (common.no_op_cast_rule, (), 1),
+        (common.no_op_expand_rule, (), 1), (common.no_op_transpose_rule, (), 1),
+        (common.reshape_reshape_rule, ("Reshape",), 5), (common.unsqueeze_unsqueeze_rule, ("Unsqueeze",), 13),
+        (common.transpose_transpose_rule, ("Transpose",), 1),
+        (common.squeeze_reshape_1d_rule, ("Identity",), 1),
+        (common.collapse_slice_rule, ("Slice",), 10), (common.collapse_slice2_rule, ("Slice",), 10),
+        (common.materialize_reshape_shape_rule, ("Reshape",), 5),
+        (common.successive_relu_rule, ("Relu",), 1), (common.successive_clip_rule, ("Clip",), 11),
+        (common.successive_relu_clip_rule, ("Clip",), 11), (common.successive_clip_relu_rule, ("Clip",), 11),
+        (common.min_min_rule, ("Min",), 1), (common.max_max_rule, ("Max",), 1),
+        (common.min_max_rule, ("Clip",), 11), (common.max_min_rule, ("Clip",), 11),
+        (common.fuse_pad_into_conv_rule, ("Conv",), 11),
     ]
-    ops = state.target.ops
-    rules = []
-    for rule, writes in candidates:
-        if all(op == "Identity" or ops.lookup("", op) for op in writes):
-            rules.append(rule)
-    return rules
+    ops, opset = state.target.ops, state.opsets.get("", 1)
+    return [rule for rule, writes, born in candidates
+            if opset >= born and all(op == "Identity" or ops.lookup("", op) for op in writes)]
+
+
+def _allowzero_before_14(model: ir.Model) -> None:
+    """onnxscript's materialized Reshape says allowzero=1; before opset 14 Reshape has no such
+    attribute, and with no 0 in its constant shape the attribute means nothing anyway."""
+    from deploycc.analysis.graphs import all_nodes, constant_tensor
+
+    if model.opset_imports.get("", 14) >= 14:
+        return
+    for node in all_nodes(model.graph):
+        if node.op_type != "Reshape" or node.attributes.get_int("allowzero", 0) != 1 or len(node.inputs) < 2:
+            continue
+        shape = constant_tensor(node.inputs[1], max_elements=64)
+        if shape is not None and not (shape == 0).any():
+            node.attributes.pop("allowzero")
 
 
 class TidyPass(Pass):
@@ -385,6 +405,7 @@ class TidyPass(Pass):
     summary = "lift constants, merge duplicate initializers and subexpressions, collapse op chains"
 
     def run(self, state: PipelineState) -> PassOutcome:
+        from onnx.defs import onnx_opset_version as onnx_defs_version
         from onnx_ir.passes.common import (
             CommonSubexpressionEliminationPass,
             DeduplicateInitializersPass,
@@ -392,17 +413,21 @@ class TidyPass(Pass):
         )
         from onnxscript.rewriter import RewritePass
 
+        from deploycc.backends.registry import get_backend
+        from deploycc.io import drop_stale_attributes
+
         model = state.model
         before = len(model.graph)
         counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0}
 
         slow = {"inference_s": 0.0}
+        lift_branches = get_backend(state.target.backend.kind).subgraph_initializers
 
         def merge() -> None:
             """Lift and deduplicate, then merge subexpressions and shape values to a fixed point:
             ORT's inference names more dims alike once chains computing them are one."""
             if model.ir_version >= 4:
-                counts["lifted"] += lift_constants(model.graph)
+                counts["lifted"] += lift_constants(model.graph, subgraphs=lift_branches)
             DeduplicateInitializersPass(size_limit=DEDUP_MAX_ELEMENTS)(model)
             reads_shapes = any(node.op_type in ("Shape", "Size") for node in model.graph)
             for _ in range(ROUNDS):
@@ -427,6 +452,10 @@ class TidyPass(Pass):
         # The chain rules once (each is linear in the graph, and ~20 of them are the pass's main
         # cost on a large graph); what they make alike is merged after them.
         if rules and RewritePass(rules)(model).modified:
+            newest = onnx_defs_version()
+            if model.opset_imports.get("", newest) < newest:
+                _allowzero_before_14(model)
+                drop_stale_attributes(model, newest, model.opset_imports[""])
             RemoveUnusedNodesPass()(model)
             merge()
         after = len(model.graph)

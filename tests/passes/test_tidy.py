@@ -214,3 +214,55 @@ def test_torch_pad_pads_reversed_through_a_2d_slice_stay_right(tmp_path: Path) -
                    [helper.make_tensor_value_info("y", FLOAT, [None, None])], inits)
     cleaned, _ = _clean(tmp_path, model)
     _same(model, cleaned, [{"x": (1, 5)}, {"x": (2, 5)}])
+
+
+def test_a_flatten_of_a_matrix_goes_and_one_of_a_tensor_stays(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=1), helper.make_node("Relu", ["f"], ["r"]),
+             helper.make_node("Flatten", ["z"], ["g"], axis=1), helper.make_node("Relu", ["g"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 6]),
+                                     helper.make_tensor_value_info("z", FLOAT, ["N", 2, 3])],
+                   [helper.make_tensor_value_info("r", FLOAT, ["N", 6]),
+                    helper.make_tensor_value_info("y", FLOAT, ["N", 6])])
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Flatten"] == 1
+    _same(model, cleaned, [{"x": (2, 6), "z": (2, 2, 3)}])
+
+
+def test_a_per_channel_add_after_conv_joins_its_bias_and_a_wider_one_stays(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "per_channel"),
+             numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b2"),
+             numpy_helper.from_array(rng.standard_normal((1, 4, 6, 6)).astype(np.float32), "per_pixel")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),  # PaddlePaddle's form
+             helper.make_node("Add", ["c", "per_channel"], ["y"]),
+             helper.make_node("Conv", ["x", "w2", "b2"], ["d"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["d", "per_pixel"], ["z"])]  # not per channel: stays
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 6, 6])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 4, 6, 6]),
+                    helper.make_tensor_value_info("z", FLOAT, ["N", 4, 6, 6])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Conv": 2, "Add": 1}), ops
+    _same(model, cleaned, [{"x": (2, 3, 6, 6)}])
+
+
+def test_a_reshape_made_static_at_opset_11_carries_no_allowzero(tmp_path: Path) -> None:
+    """ShuffleNet's channel shuffle at opset 11: the Reshape whose target tidy makes constant must
+    not carry allowzero, which Reshape has only from opset 14 (ONNX Runtime refuses the model)."""
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([2, 2, 6], np.int64), "rest")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n"], ["n1"], axes=[0]),
+             helper.make_node("Concat", ["n1", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 4, 6])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 2, 2, 6])], inits, opset=11)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Shape"] == 0, ops  # the target became the constant [-1, 2, 2, 6]
+    onnx.checker.check_model(onnx.load(cleaned), full_check=True)
+    assert not [a for n in onnx.load(cleaned).graph.node for a in n.attribute if a.name == "allowzero"]
+    _same(model, cleaned, [{"x": (1, 4, 6)}, {"x": (3, 4, 6)}])

@@ -13,6 +13,10 @@ from deploycc.backends.tensorrt import bundle, fingerprint
 
 class TensorRTBackend(Backend):
     kind = "tensorrt"
+    # onnx-tensorrt imports a branch through its nodes and the outer scope; branch-local
+    # initializers are not something its If importer is known to handle on TensorRT 8.x, where
+    # Constant nodes are.
+    subgraph_initializers = False
 
     def unavailable_reason(self) -> str | None:
         missing = [name for name in ("tensorrt", "cuda") if importlib.util.find_spec(name) is None]
