@@ -83,8 +83,13 @@ class FusePass(Pass):
         from onnxscript.rewriter import pattern
 
         rules = fusion_rules(state.target)
-        applied = pattern.RewriteRuleSet(rules).apply_to_model(state.model)
-        if applied:
+        rule_set = pattern.RewriteRuleSet(rules)
+        applied = 0
+        for _ in range(3):  # Conv+Add -> Conv, then that Conv+BatchNormalization (PP-OCR's detector)
+            fused = rule_set.apply_to_model(state.model)
+            applied += fused
+            if not fused:
+                break
             RemoveUnusedNodesPass()(state.model)
         return PassOutcome(bool(applied), [f"{applied} fusion(s)"] if applied else [],
                            {"rules": [getattr(r, "name", None) or type(r).__name__ for r in rules]})

@@ -17,7 +17,8 @@ onnxslim do on real exports, done here on the IR, in place, without loading weig
    random op, never a node holding a subgraph).
 5. onnxscript's rewrite rules that only ever make a node disappear or become a simpler node of an
    op the target has (`_rules`: Reshape/Unsqueeze/Transpose/Cast chains, a
-   Reshape whose shape is known, successive Relu/Clip/Min/Max, Pad folded into Conv).
+   Reshape whose shape is known, successive Relu/Clip/Min/Max, Pad folded into Conv), and one of
+   ours: a Slice of a Slice on other axes becomes one Slice.
 
 Subexpressions and shape values are merged to a fixed point (up to `ROUNDS`: merged chains make
 their readers alike, and let ORT's inference name more dims alike); then the rules run once, and
@@ -95,7 +96,20 @@ def _symbolic_shape_inference() -> Any:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    return module.SymbolicShapeInference
+
+    class Inference(module.SymbolicShapeInference):  # type: ignore[name-defined,misc]
+        def _infer_Concat(self, node: Any) -> None:
+            # It asserts axis == 0 when it follows a shape's content; PaddlePaddle concatenates
+            # 1-D shape pieces on axis -1, which is axis 0 of a vector (this is a private copy).
+            for attribute in node.attribute:
+                if attribute.name == "axis" and attribute.i < 0 and node.input:
+                    try:
+                        attribute.i += len(self._get_shape(node, 0))
+                    except Exception:  # rank unknown: its own handling follows
+                        pass
+            super()._infer_Concat(node)
+
+    return Inference
 
 
 class _OutOfTime(Exception):
@@ -181,6 +195,8 @@ def _content_key(content: object, rank: int) -> tuple | None:
         if isinstance(item, (int, np.integer)) or getattr(item, "is_Integer", False):
             parts.append(int(item))  # type: ignore[arg-type]
         elif getattr(item, "free_symbols", None):
+            if "?" in str(item):  # ORT's name for a dim it knows nothing of: two are not one
+                return None
             parts.append(str(item))
         else:
             return None
@@ -360,6 +376,47 @@ def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
     return merged, constant
 
 
+def _slice_chain_rules() -> list:
+    """Slice(Slice(x)) on different axes, every bound constant: one Slice with both sets of
+    bounds (torch's x[:, a:b][:, :, ::2] and an STFT's real and imaginary halves)."""
+    import numpy as np
+    import onnx_ir as ir
+    from onnxscript.rewriter import pattern
+    from onnxscript.rewriter._basics import MatchResult
+
+    def vector(value: ir.Value | None) -> np.ndarray | None:
+        tensor = value.const_value if value is not None else None
+        return None if tensor is None else tensor.numpy().reshape(-1).astype(np.int64)
+
+    class SliceOfSlice(pattern.RewriteRuleClassBase):
+        def pattern(self, op, x, s1, e1, a1, t1, s2, e2, a2, t2):
+            return op.Slice(op.Slice(x, s1, e1, a1, t1), s2, e2, a2, t2, _outputs=["sliced"])
+
+        def check(self, context, x, s1, e1, a1, t1, s2, e2, a2, t2, sliced) -> MatchResult:
+            result = MatchResult()
+            found = [vector(v) for v in (s1, e1, a1, t1, s2, e2, a2, t2)]
+            parts = [p for p in found if p is not None]
+            if len(parts) != len(found):
+                return result.fail("every bound must be a constant")
+            rank = x.shape.rank() if x.shape is not None else None
+            axes = [parts[2], parts[6]]
+            if rank is None and any((a < 0).any() for a in axes):
+                return result.fail("negative axes of a tensor of unknown rank")
+            first, second = ({int(a) % rank if rank else int(a) for a in axis} for axis in axes)
+            if first & second:
+                return result.fail("both slices cut the same axis")
+            return result
+
+        def rewrite(self, op, x, s1, e1, a1, t1, s2, e2, a2, t2, sliced):
+            pairs = ((s1, s2), (e1, e2), (a1, a2), (t1, t2))
+            merged = [np.concatenate([vector(p), vector(q)]) for p, q in pairs]  # type: ignore[list-item]
+            names = ("starts", "ends", "axes", "steps")
+            return op.Slice(x, *(op.initializer(ir.tensor(m), name=f"{sliced.name}_{names[i]}")
+                                 for i, m in enumerate(merged)))
+
+    return [SliceOfSlice.rule()]
+
+
 def _rules(state: PipelineState) -> list:
     """onnxscript's rules whose results the target runs: each with the ops it may write and the
     opset from which the form it writes exists (Clip's bounds became inputs in 11; the Reshape
@@ -380,6 +437,7 @@ def _rules(state: PipelineState) -> list:
         (common.min_max_rule, ("Clip",), 11), (common.max_min_rule, ("Clip",), 11),
         (common.fuse_pad_into_conv_rule, ("Conv",), 11),
     ]
+    candidates += [(rule, ("Slice",), 10) for rule in _slice_chain_rules()]
     ops, opset = state.target.ops, state.opsets.get("", 1)
     return [rule for rule, writes, born in candidates
             if opset >= born and all(op == "Identity" or ops.lookup("", op) for op in writes)]

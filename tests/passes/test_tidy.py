@@ -266,3 +266,28 @@ def test_a_reshape_made_static_at_opset_11_carries_no_allowzero(tmp_path: Path) 
     onnx.checker.check_model(onnx.load(cleaned), full_check=True)
     assert not [a for n in onnx.load(cleaned).graph.node for a in n.attribute if a.name == "allowzero"]
     _same(model, cleaned, [{"x": (1, 4, 6)}, {"x": (3, 4, 6)}])
+
+
+def test_a_slice_of_a_slice_on_another_axis_is_one_slice_and_on_the_same_axis_stays_two(
+        tmp_path: Path) -> None:
+    def bounds(prefix: str, start: int, end: int, axis: int, step: int) -> list[onnx.TensorProto]:
+        return [numpy_helper.from_array(np.array([v], np.int64), f"{prefix}_{k}")
+                for k, v in (("s", start), ("e", end), ("a", axis), ("t", step))]
+
+    inits = bounds("p", 0, 5, 1, 1) + bounds("q", 1, 2**62, 2, 2) + bounds("r", 1, 4, 1, 1)
+    names = [[f"{p}_{k}" for k in "seat"] for p in "pqr"]
+    nodes = [helper.make_node("Slice", ["x", *names[0]], ["a"]),
+             helper.make_node("Slice", ["a", *names[1]], ["y"]),   # other axis: one Slice
+             helper.make_node("Slice", ["a", *names[2]], ["z"])]   # same axis: stays
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 8, 9])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 5, 4]),
+                    helper.make_tensor_value_info("z", FLOAT, ["N", 3, 9])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Slice"] == 3, ops  # `a` feeds both, so the inner Slice stays for z
+    _same(model, cleaned, [{"x": (2, 8, 9)}])
+    nodes = nodes[:2]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 8, 9])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 5, 4])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Slice"] == 1, ops
+    _same(model, cleaned, [{"x": (2, 8, 9)}])
