@@ -5,7 +5,8 @@
    Cast to the type the input already has, Cast chains that round-trip through a wider type
    (float16 -> float32 -> float16 is exact; float32 -> float16 -> float32 is not, and stays),
    Reshape/Expand to the shape the input already has, Flatten of a matrix at axis 1, Transpose
-   with the identity permutation, Slice over the whole tensor, Pad with zero pads.
+   with the identity permutation or moving only dims of size 1 into a Reshape, Slice over the
+   whole tensor, Pad with zero pads.
 2. Identity nodes go, keeping every graph's input and output names: y = Identity(x) is removed
    when y is not a graph output; when it is, x takes its place only if x is made in the same
    graph, read by nothing else and not an output itself. (onnx-ir's IdentityEliminationPass
@@ -109,7 +110,9 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
             else None
     if op == "Transpose":
         perm = node.attributes.get_ints("perm")
-        return x if perm is not None and list(perm) == list(range(len(perm))) else None
+        if perm is not None and list(perm) == list(range(len(perm))):
+            return x
+        return x if perm is not None and _only_moves_unit_dims_into_reshapes(node, list(perm)) else None
     shape = _static(x)
     if op == "Reshape":
         wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
@@ -151,6 +154,25 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
                 return None
         return x
     return None
+
+
+def _only_moves_unit_dims_into_reshapes(node: ir.Node, perm: list[int]) -> bool:
+    """A Transpose that keeps the order of every dim but those of size 1 leaves the data in the
+    same order; read only by Reshapes to constant shapes (without a 0, which would copy a dim by
+    position), it can go (ConvNeXt's head: LayerNorm2d's permute back, then flatten)."""
+    dims = _dims(node.inputs[0])
+    output = node.outputs[0]
+    if dims is None or len(dims) != len(perm) or output.is_graph_output() or not output.uses():
+        return False
+    moved = [axis for axis in perm if dims[axis] != 1]
+    if moved != sorted(moved):
+        return False
+    for use in output.uses():
+        reader = use.node
+        target = _const(reader.inputs[1]) if reader.op_type == "Reshape" and len(reader.inputs) > 1 else None
+        if use.idx != 0 or target is None or (target == 0).any():
+            return False
+    return True
 
 
 def _neutral_arithmetic(node: ir.Node, op: str) -> ir.Value | None:

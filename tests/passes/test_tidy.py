@@ -291,3 +291,20 @@ def test_a_slice_of_a_slice_on_another_axis_is_one_slice_and_on_the_same_axis_st
     cleaned, ops = _clean(tmp_path, model)
     assert ops["Slice"] == 1, ops
     _same(model, cleaned, [{"x": (2, 8, 9)}])
+
+
+def test_a_transpose_that_moves_only_unit_dims_into_a_reshape_goes(tmp_path: Path) -> None:
+    """ConvNeXt's head: [N, 1, 1, C] permuted back to [N, C, 1, 1], then flattened. Data order
+    is the same; a permute of real dims before a reshape is not, and stays."""
+    inits = [numpy_helper.from_array(np.array([-1, 6], np.int64), "flat")]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node("Reshape", ["t", "flat"], ["y"]),
+             helper.make_node("Transpose", ["z"], ["u"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["u", "flat"], ["w"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 1, 1, 6]),
+                                     helper.make_tensor_value_info("z", FLOAT, ["N", 2, 3])],
+                   [helper.make_tensor_value_info("y", FLOAT, [None, 6]),
+                    helper.make_tensor_value_info("w", FLOAT, [None, 6])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Reshape": 2, "Transpose": 1}), ops
+    _same(model, cleaned, [{"x": (3, 1, 1, 6), "z": (3, 2, 3)}])
