@@ -29,6 +29,22 @@ def default_cache_dir() -> Path:
 _DYNAMIC_RANK = ("rank has to be known", "rank().is_static()", "Unsupported input type dynamic")
 
 
+def _compile_error(core: Any, xml: Path, error: RuntimeError) -> BackendError:
+    """The CPU plugin failing on a model its frontend read: with dynamic inputs it is a shape
+    problem the user can fix with --batch/--shape (OpenVINO 2026.4 fails to compile Silero VAD's
+    If branches while its chunk length is dynamic, and compiles them once it is fixed)."""
+    detail = inference_problem(error)
+    try:
+        dynamic = any(port.get_partial_shape().is_dynamic for port in core.read_model(str(xml)).inputs)
+    except Exception:
+        dynamic = False
+    if dynamic:
+        return BackendError(f"OpenVINO cannot compile this graph while its dims are dynamic ({detail})",
+                            hint="fix the dynamic dims: --batch N, or --shape NAME:DIMS per input",
+                            stage="load", category="dynamic-shape")
+    return BackendError(f"OpenVINO cannot compile this graph: {detail}", stage="load")
+
+
 def _conversion_error(message: str) -> BackendError:
     text = message.strip()
     last = text.splitlines()[-1] if text else "no message"
@@ -70,7 +86,11 @@ class OpenVinoRunner(Runner):
         import openvino as ov
 
         started = time.perf_counter()
-        self.compiled = ov.Core().compile_model(str(xml), device, config)
+        core = ov.Core()
+        try:
+            self.compiled = core.compile_model(str(xml), device, config)
+        except RuntimeError as error:
+            raise _compile_error(core, xml, error) from None
         self.load_seconds = time.perf_counter() - started
         self.request = self.compiled.create_infer_request()
         self._outputs = [port.get_any_name() for port in self.compiled.outputs]
@@ -99,6 +119,9 @@ def inference_problem(error: BaseException) -> str:
 
 class OpenVinoBackend(Backend):
     kind = "openvino"
+    # OpenVINO 2026.4 fails to compile Silero VAD once its If branches hold their own
+    # initializers ("op(s) not supported on CPU: ShapeOf, Gather ..."); as Constant nodes it runs.
+    subgraph_initializers = False
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -138,8 +161,14 @@ class OpenVinoBackend(Backend):
         device = request.target.device.kind
         placement = self.placement(model, device)
         if placement.unsupported:
-            raise BackendError(f"{len(placement.unsupported)} op(s) not supported on {device}: "
-                               f"{', '.join(placement.unsupported[:5])}")
+            # The CPU plugin refuses an If whose branches differ in rank while a dim is dynamic
+            # (Silero VAD's fp16 and opset-15 variants); fixed dims are the user's way out.
+            dynamic = any(port.get_partial_shape().is_dynamic for port in model.inputs)
+            raise BackendError(f"{len(placement.unsupported)} op(s) not supported on {device}"
+                               f"{' while dims are dynamic' if dynamic else ''}: "
+                               f"{', '.join(placement.unsupported[:5])}",
+                               hint="fix the dynamic dims: --batch N, or --shape NAME:DIMS per input"
+                               if dynamic else None, category="dynamic-shape" if dynamic else None)
         if request.fail_on_fallback and placement.fallback:
             raise BackendError(f"{len(placement.fallback)} op(s) fall back from {device}")
         return Artifact(kind="openvino-ir", files=["model.xml", "model.bin"],

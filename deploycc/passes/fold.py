@@ -75,9 +75,27 @@ def expected_elements(node: ir.Node) -> int | None:
     return total
 
 
+def _casts_non_finite_to_integer(node: ir.Node) -> bool:
+    """Cast of inf or NaN to an integer type is undefined in ONNX: folding it bakes whatever numpy
+    returns (INT64_MIN for T5's log(0) of the relative-position buckets) into a constant, which
+    a TensorRT target then refuses as out of int32. Left to run, the value is never selected."""
+    import numpy as np
+    import onnx_ir as ir
+
+    if node.op_type != "Cast" or not node.inputs or node.inputs[0] is None:
+        return False
+    to = node.attributes.get_int("to", None)
+    if to is None or not ir.DataType(to).is_integer():
+        return False
+    tensor = node.inputs[0].const_value
+    if tensor is None or not ir.DataType(tensor.dtype).is_floating_point():
+        return False
+    return not bool(np.isfinite(tensor.numpy()).all())
+
+
 def size_guard(limit_elements: int):
     def should_fold(node: ir.Node) -> bool | None:
-        if node.op_type in NEVER_FOLD:
+        if node.op_type in NEVER_FOLD or _casts_non_finite_to_integer(node):
             return False
         elements = expected_elements(node)
         if elements is not None and elements > limit_elements:
