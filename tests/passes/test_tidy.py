@@ -308,3 +308,4 @@ def test_a_transpose_that_moves_only_unit_dims_into_a_reshape_goes(tmp_path: Pat
     cleaned, ops = _clean(tmp_path, model)
     assert ops == Counter({"Reshape": 2, "Transpose": 1}), ops
     _same(model, cleaned, [{"x": (3, 1, 1, 6), "z": (3, 2, 3)}])
+
