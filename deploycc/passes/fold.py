@@ -1,5 +1,7 @@
 """Fold: evaluate what is constant (onnxscript's folder), including the Shape -> Gather ->
-Unsqueeze -> Concat -> Reshape chains that become constant once the axes pass fixed the dims.
+Unsqueeze -> Concat -> Reshape chains that become constant once the axes pass fixed the dims,
+and the reads of static dims of partly dynamic shapes (read_static_dims), alternated with shape
+inference until nothing more is read. IR-3 initializers listed as inputs count as constants.
 
 The size of folded tensors is bounded *before* evaluation: onnxscript checks its output limit
 after computing the value, so a 30-byte model whose ConstantOfShape asks for 10^12 elements

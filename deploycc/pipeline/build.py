@@ -165,6 +165,8 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
             except (BackendError, BackendUnavailable) as error:
                 message = str(error)
                 failure_category = getattr(error, "category", None)
+                if getattr(error, "stage", None) == "load":  # the engine built but does not load
+                    stage = "build"
             except RunError as error:  # the reference run, when legalize did not verify
                 status, message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
         step("manifest")
