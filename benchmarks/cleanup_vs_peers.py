@@ -121,9 +121,9 @@ def feeds_for(model: Path) -> dict[str, np.ndarray]:
 
 
 def verify(original: Path, candidate: Path, feeds: dict[str, np.ndarray],
-           expected: dict[str, np.ndarray]) -> dict:
+           expected: dict[str, np.ndarray], precision: str) -> dict:
     from deploycc.verify.runner import RunError, run_ort_isolated
-    from deploycc.verify.verify import compare_all, tolerance_precision
+    from deploycc.verify.verify import compare_all
 
     try:
         actual = run_ort_isolated(candidate, feeds)
@@ -132,24 +132,26 @@ def verify(original: Path, candidate: Path, feeds: dict[str, np.ndarray],
     missing = sorted(set(expected) - set(actual))
     if missing:
         return {"verified": False, "problem": f"outputs missing: {', '.join(missing)}"}
-    # A quantized model is judged with int8 tolerances, as deploycc's own verification does.
-    ops = Counter(f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
-                  for n in onnx.load(original, load_external_data=False).graph.node)
     result = compare_all(expected, actual, reference="onnxruntime", inputs="hints",
-                         precision=tolerance_precision(ops, "fp32"), original=(original, feeds))
+                         precision=precision, original=(original, feeds))
     return {"verified": result.passed, "problem": result.problem[:200],
             "ill_conditioned": result.ill_conditioned}
 
 
 def measure(models: list[Path], work: Path, cache: dict, fresh: bool) -> dict:
     from deploycc.verify.runner import RunError, run_ort_isolated
+    from deploycc.verify.verify import tolerance_precision
 
     results: dict = {}
     for index, model in enumerate(models, 1):
         name = model.stem
         size = sum(p.stat().st_size for p in model.parent.glob(name + ".onnx*"))
-        row: dict = {"nodes_before": count_nodes(onnx.load(model, load_external_data=False).graph),
-                     "size_mb": round(size / 2**20, 1)}
+        graph = onnx.load(model, load_external_data=False).graph
+        row: dict = {"nodes_before": count_nodes(graph), "size_mb": round(size / 2**20, 1)}
+        # A quantized model is judged with int8 tolerances, as deploycc's own verification does.
+        precision = tolerance_precision(Counter(f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx")
+                                                else n.op_type for n in graph.node), "fp32")
+        del graph
         feeds = feeds_for(model)
         try:
             expected = run_ort_isolated(model, feeds)
@@ -168,7 +170,7 @@ def measure(models: list[Path], work: Path, cache: dict, fresh: bool) -> dict:
                 continue
             outcome = run_tool(tool, model, output)
             if "nodes" in outcome:
-                outcome.update(verify(model, output, feeds, expected))
+                outcome.update(verify(model, output, feeds, expected, precision))
             row[tool] = outcome
             if tool != "deploycc":
                 cache[key] = outcome
