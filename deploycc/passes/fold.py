@@ -154,10 +154,12 @@ def read_static_dims(model: ir.Model) -> int:
 
     from deploycc.analysis.shapes import infer_shapes
 
+    graph = model.graph
     if model.ir_version < 4:  # an IR-3 initializer must also be a graph input
         return 0
+    if not any(node.op_type == "Shape" for node in graph):
+        return 0  # nothing to read: spare the shape inference (a full serialization)
     infer_shapes(model)
-    graph = model.graph
     replaced = 0
     for node in list(graph):
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("Shape", "Gather"):
