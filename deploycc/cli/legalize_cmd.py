@@ -29,7 +29,8 @@ def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch:
                        input_layout: tuple[str, ...], keep_outputs: tuple[str, ...], mode: str | None,
                        disable_pass: tuple[str, ...], only_pass: tuple[str, ...], simplifier: str | None,
                        opset: int | None, inputs: str | None, prove: bool, verify: bool,
-                       fold_limit_mb: int, sample_shape: tuple[str, ...] = ()) -> LegalizeOptions:
+                       fold_limit_mb: int, sample_shape: tuple[str, ...] = (),
+                       keep_map_outputs: bool = False) -> LegalizeOptions:
     from deploycc.passes.axes import parse_shape
 
     shapes = dict(parse_shape(text) for text in shape)
@@ -43,7 +44,8 @@ def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch:
         raise OptionError(f"--batch {batch}: must be at least 1")
     return LegalizeOptions(
         opset=opset, shapes=shapes, batch=batch, dynamic_batch=dynamic_batch,
-        input_layout=_layouts(input_layout), keep_outputs=_split(keep_outputs) or None, mode=mode,
+        input_layout=_layouts(input_layout), keep_outputs=_split(keep_outputs) or None,
+        keep_map_outputs=keep_map_outputs, mode=mode,
         disable_passes=tuple(_split(disable_pass)), only_passes=tuple(_split(only_pass)),
         simplifier=simplifier, prove=prove, verify=verify, inputs=Path(inputs) if inputs else None,
         fold_limit_bytes=fold_limit_mb << 20, sample_shapes=samples)
@@ -65,6 +67,9 @@ def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
         click.option("--input-layout", multiple=True, metavar="[NAME:]NHWC|NCHW",
                      help="The layout you will feed; a Transpose adapts it to the model's."),
         click.option("--keep-outputs", multiple=True, metavar="A,B", help="Keep only these graph outputs."),
+        click.option("--keep-map-outputs", is_flag=True,
+                     help="Keep ZipMap outputs (sequences of maps) where the target has no ZipMap, "
+                          "instead of returning the probability tensor."),
         click.option("--mode", type=click.Choice(MODES),
                      help="full: fail unless all legal (TensorRT/OpenVINO default); partial: leave "
                           "what the runtime falls back on (ORT default)."),

@@ -30,6 +30,7 @@ class LegalizeOptions:
     dynamic_batch: bool = False
     input_layout: dict[str, str] = field(default_factory=dict)  # input name ("*" = all 4-D) -> layout fed
     keep_outputs: list[str] | None = None
+    keep_map_outputs: bool = False  # ZipMap stays even where the target has none (map_outputs pass)
     mode: str | None = None  # None: the target's default (partial for ORT, full otherwise)
     disable_passes: tuple[str, ...] = ()
     only_passes: tuple[str, ...] = ()

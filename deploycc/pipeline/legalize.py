@@ -1,6 +1,7 @@
 """The legalization pipeline: load, run the passes, judge once, verify, write atomically.
 
-    opset -> axes -> fold -> [simplify] -> prune -> fuse -> legalize -> final check -> verify
+    opset -> axes -> map-outputs -> fold -> tidy -> refold -> [simplify] -> prune -> fuse -> legalize
+    -> final check -> verify
 
 `build` runs the same function before handing the result to a backend.
 """
@@ -35,16 +36,18 @@ def default_passes() -> list[Pass]:
     from deploycc.passes.fold import FoldPass, RefoldPass
     from deploycc.passes.fuse import FusePass
     from deploycc.passes.legalize import LegalizePass
+    from deploycc.passes.map_outputs import MapOutputsPass
     from deploycc.passes.opset import OpsetPass
     from deploycc.passes.prune import PrunePass
     from deploycc.passes.simplify import SimplifyPass
     from deploycc.passes.tidy import TidyPass
 
-    return [OpsetPass(), AxesPass(), FoldPass(), TidyPass(), RefoldPass(), SimplifyPass(), PrunePass(),
-            FusePass(), LegalizePass()]
+    return [OpsetPass(), AxesPass(), MapOutputsPass(), FoldPass(), TidyPass(), RefoldPass(), SimplifyPass(),
+            PrunePass(), FusePass(), LegalizePass()]
 
 
-PASS_NAMES = ("opset", "axes", "fold", "tidy", "refold", "simplify", "prune", "fuse", "legalize")
+PASS_NAMES = ("opset", "axes", "map-outputs", "fold", "tidy", "refold", "simplify", "prune", "fuse",
+              "legalize")
 
 
 @dataclass

@@ -295,6 +295,8 @@ def render_legalize(report: LegalizeReport) -> None:
             rewrites.add_row(rewrite.rule, rewrite.node, f"[{colour}]{status}[/{colour}]",
                              f"{cert.max_abs_error:.2e}" if cert else "", cert.reference if cert else "")
         out.print(rewrites)
+    for change in report.signature_changes:
+        out.print(f"  [yellow]interface changed[/yellow]: {change}")
     for item in report.unresolved:
         out.print(f"  [red]still illegal[/red] {item.node} ({item.op}): {'; '.join(item.reasons)}; "
                   f"{'; '.join(item.rules_tried)}")
@@ -336,6 +338,8 @@ def render_build(report: BuildReport) -> None:
         out.print(f"  legalize: opset {legalized.opset['before']} -> {legalized.opset['after']}, nodes "
                   f"{legalized.nodes['before']} -> {legalized.nodes['after']}, "
                   f"{len(legalized.rewrites)} rewrite(s) proven")
+        for change in legalized.signature_changes:
+            out.print(f"  [yellow]interface changed[/yellow]: {change}")
         for item in legalized.unresolved:
             out.print(f"  [red]still illegal[/red] {item.node} ({item.op}): {'; '.join(item.reasons)}")
     if report.artifact is not None:

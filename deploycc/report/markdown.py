@@ -30,6 +30,8 @@ def build_markdown(report: BuildReport) -> str:
                              f"{_ops(record.ops_removed)} | {_ops(record.ops_added)} | "
                              f"{'; '.join(record.notes)} |")
         lines.append("")
+        if legalized.signature_changes:
+            lines += ["## Interface changed", ""] + [f"- {c}" for c in legalized.signature_changes] + [""]
         if legalized.rewrites:
             lines += ["## Rewrites", "", "| rule | node | proof | max abs error | reference |",
                       "|---|---|---|---|---|"]

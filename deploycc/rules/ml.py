@@ -9,13 +9,18 @@ when its ops are written in tensor arithmetic:
   pointing at themselves; then the leaf weights gathered and summed over the trees. The size is
   linear in the node count (the GEMM strategy is quadratic), and every comparison is the one the op
   makes, on the same float32 values: the path is exact, only the order of the final sum differs.
+- TreeEnsembleClassifier (three classes or more, integer labels): the same walk, the class
+  weights summed per class, the label at the ArgMax.
 - Scaler: (x - offset) * scale. ArrayFeatureExtractor: Gather on the last axis.
+- OneHotEncoder with integer categories: Equal against the categories, cast to float (an unknown
+  category gives a row of zeros, where `zeros=0` makes the op fail instead).
 - LinearClassifier with integer labels and one score per class: MatMul + Add, the post transform
   (Softmax/Sigmoid), and the label gathered at the ArgMax (ties to the first class, as ONNX
   Runtime's max_element).
 
-ZipMap has no rule: its output, a sequence of maps, has no tensor form on any engine; with
-`--partition` it runs on the host.
+ZipMap has no rule: its output, a sequence of maps, has no tensor form on any engine. The
+map_outputs pass returns its probability tensor instead (an interface change, reported); with
+`--keep-map-outputs --partition` it runs on the host.
 """
 
 from __future__ import annotations
@@ -64,7 +69,9 @@ class _Forest:
         children = {int(c) for i in own if not leaf[i] for c in (self.true[i], self.false[i])}
         self.roots = [i for i in own if i not in children]
         self.depth = self._depth(leaf)
-        n_targets = int(site.attr("n_targets", 1) if weights_prefix == "target" else 0) or 1
+        n_targets = int(site.attr("n_targets", 1)) if weights_prefix == "target" \
+            else len(site.attr("classlabels_int64s", []) or [])
+        n_targets = n_targets or 1
         self.values = np.zeros((len(own), n_targets), np.float32)
         for tree, node, target, weight in zip(site.attr(f"{weights_prefix}_treeids", []),
                                               site.attr(f"{weights_prefix}_nodeids", []),
@@ -92,6 +99,9 @@ def _tree_check(site: Site, weights_prefix: str) -> str | None:
         return f"branch modes {sorted(modes)}: one of {sorted(_COMPARISONS)} for every node is handled"
     if any(site.attr("nodes_missing_value_tracks_true", []) or []):
         return "missing values that follow the true branch are not handled"
+    shape = site.shape(0)
+    if site.opset < 11 and (shape is None or shape[1] is None):
+        return "below opset 11 (no GatherElements) the number of features must be static"
     if len(site.attr("nodes_nodeids", [])) > MAX_TREE_NODES:
         return f"more than {MAX_TREE_NODES} tree nodes"
     try:
@@ -103,17 +113,30 @@ def _tree_check(site: Site, weights_prefix: str) -> str | None:
     return None
 
 
+def _pick(b: Builder, x: ir.Value, index: ir.Value, shape: list[int | None] | None) -> ir.Value:
+    """x[row, index[row, tree]]: GatherElements from opset 11; below it (skl2onnx writes 9) the
+    one feature equal to the index selected by Where and summed with zeros, which is exact."""
+    if b.opset >= 11:
+        return b.op("GatherElements", x, index, axis=1)
+    assert shape is not None and shape[1] is not None
+    hit = b.op("Equal", b.unsqueeze(index, [2]), b.const(np.arange(shape[1], dtype=np.int64)))
+    chosen = b.op("Where", hit, b.unsqueeze(x, [1]), b.const(np.float32(0)))
+    return b.reduce("ReduceSum", chosen, [2], keepdims=0)
+
+
 def _walk(site: Site, b: Builder, forest: _Forest, x: ir.Value) -> ir.Value:
     """The global index of the leaf each row reaches in every tree: [rows, trees]."""
     modes = {m for m in forest.modes if m != "LEAF"}
     comparison = _COMPARISONS[modes.pop()] if modes else "LessOrEqual"
-    rows = b.op("Slice", b.op("Shape", x), b.ints([0]), b.ints([1]))
+    shape = b.op("Shape", x)
+    rows = b.op("Slice", shape, b.ints([0]), b.ints([1])) if b.opset >= 10 else \
+        b.op("Slice", shape, starts=[0], ends=[1])  # skl2onnx writes opset 9
     node = b.op("Expand", b.const(np.array([forest.roots], np.int64)),
                 b.op("Concat", rows, b.ints([len(forest.roots)]), axis=0))
     feature, threshold = b.const(forest.feature), b.const(forest.threshold)
     true, false = b.const(forest.true), b.const(forest.false)
     for _ in range(forest.depth):
-        chosen = b.op("GatherElements", x, b.op("Gather", feature, node), axis=1)
+        chosen = _pick(b, x, b.op("Gather", feature, node), site.shape(0))
         limit = b.op("Gather", threshold, node)
         if b.opset < 12 and comparison in _NEGATED:
             taken = b.op("Not", b.op(_NEGATED[comparison], chosen, limit))
@@ -156,6 +179,83 @@ class TreeEnsembleRegressorRule(Rule):
         return [y]
 
 
+@register
+class TreeEnsembleClassifierRule(Rule):
+    """TreeEnsembleClassifier: scores = post(sum over trees of class weights[leaf] + base_values);
+    label = labels[argmax(scores)]."""
+
+    name = "tree-ensemble-classifier"
+    family = "ml"
+    op_type = "TreeEnsembleClassifier"
+    domain = ML
+    until = 3
+
+    def check(self, site: Site) -> str | None:
+        labels = site.attr("classlabels_int64s") or []
+        if not labels:
+            return "integer class labels are handled (string labels have no tensor form on a device)"
+        if len(labels) < 3:
+            return "three classes or more are handled (ONNX Runtime scores the binary case its own way)"
+        base = site.attr("base_values") or []
+        if base and len(base) != len(labels):
+            return "base values are not one per class"
+        if _text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
+            return "post transforms NONE, SOFTMAX and LOGISTIC are handled"
+        if any(not 0 <= c < len(labels) for c in site.attr("class_ids", []) or []):
+            return "a class id is not one of the labels"
+        return _tree_check(site, "class")
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        forest = _Forest(site, "class")
+        x = site.inputs[0]
+        assert x is not None
+        scores = b.reduce("ReduceSum", b.op("Gather", b.const(forest.values), _walk(site, b, forest, x)),
+                          [1], keepdims=0)
+        base = site.attr("base_values")
+        if base:
+            scores = b.op("Add", scores, b.const(np.array(base, np.float32)))
+        return _label_and_scores(site, b, np.array(site.attr("classlabels_int64s"), np.int64), scores)
+
+
+@register
+class OneHotEncoderRule(Rule):
+    """OneHotEncoder: y[..., j] = float(int64(x) == cats[j]) (ONNX Runtime truncates floats to int64)."""
+
+    name = "one-hot-encoder"
+    family = "ml"
+    op_type = "OneHotEncoder"
+    domain = ML
+
+    def check(self, site: Site) -> str | None:
+        dtype = site.dtype(0)
+        if not site.attr("cats_int64s"):
+            return "integer categories are handled (strings have no tensor form on a device)"
+        if dtype is None or dtype.name not in ("INT64", "INT32", "FLOAT", "DOUBLE"):
+            return "a numeric input is handled"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        x = site.inputs[0]
+        assert x is not None
+        dtype = site.dtype(0)
+        if dtype is not None and dtype.name != "INT64":
+            x = b.op("Cast", x, to=7)  # INT64, truncating floats as the op's kernel does
+        cats = b.const(np.array(site.attr("cats_int64s"), np.int64))
+        return [b.op("Cast", b.op("Equal", b.unsqueeze(x, [-1]), cats), to=1)]
+
+
+def _label_and_scores(site: Site, b: Builder, labels: np.ndarray, scores: ir.Value) -> list[ir.Value]:
+    """A classifier's outputs: the label at the first highest raw score (ONNX Runtime's
+    max_element), and the scores after the post transform, which keeps their order."""
+    label = b.op("Gather", b.const(labels), b.op("ArgMax", scores, axis=1, keepdims=0), axis=0)
+    post = _text(site.attr("post_transform", "NONE"))
+    if post == "SOFTMAX":
+        scores = b.op("Softmax", scores, axis=1) if b.opset >= 13 else b.op("Softmax", scores)
+    elif post == "LOGISTIC":
+        scores = b.op("Sigmoid", scores)
+    return [label, scores]
+
+
 def _float_rows(site: Site) -> str | None:
     dtype = site.dtype(0)
     if site.rank(0) != 2 or dtype is None or dtype.name != "FLOAT":
@@ -183,7 +283,7 @@ class ScalerRule(Rule):
 
 @register
 class ArrayFeatureExtractorRule(Rule):
-    """ArrayFeatureExtractor: y = x[..., indices] (Gather on the last axis)."""
+    """ArrayFeatureExtractor: y = x[..., flatten(indices)] (Gather on the last axis; a vector gives a row)."""
 
     name = "array-feature-extractor"
     family = "ml"
@@ -192,16 +292,24 @@ class ArrayFeatureExtractorRule(Rule):
 
     def check(self, site: Site) -> str | None:
         dtype, indices, rank = site.dtype(0), site.constant(1), site.rank(0)
-        if rank is None or rank < 2 or dtype is None or dtype.name == "STRING":
-            return "handles numeric inputs of rank 2 or more (ONNX Runtime gives a rank-1 input a row)"
+        if rank is None or dtype is None or dtype.name == "STRING":
+            return "handles numeric inputs of known rank"
         shape = site.shape(0)
-        if indices is None or indices.ndim != 1 or shape is None or shape[-1] is None or \
-                not ((indices >= 0) & (indices < shape[-1])).all():
-            return "needs constant 1-D indices within a static last dim"
+        if indices is not None and (shape is None or shape[-1] is None or
+                                    not ((indices >= 0) & (indices < shape[-1])).all()):
+            return "constant indices must lie within a static last dim"
+        # Indices computed at run time (a k-NN's TopK) are in range whenever the op runs:
+        # ONNX Runtime refuses an index past the last dim, and Gather does the same.
         return None
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
-        return [b.op("Gather", site.inputs[0], site.inputs[1], axis=-1)]
+        rank = site.rank(0)
+        assert rank is not None
+        indices = site.inputs[1]
+        if site.rank(1) != 1:
+            indices = b.op("Reshape", indices, b.ints([-1]))
+        picked = b.op("Gather", site.inputs[0], indices, axis=rank - 1)
+        return [b.unsqueeze(picked, [0]) if rank == 1 else picked]
 
 
 def _weights(site: Site, classes: int) -> np.ndarray | None:
@@ -246,10 +354,4 @@ class LinearClassifierRule(Rule):
         assert weights is not None
         scores = b.op("Add", b.op("MatMul", site.inputs[0], b.const(np.ascontiguousarray(weights.T))),
                       b.const(np.array(site.attr("intercepts"), np.float32)))
-        label = b.op("Gather", b.const(labels), b.op("ArgMax", scores, axis=1, keepdims=0), axis=0)
-        post = _text(site.attr("post_transform", "NONE"))
-        if post == "SOFTMAX":
-            scores = b.op("Softmax", scores, axis=1) if b.opset >= 13 else b.op("Softmax", scores)
-        elif post == "LOGISTIC":
-            scores = b.op("Sigmoid", scores)
-        return [label, scores]
+        return _label_and_scores(site, b, labels, scores)

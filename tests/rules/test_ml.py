@@ -98,3 +98,71 @@ def test_linear_classifier_declines_string_labels() -> None:
                 coefficients = [1.0, 2.0, 3.0, 4.0], intercepts = [0.0, 1.0]>(x)
         }}
     """, "LinearClassifier", "integer class labels")
+
+
+# Three classes on the same trees: class weights per leaf, as a scikit-learn forest writes them.
+CLASS_TREES = TREES.split("    target_treeids")[0] + """
+    class_treeids = [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1],
+    class_nodeids = [2, 2, 3, 3, 4, 4, 4, 1, 1, 2, 2],
+    class_ids = [0, 2, 1, 2, 0, 1, 2, 0, 2, 1, 2],
+    class_weights = [0.5, 0.25, 0.75, 0.1, 0.2, 0.3, 0.4, 0.6, 0.15, 0.35, 0.05],
+    classlabels_int64s = [3, 5, 9]"""
+
+
+@pytest.mark.parametrize(("opset", "post"), [(17, "NONE"), (17, "SOFTMAX"), (9, "LOGISTIC")])
+def test_tree_ensemble_classifier(opset: int, post: str) -> None:
+    """Opset 9 (what skl2onnx writes) has no GatherElements: the walk picks features by Where."""
+    attributes = CLASS_TREES.format(mode="BRANCH_LEQ") + f', post_transform = "{post}"' + \
+        (", base_values = [0.1, -0.2, 0.05]" if post != "NONE" else "")
+    rewrite_and_compare(f"""
+        <ir_version: 8, opset_import: ["" : {opset}, "ai.onnx.ml" : 1]>
+        g (float[7,3] x) => (int64[7] label, float[7,3] scores) {{
+            label, scores = ai.onnx.ml.TreeEnsembleClassifier<{attributes}>(x)
+        }}
+    """, "TreeEnsembleClassifier", "tree-ensemble-classifier", atol=1e-6, rtol=1e-6, seeds=(11, 12, 13))
+
+
+def test_tree_ensemble_classifier_declines_binary() -> None:
+    attributes = CLASS_TREES.format(mode="BRANCH_LEQ").replace("[3, 5, 9]", "[3, 5]").replace(
+        "class_ids = [0, 2, 1, 2, 0, 1, 2, 0, 2, 1, 2]", "class_ids = [0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1]")
+    declines(f"""
+        {HEADER}
+        g (float[7,3] x) => (int64[7] label, float[7,2] scores) {{
+            label, scores = ai.onnx.ml.TreeEnsembleClassifier<{attributes}>(x)
+        }}
+    """, "TreeEnsembleClassifier", "three classes or more")
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float"])
+def test_one_hot_encoder(dtype: str) -> None:
+    """Categories 0..3 with values drawn in 0..5: rows of unknown categories are zeros (zeros=1);
+    float values are truncated to int64 first, as ONNX Runtime's kernel does."""
+    rewrite_and_compare(f"""
+        {HEADER}
+        g ({dtype}[6,2] x) => (float[6,2,4] y) {{
+            y = ai.onnx.ml.OneHotEncoder<cats_int64s = [0, 1, 2, 3], zeros = 1>(x)
+        }}
+    """, "OneHotEncoder", "one-hot-encoder", atol=0, rtol=0, int_high=6)
+
+
+def test_one_hot_encoder_declines_string_categories() -> None:
+    declines(f"""
+        {HEADER}
+        g (string[6,1] x) => (float[6,1,2] y) {{
+            y = ai.onnx.ml.OneHotEncoder<cats_strings = ["a", "b"]>(x)
+        }}
+    """, "OneHotEncoder", "integer categories")
+
+
+def test_array_feature_extractor_of_a_vector_by_computed_indices() -> None:
+    """A k-NN's labels (rank 1, constant) picked by TopK indices ([rows, k], computed): ONNX Runtime
+    returns one row of rows * k labels."""
+    rewrite_and_compare(f"""
+        {HEADER}
+        g (float[5,4] x) => (int64[1,10] y) {{
+            labels = Constant<value = int64[4] {{7, 8, 9, 10}}>()
+            k = Constant<value = int64[1] {{2}}>()
+            values, indices = TopK<axis = 1>(x, k)
+            y = ai.onnx.ml.ArrayFeatureExtractor(labels, indices)
+        }}
+    """, "ArrayFeatureExtractor", "array-feature-extractor", atol=0, rtol=0)
