@@ -37,6 +37,18 @@ def _const_or_none(value: ir.Value) -> bool:
     return value.const_value is not None or ir.convenience.get_const_tensor(value) is not None
 
 
+def _static_dims(value: ir.Value | None) -> list[int] | None:
+    """A value's dims: a constant's own (its annotation may be a stale symbolic one that shape
+    inference left on an initializer), else the annotation's when static."""
+    if value is None:
+        return None
+    if value.const_value is not None:
+        return [int(d) for d in value.const_value.shape.numpy()]
+    if value.shape is None or not value.shape.is_static():
+        return None
+    return [int(d) for d in value.shape.numpy()]
+
+
 def expected_elements(node: ir.Node) -> int | None:
     """How many elements the node would produce, when that is known without evaluating it."""
     op = node.op_type
@@ -46,10 +58,9 @@ def expected_elements(node: ir.Node) -> int | None:
             return None if shape is None else math.prod(int(d) for d in shape.reshape(-1))
         if op == "Expand":
             shape = _const(node.inputs[1])
-            data = node.inputs[0]
-            if shape is None or data is None or data.shape is None or not data.shape.is_static():
+            dims = _static_dims(node.inputs[0])
+            if shape is None or dims is None:
                 return None
-            dims = list(data.shape.numpy())
             target = [int(d) for d in shape.reshape(-1)]
             width = max(len(dims), len(target))
             dims = [1] * (width - len(dims)) + dims
@@ -57,10 +68,10 @@ def expected_elements(node: ir.Node) -> int | None:
             return math.prod(max(a, b) for a, b in zip(dims, target, strict=True))
         if op == "Tile":
             repeats = _const(node.inputs[1])
-            data = node.inputs[0]
-            if repeats is None or data is None or data.shape is None or not data.shape.is_static():
+            dims = _static_dims(node.inputs[0])
+            if repeats is None or dims is None:
                 return None
-            return math.prod(data.shape.numpy()) * math.prod(int(r) for r in repeats.reshape(-1))
+            return math.prod(dims) * math.prod(int(r) for r in repeats.reshape(-1))
         if op == "Range":
             bounds = [_const(v) for v in node.inputs[:3]]
             if any(b is None or b.size != 1 for b in bounds):
@@ -140,7 +151,7 @@ def constant_as_tensor(node: ir.Node) -> bool:
 
 
 FOLD_ROUNDS = 8
-SMALL_GROWTH_ELEMENTS = 1024
+SMALL_GROWTH_ELEMENTS = 4096  # Swin-T's shifted-window mask is built on a 56 x 56 ConstantOfShape
 
 
 def read_static_dims(model: ir.Model) -> int:
@@ -216,6 +227,54 @@ def constants_not_inputs(model: ir.Model) -> bool:
     return True
 
 
+def split_constants(model: ir.Model, limit_elements: int) -> int:
+    """Split of a constant into constants: onnxscript's folder skips every node with several
+    outputs (RAFT's coordinate grid is split so, and the arithmetic after it folds only then).
+    Sizes from the `split` input or attribute, else equal parts (from opset 18 the last one
+    smaller). Returns the Splits folded."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc.analysis.graphs import all_graphs
+
+    opset = model.opset_imports.get("", 1)
+    folded = 0
+    for graph in all_graphs(model.graph):
+        for node in list(graph):
+            data = node.inputs[0].const_value if node.op_type == "Split" and node.domain in ("", "ai.onnx") \
+                and node.inputs and node.inputs[0] is not None else None
+            if data is None or data.size > limit_elements or any(v.is_graph_output() for v in node.outputs):
+                continue
+            array = data.numpy()
+            axis = node.attributes.get_int("axis", 0)
+            if not -array.ndim <= axis < array.ndim:
+                continue
+            length, count = array.shape[axis], len(node.outputs)
+            given = node.inputs[1] if len(node.inputs) > 1 else None
+            if given is not None:
+                if given.const_value is None:
+                    continue
+                sizes = [int(v) for v in given.const_value.numpy().reshape(-1)]
+            elif "split" in node.attributes:
+                sizes = list(node.attributes.get_ints("split") or [])
+            elif length % count == 0 or opset >= 18:
+                chunk = -(-length // count)
+                sizes = [chunk] * (count - 1) + [length - chunk * (count - 1)]
+            else:
+                continue
+            if len(sizes) != count or sum(sizes) != length or min(sizes) < 0:
+                continue
+            parts = np.split(array, np.cumsum(sizes)[:-1], axis=axis)
+            for index, (value, part) in enumerate(zip(node.outputs, parts, strict=True)):
+                constant = ir.Value(name=f"{value.name or node.name}_folded_{index}",
+                                    const_value=ir.tensor(np.ascontiguousarray(part)))
+                graph.register_initializer(constant)
+                value.replace_all_uses_with(constant)
+            graph.remove(node, safe=True)
+            folded += 1
+    return folded
+
+
 class FoldPass(Pass):
     name = "fold"
     summary = "fold constant subgraphs (size-bounded before evaluation); Constant nodes become initializers"
@@ -243,7 +302,7 @@ class FoldPass(Pass):
         declared = [(value.type, value.shape) for value in graph.outputs]
         branch_notes = keep_runnable_branches(state.model)
         notes += branch_notes
-        read = 0
+        read = split = 0
         try:
             with held_back(state.model, held):
                 for _ in range(FOLD_ROUNDS):
@@ -251,8 +310,11 @@ class FoldPass(Pass):
                                             output_size_limit=limit_elements,
                                             should_fold=size_guard(limit_elements))
                     modified = modified or folded.modified or bool(branch_notes)
+                    splits = split_constants(state.model, limit_elements)
                     reading = read_static_dims(state.model)
                     read += reading
+                    split += splits
+                    reading += splits
                     if not reading:
                         break
         except Exception as error:
@@ -273,7 +335,8 @@ class FoldPass(Pass):
         after = len(state.model.graph)
         notes += [f"folded {before - after} node(s)"] if before != after else []
         notes += [f"{read} read(s) of static dims became constants"] if read else []
-        modified = modified or bool(read)
+        notes += [f"{split} Split(s) of a constant became constants"] if split else []
+        modified = modified or bool(read or split)
         return PassOutcome(modified or before != after, notes,
                            {"limit_bytes": state.options.fold_limit_bytes})
 

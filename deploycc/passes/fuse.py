@@ -1,4 +1,4 @@
-"""Fuse: fold a per-channel Add and BatchNormalization into the Conv before it, merge consecutive
+"""Fuse: fold a per-channel Add, Mul and BatchNormalization into the Conv before it, merge consecutive
 Transposes, and, where the target has Gemm, turn a 2-D MatMul followed by a bias Add into Gemm
 (one node instead of two for every target; TensorRT's parser maps it to one fully-connected layer).
 
@@ -12,52 +12,88 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     from deploycc.targets.schema import Target
 
 
+def _per_channel(weights, extra) -> np.ndarray | None:
+    """The constant as one value per output channel of a Conv with these weights, when it
+    broadcasts against the Conv's [N, M, ...] output to [1, M, 1, ...] or is one value for all
+    (then the Add or Mul changed nothing but values); else None."""
+    channels, rank = weights.shape[0], len(weights.shape)
+    if len(extra.shape) > rank or extra.dtype != weights.dtype:
+        return None
+    shape = [1] * (rank - len(extra.shape)) + list(extra.shape)
+    if shape == [1] * rank:
+        return np.full(channels, extra.numpy().reshape(-1)[0])
+    if shape != [1, channels] + [1] * (rank - 2):
+        return None
+    return extra.numpy().reshape(-1)
+
+
 def _conv_bias_rules() -> list:
     """Conv followed by the Add of a per-channel constant (PaddlePaddle exports its conv biases
-    so): the constant joins the Conv's bias. Declines unless the constant broadcasts to exactly
-    [1, M, 1, ...] against the Conv's [N, M, ...] output, so the Add changed nothing but values."""
-    import numpy as np
+    so): the constant joins the Conv's bias. Conv followed by the Mul of a per-channel constant
+    (PP-LCNet's learnable affine blocks, Conv -> Mul -> Add): W' = W * s per output channel,
+    B' = B * s, exact up to one rounding; the Add then joins the bias. Both are commuted."""
     import onnx_ir as ir
     from onnxscript.rewriter import pattern
     from onnxscript.rewriter._basics import MatchResult
 
     class ConvAddBias(pattern.RewriteRuleClassBase):
         with_bias = True
+        combine = "Add"
 
         def pattern(self, op, x, w, b, c):
             conv = op.Conv(x, w, b, _allow_other_attributes=True, _outputs=["conv_out"]) if self.with_bias \
                 else op.Conv(x, w, _allow_other_attributes=True, _outputs=["conv_out"])
-            return op.Add(conv, c)
+            return getattr(op, self.combine)(conv, c)
 
         def check(self, context, x, w, c, conv_out, b=None) -> MatchResult:
             result = MatchResult()
             weights, extra = w.const_value, c.const_value
             if weights is None or extra is None or (b is not None and b.const_value is None):
-                return result.fail("weights, bias and the added constant must be constants")
-            channels, rank = weights.shape[0], len(weights.shape)
-            shape = [1] * (rank - len(extra.shape)) + list(extra.shape)
-            if len(extra.shape) > rank or shape != [1, channels] + [1] * (rank - 2):
-                return result.fail("the added constant is not one value per output channel")
-            if extra.dtype != weights.dtype:
-                return result.fail("the added constant's dtype differs")
+                return result.fail("weights, bias and the constant must be constants")
+            values = _per_channel(weights, extra)
+            if values is None:
+                return result.fail("the constant is not one value per output channel of the same dtype")
+            if self.combine == "Mul" and not np.isfinite(values).all():
+                return result.fail("a non-finite scale would turn the conv's zeros into NaN")
             return result
 
         def rewrite(self, op, x, w, c, conv_out, b=None):
-            added = c.const_value.numpy().reshape(-1)
-            base = b.const_value.numpy() if b is not None else np.zeros_like(added)
-            bias = op.initializer(ir.tensor((base + added).astype(added.dtype)), f"{conv_out.name}_bias")
-            return op.Conv(x, w, bias, **conv_out.producer().attributes)
+            values = _per_channel(w.const_value, c.const_value)
+            assert values is not None
+            base = b.const_value.numpy() if b is not None else np.zeros_like(values)
+            attributes = conv_out.producer().attributes
+            if self.combine == "Add":
+                bias = op.initializer(ir.tensor((base + values).astype(values.dtype)),
+                                      f"{conv_out.name}_bias")
+                return op.Conv(x, w, bias, **attributes)
+            weights = w.const_value.numpy()
+            scaled = weights * values.reshape([-1] + [1] * (weights.ndim - 1))
+            weight = op.initializer(ir.tensor(scaled.astype(weights.dtype)), f"{conv_out.name}_scaled_weight")
+            if b is None:
+                return op.Conv(x, weight, **attributes)
+            bias = op.initializer(ir.tensor((base * values).astype(values.dtype)),
+                                  f"{conv_out.name}_scaled_bias")
+            return op.Conv(x, weight, bias, **attributes)
 
     class ConvWithoutBiasAddBias(ConvAddBias):
         with_bias = False
 
-    return [ConvAddBias.rule(), ConvWithoutBiasAddBias.rule()]
+    class ConvMulScale(ConvAddBias):
+        combine = "Mul"
+
+    class ConvWithoutBiasMulScale(ConvMulScale):
+        with_bias = False
+
+    return [commuted for rule in (ConvAddBias, ConvWithoutBiasAddBias, ConvMulScale, ConvWithoutBiasMulScale)
+            for commuted in rule.rule().commute()]
 
 
 def fusion_rules(target: Target) -> list:
@@ -76,7 +112,8 @@ def fusion_rules(target: Target) -> list:
 
 class FusePass(Pass):
     name = "fuse"
-    summary = "Conv+Add bias, Conv(Transpose)+BatchNormalization, Transpose pairs, MatMul+Add->Gemm"
+    summary = ("Conv+Add bias, Conv+Mul scale, Conv(Transpose)+BatchNormalization, Transpose pairs, "
+               "MatMul+Add->Gemm")
 
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx_ir.passes.common import RemoveUnusedNodesPass

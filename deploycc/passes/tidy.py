@@ -111,6 +111,99 @@ def _slice_chain_rules() -> list:
     return [SliceOfSlice.rule()]
 
 
+def one_unknown_reshape_dim(graph: ir.Graph) -> int:
+    """Reshape(x, Concat(constants..., d, constants...)) with d the one entry computed at run
+    time (one element): the shape becomes a constant with -1 for d, since with one unknown the
+    element count fixes it (PP-OCR's attention neck writes [0, d, 3, 8, 15] from x's shape).
+    Declines where a constant is already -1, and where `allowzero` is set. The one case that
+    reads differently is a tensor with no elements (0/0 has no answer; ONNX Runtime refuses it).
+    The chain that computed d is then dead. Returns the Reshapes changed."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc.analysis.graphs import all_graphs
+
+    changed = 0
+    for sub in all_graphs(graph):
+        for node in list(sub):
+            if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+                continue
+            shape = node.inputs[1]
+            concat = shape.producer() if shape is not None else None
+            if concat is None or concat.op_type != "Concat" or node.attributes.get_int("allowzero"):
+                continue
+            parts, unknown = [], 0
+            for value in concat.inputs:
+                tensor = value.const_value if value is not None else None
+                if tensor is not None:
+                    parts.append(tensor.numpy().reshape(-1).astype(np.int64))
+                elif value is not None and value.shape is not None and list(value.shape) == [1] \
+                        and value.dtype == ir.DataType.INT64:
+                    parts.append(np.array([-1], np.int64))
+                    unknown += 1
+                else:
+                    unknown = 2
+                    break
+            if unknown != 1 or sum(int((part == -1).sum()) for part in parts) != 1:
+                continue
+            constant = ir.Value(name=f"{node.name or 'reshape'}_shape_{changed}",
+                                const_value=ir.tensor(np.concatenate(parts)))
+            sub.register_initializer(constant)
+            node.replace_input_with(1, constant)
+            changed += 1
+    return changed
+
+
+def _hard_swish_rules() -> list:
+    """x * clip(x + 3, 0, 6) / 6, HardSwish written out in four elementwise ops (PaddlePaddle's
+    exports below opset 14): HardSwish(x) where it exists, else x * HardSigmoid(x) with
+    alpha 1/6, beta 0.5, which is max(0, min(1, x/6 + 0.5)): the same value up to one rounding.
+    Two passes over the tensor instead of four. Each constant must be exactly what it says."""
+    import numpy as np
+    from onnxscript.rewriter import pattern
+    from onnxscript.rewriter._basics import MatchResult
+
+    def equals(value, number: float) -> bool:
+        tensor = value.const_value if value is not None else None
+        return tensor is not None and tensor.size == 1 and float(tensor.numpy().reshape(-1)[0]) == number
+
+    class HardSwishWrittenOut(pattern.RewriteRuleClassBase):
+        divide_last = True
+        hard_swish = False
+
+        def pattern(self, op, x, three, low, high, six):
+            gate = op.Clip(op.Add(x, three), low, high)
+            return op.Div(op.Mul(x, gate), six) if self.divide_last else op.Mul(x, op.Div(gate, six))
+
+        def check(self, context, x, three, low, high, six) -> MatchResult:
+            result = MatchResult()
+            if not (equals(three, 3.0) and equals(low, 0.0) and equals(high, 6.0) and equals(six, 6.0)):
+                return result.fail("the constants are not 3, 0, 6 and 6")
+            if x.dtype is None or not x.dtype.is_floating_point():
+                return result.fail("a floating-point input is needed")
+            return result
+
+        def rewrite(self, op, x, three, low, high, six):
+            if self.hard_swish:
+                return op.HardSwish(x)
+            return op.Mul(x, op.HardSigmoid(x, alpha=float(np.float32(1 / 6)), beta=0.5))
+
+    class HardSwishDividedFirst(HardSwishWrittenOut):
+        divide_last = False
+
+    class IntoHardSwish(HardSwishWrittenOut):
+        hard_swish = True
+
+    class IntoHardSwishDividedFirst(HardSwishDividedFirst):
+        hard_swish = True
+
+    def commuted(*rules) -> list:
+        return [variant for rule in rules for variant in rule.rule().commute()]
+
+    return [(commuted(IntoHardSwish, IntoHardSwishDividedFirst), ("HardSwish",), 14),
+            (commuted(HardSwishWrittenOut, HardSwishDividedFirst), ("HardSigmoid", "Mul"), 6)]
+
+
 def _rules(state: PipelineState) -> list:
     """onnxscript's rules whose results the target runs: each with the ops it may write and the
     opset from which the form it writes exists (Clip's bounds became inputs in 11; the Reshape
@@ -132,6 +225,8 @@ def _rules(state: PipelineState) -> list:
         (common.fuse_pad_into_conv_rule, ("Conv",), 11),
     ]
     candidates += [(rule, ("Slice",), 10) for rule in _slice_chain_rules()]
+    # HardSwish first: where both forms qualify, the rule set tries them in this order.
+    candidates += [(rule, writes, born) for rules, writes, born in _hard_swish_rules() for rule in rules]
     ops, opset = state.target.ops, state.opsets.get("", 1)
     return [rule for rule, writes, born in candidates
             if opset >= born and all(op == "Identity" or ops.lookup("", op) for op in writes)]
@@ -170,7 +265,8 @@ class TidyPass(Pass):
 
         model = state.model
         before = len(model.graph)
-        counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0}
+        counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0,
+                  "reshapes_known": 0}
 
         slow = {"inference_s": 0.0}
         lift_branches = get_backend(state.target.backend.kind).subgraph_initializers
@@ -185,6 +281,7 @@ class TidyPass(Pass):
             for _ in range(ROUNDS):
                 counts["rounds"] += 1
                 again = CommonSubexpressionEliminationPass(size_limit=CSE_MAX_ELEMENTS)(model).modified
+                counts["reshapes_known"] += one_unknown_reshape_dim(model.graph)
                 # Symbolic inference costs a serialization and, on images with dynamic height and
                 # width, sympy work that grows with the depth (SSDlite: 7 s a time): only where
                 # shapes are read, and again only while it is quick.
@@ -217,4 +314,6 @@ class TidyPass(Pass):
         if counts["shape_values_merged"] or counts["shape_values_known"]:
             notes.append(f"shape values: {counts['shape_values_merged']} merged with an equal one, "
                          f"{counts['shape_values_known']} known in full")
+        if counts["reshapes_known"]:
+            notes.append(f"{counts['reshapes_known']} Reshape shape(s) made constant (-1 computed)")
         return PassOutcome(after != before, notes, counts)

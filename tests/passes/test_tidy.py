@@ -309,3 +309,129 @@ def test_a_transpose_that_moves_only_unit_dims_into_a_reshape_goes(tmp_path: Pat
     assert ops == Counter({"Reshape": 2, "Transpose": 1}), ops
     _same(model, cleaned, [{"x": (3, 1, 1, 6), "z": (3, 2, 3)}])
 
+
+
+def _init(name: str, array) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def test_conv_mul_add_affine_joins_the_conv_and_a_scale_per_pixel_stays(tmp_path: Path) -> None:
+    """PP-LCNet's learnable affine block: Conv -> Mul(s) -> Add(b), s and b one value (or one per
+    channel), the Mul's constant first; a Mul per pixel is not a channel scale and stays."""
+    rng = np.random.default_rng(1)
+    inits = [_init("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+             _init("b", rng.standard_normal(4).astype(np.float32)),
+             _init("s", np.array([1.5], np.float32)), _init("t", np.array([-0.25], np.float32)),
+             _init("per_channel", rng.standard_normal((4, 1, 1)).astype(np.float32)),
+             _init("per_pixel", rng.standard_normal((1, 1, 6, 6)).astype(np.float32)),
+             _init("w2", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["s", "c"], ["m"]),
+             helper.make_node("Add", ["m", "t"], ["y"]),
+             helper.make_node("Conv", ["x", "w"], ["d"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["d", "per_channel"], ["z"]),
+             helper.make_node("Conv", ["x", "w2"], ["e"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["e", "per_pixel"], ["v"])]
+    shape = ["N", 4, 6, 6]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 6, 6])],
+                   [helper.make_tensor_value_info(name, FLOAT, shape) for name in ("y", "z", "v")], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Conv": 3, "Mul": 1}), ops
+    _same(model, cleaned, [{"x": (2, 3, 6, 6)}])
+
+
+def _hard_swish(x: str, out: str, *, divide_last: bool = True, three: float = 3.0) -> list:
+    nodes = [helper.make_node("Add", [x, f"{out}_three"], [f"{out}_a"]),
+             helper.make_node("Clip", [f"{out}_a", "zero", "six"], [f"{out}_c"])]
+    if divide_last:
+        nodes += [helper.make_node("Mul", [x, f"{out}_c"], [f"{out}_m"]),
+                  helper.make_node("Div", [f"{out}_m", "six"], [out])]
+    else:
+        nodes += [helper.make_node("Div", [f"{out}_c", "six"], [f"{out}_d"]),
+                  helper.make_node("Mul", [f"{out}_d", x], [out])]
+    return [_const_node(f"{out}_three", three, np.float32), *nodes]
+
+
+def test_hard_swish_written_out_becomes_hard_sigmoid_times_x_and_a_shifted_one_stays(tmp_path: Path) -> None:
+    """Opset 12 has no HardSwish: x * HardSigmoid(x); the same chain adding 2.5 is not HardSwish."""
+    nodes = [*_hard_swish("x", "y"), *_hard_swish("u", "z", divide_last=False),
+             *_hard_swish("w", "v", three=2.5)]
+    inits = [_init("zero", np.float32(0)), _init("six", np.float32(6))]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info(name, FLOAT, ["N", 8]) for name in "xuw"],
+                   [helper.make_tensor_value_info(name, FLOAT, ["N", 8]) for name in ("y", "z", "v")],
+                   inits, opset=12)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"HardSigmoid": 2, "Mul": 3, "Add": 1, "Clip": 1, "Div": 1}), ops
+    first = ort.InferenceSession(str(model))
+    second = ort.InferenceSession(str(cleaned))
+    x = {name: np.linspace(-8, 8, 5 * 8, dtype=np.float32).reshape(5, 8) for name in "xuw"}  # both knees
+    for expected, actual in zip(first.run(None, x), second.run(None, x), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_hard_swish_written_out_becomes_hard_swish_from_opset_14_where_the_target_has_it(
+        tmp_path: Path) -> None:
+    model = _model(tmp_path, _hard_swish("x", "y"), [helper.make_tensor_value_info("x", FLOAT, ["N", 8])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 8])],
+                   [_init("zero", np.float32(0)), _init("six", np.float32(6))], opset=14)
+    cleaned, ops = _clean(tmp_path, model, "openvino-cpu")
+    assert ops == Counter({"HardSwish": 1}), ops
+    _same(model, cleaned, [{"x": (3, 8)}])
+
+
+def test_a_reshape_with_one_computed_dim_gets_a_constant_shape_and_two_computed_dims_stay(
+        tmp_path: Path) -> None:
+    """Reshape(x, [0, d, 4]) with d = Shape(h)[1] read at run time: [0, -1, 4]; with a second
+    computed entry there is no single unknown and the shape stays computed."""
+    nodes = [helper.make_node("Shape", ["h"], ["hs"]),
+             helper.make_node("Slice", ["hs", "one", "two"], ["d"]),
+             helper.make_node("Concat", ["zero_dim", "d", "four"], ["shape1"], axis=0),
+             helper.make_node("Reshape", ["x", "shape1"], ["y"]),
+             helper.make_node("Slice", ["hs", "zero_dim", "one"], ["n"]),
+             helper.make_node("Concat", ["n", "d", "four"], ["shape2"], axis=0),
+             helper.make_node("Reshape", ["x", "shape2"], ["z"])]
+    inits = [_init(name, np.array([v], np.int64)) for name, v in
+             (("zero_dim", 0), ("one", 1), ("two", 2), ("four", 4))]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", "M"]),
+                                     helper.make_tensor_value_info("h", FLOAT, ["N", "K"])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", "K", 4]),
+                    helper.make_tensor_value_info("z", FLOAT, ["N", "K", 4])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    reshapes = [n for n in onnx.load(cleaned).graph.node if n.op_type == "Reshape"]
+    initializers = {i.name: numpy_helper.to_array(i) for i in onnx.load(cleaned).graph.initializer}
+    constant = [list(initializers[n.input[1]]) for n in reshapes if n.input[1] in initializers]
+    assert constant == [[0, -1, 4]], ops
+    assert ops["Concat"] == 1, ops
+    _same(model, cleaned, [{"x": (2, 12), "h": (2, 3)}, {"x": (3, 8), "h": (3, 2)}])
+
+
+def test_a_split_of_a_constant_folds_and_what_reads_it_too(tmp_path: Path) -> None:
+    """onnxscript's folder skips nodes with several outputs; RAFT splits its coordinate grid so."""
+    grid = np.arange(12, dtype=np.float32).reshape(2, 6)
+    nodes = [helper.make_node("Split", ["grid", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("Mul", ["a", "two"], ["a2"]),
+             helper.make_node("Concat", ["a2", "b"], ["g"], axis=1),
+             helper.make_node("Add", ["x", "g"], ["y"])]
+    inits = [_init("grid", grid), _init("sizes", np.array([2, 4], np.int64)), _init("two", np.float32(2))]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 2, 6])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 2, 6])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Add": 1}), ops
+    _same(model, cleaned, [{"x": (3, 2, 6)}])
+
+
+def test_an_expand_of_a_constant_with_a_stale_symbolic_annotation_folds(tmp_path: Path) -> None:
+    """Swin's window mask: the size check reads the constant's own dims, not an annotation that
+    shape inference left symbolic on it."""
+    nodes = [helper.make_node("Expand", ["column", "target"], ["mask"]),
+             helper.make_node("Add", ["x", "mask"], ["y"])]
+    inits = [_init("column", np.arange(4, dtype=np.float32).reshape(4, 1)),
+             _init("target", np.array([4, 4], np.int64))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", FLOAT, ["N", 4, 4])],
+                              [helper.make_tensor_value_info("y", FLOAT, ["N", 4, 4])], inits,
+                              value_info=[helper.make_tensor_value_info("column", FLOAT, ["unk", 1])])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    cleaned, ops = _clean(tmp_path, path)
+    assert ops == Counter({"Add": 1}), ops
+    _same(path, cleaned, [{"x": (2, 4, 4)}])
