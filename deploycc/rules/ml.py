@@ -11,7 +11,8 @@ when its ops are written in tensor arithmetic:
   makes, on the same float32 values: the path is exact, only the order of the final sum differs.
 - TreeEnsembleClassifier (three classes or more, integer labels): the same walk, the class
   weights summed per class, the label at the ArgMax.
-- Scaler: (x - offset) * scale. ArrayFeatureExtractor: Gather on the last axis.
+- Scaler: (x - offset) * scale. ArrayFeatureExtractor: Gather on the last axis. Normalizer:
+  x over its row's max, L1 or L2 norm (rows whose norm is 0 left alone).
 - OneHotEncoder with integer categories: Equal against the categories, cast to float (an unknown
   category gives a row of zeros, where `zeros=0` makes the op fail instead).
 - LinearClassifier with integer labels and one score per class: MatMul + Add, the post transform
@@ -254,6 +255,39 @@ def _label_and_scores(site: Site, b: Builder, labels: np.ndarray, scores: ir.Val
     elif post == "LOGISTIC":
         scores = b.op("Sigmoid", scores)
     return [label, scores]
+
+
+@register
+class NormalizerRule(Rule):
+    """Normalizer: y = x / n per row, n = max(x) (MAX), sum |x| (L1) or sqrt(sum x^2) (L2);
+    a row whose n is 0 stays as it is (ONNX Runtime skips the division there; below opset 11,
+    where Equal takes no floats, a norm under the smallest normal float counts as 0)."""
+
+    name = "normalizer"
+    family = "ml"
+    op_type = "Normalizer"
+    domain = ML
+
+    def check(self, site: Site) -> str | None:
+        if _text(site.attr("norm", "MAX")) not in ("MAX", "L1", "L2"):
+            return "norms MAX, L1 and L2 are handled"
+        return _float_rows(site)
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        x = site.inputs[0]
+        assert x is not None
+        norm = _text(site.attr("norm", "MAX"))
+        if norm == "MAX":
+            n = b.reduce("ReduceMax", x, [1], keepdims=1)
+        elif norm == "L1":
+            n = b.reduce("ReduceSum", b.op("Abs", x), [1], keepdims=1)
+        else:
+            n = b.op("Sqrt", b.reduce("ReduceSum", b.op("Mul", x, x), [1], keepdims=1))
+        if b.opset >= 11:
+            zero = b.op("Equal", n, b.const(np.float32(0)))
+        else:  # Equal takes floats from 11; a NaN norm must still divide (and give NaN)
+            zero = b.op("Less", b.op("Abs", n), b.const(np.finfo(np.float32).tiny))
+        return [b.op("Div", x, b.op("Where", zero, b.const(np.float32(1)), n))]
 
 
 def _float_rows(site: Site) -> str | None:

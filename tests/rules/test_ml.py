@@ -166,3 +166,21 @@ def test_array_feature_extractor_of_a_vector_by_computed_indices() -> None:
             y = ai.onnx.ml.ArrayFeatureExtractor(labels, indices)
         }}
     """, "ArrayFeatureExtractor", "array-feature-extractor", atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(("norm", "opset"), [("MAX", 17), ("L1", 17), ("L2", 17), ("L1", 9)])
+def test_normalizer(norm: str, opset: int) -> None:
+    """Rows of zeros, of negatives, and a row whose max is 0 while others are negative; at
+    opset 9 (skl2onnx's) without a float Equal."""
+    import numpy as np
+
+    header = HEADER.replace('"" : 17', f'"" : {opset}')
+    x = np.array([[0, 0, 0], [1, -2, 3], [-1, -2, -4], [0, -1, -2], [0.5, 0.25, 0]], np.float32)
+    rewrite_and_compare(f"""
+        {header}
+        g (float[5,3] x) => (float[5,3] y) {{ y = ai.onnx.ml.Normalizer<norm = "{norm}">(x) }}
+    """, "Normalizer", "normalizer", atol=1e-6, rtol=1e-6, feeds={"x": x})
+    rewrite_and_compare(f"""
+        {header}
+        g (float[5,3] x) => (float[5,3] y) {{ y = ai.onnx.ml.Normalizer<norm = "{norm}">(x) }}
+    """, "Normalizer", "normalizer", atol=1e-6, rtol=1e-6)
