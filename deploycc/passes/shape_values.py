@@ -267,9 +267,41 @@ class _Trust:
         return all(id(v) in self.content for v in node.outputs)
 
 
+def _reshape_keeps(node: ir.Node, trust: _Trust) -> bool:
+    """Whether a Reshape's trusted target is, dim by dim, the trusted shape its input already
+    has: the same symbol or number, 0 copying the dim (without allowzero), or the one -1. The
+    transformers' attention does `view(batch, -1, seq, head)` on what already has that shape."""
+    x, shape = (node.inputs[0], node.inputs[1]) if len(node.inputs) == 2 else (None, None)
+    if x is None or shape is None or id(x) not in trust.shape or id(shape) not in trust.content:
+        return False
+    dims = trust.types[x.name][0] if x.name in trust.types else None
+    content = trust.contents.get(shape.name or "")
+    if content is None and shape.const_value is not None:
+        content = shape.const_value.numpy()
+    key = _content_key(content, 1) if content is not None else None
+    if dims is None or key is None or len(key) - 1 != len(dims):
+        return False
+    allowzero = node.attributes.get_int("allowzero") or 0
+    inferred = 0
+    for wanted, dim in zip(key[1:], dims, strict=True):
+        if wanted == -1:
+            inferred += 1
+        elif wanted == 0 and not allowzero:
+            continue
+        elif dim is None or "?" in str(dim) or str(wanted) != str(dim):
+            return False
+    return inferred <= 1
+
+
+# The shape arithmetic's types: integers, and the booleans an Equal on a shape gives (the -1 test
+# of a transformer's mask expansion, [False, True, False, False] however dynamic the batch).
+SHAPE_VALUE_TYPES = {"INT64", "INT32", "BOOL"}
+
+
 def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
     """Shape values whose content is known to be equal become one value; those fully known become
-    initializers. Returns (merged, made constant). Of equal values the first in graph order stays:
+    initializers; a Reshape to the shape its input is known to have is passed by. Returns
+    (merged or passed by, made constant). Of equal values the first in graph order stays:
     every reader of a later one comes after it, so the graph stays acyclic and sorted."""
     import numpy as np
     import onnx_ir as ir
@@ -284,12 +316,17 @@ def merge_equal_shape_values(model: ir.Model) -> tuple[int, int]:
     for node in list(graph):
         trust.visit(node)
         trust.annotate(node)
+        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and _reshape_keeps(node, trust) \
+                and not node.outputs[0].is_graph_output():
+            node.outputs[0].replace_all_uses_with(node.inputs[0])  # type: ignore[arg-type]
+            merged += 1
+            continue
         if not trust.content_of(node):
             continue
         for value in node.outputs:
             rank, dtype = trust.rank(value), trust.dtype(value)
             if value.name not in contents or value.is_graph_output() or rank is None \
-                    or dtype not in (ir.DataType.INT64, ir.DataType.INT32) or not value.uses():
+                    or dtype is None or dtype.name not in SHAPE_VALUE_TYPES or not value.uses():
                 continue
             key = _content_key(contents[value.name], rank)
             if key is None:
