@@ -1,7 +1,8 @@
 # The two commands a fresh machine needs (Python >= 3.10 and nothing else):
 #   make demo   - virtual environment, deploycc, example models made by our own code, builds for ort-cpu,
 #                 openvino-cpu and a Jetson bundle
-#   make test   - the same environment with dev extras, then ruff, hadolint, mypy and pytest
+#   make test   - the same environment with dev extras, then ruff, the layers contract (lint-imports),
+#                 hadolint, mypy and pytest
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -37,6 +38,7 @@ test: $(VENV)/.installed lint typecheck pytest
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check deploycc tests examples tools benchmarks
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/hadolint --config docker/hadolint.yaml docker/*.Dockerfile
 
 typecheck: $(VENV)/.installed

@@ -44,7 +44,7 @@ error = None
 try:
     if tool == "deploycc":
         from deploycc import api
-        from deploycc.pipeline.context import LegalizeOptions
+        from deploycc.options import LegalizeOptions
         report = api.legalize(source, "ort-cpu", output, LegalizeOptions(verify=False))
         if not report.success:
             error = report.summary

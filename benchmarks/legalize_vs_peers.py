@@ -37,7 +37,7 @@ error = None
 try:
     if tool.startswith("deploycc"):
         from deploycc import api
-        from deploycc.pipeline.context import LegalizeOptions
+        from deploycc.options import LegalizeOptions
         report = api.legalize(source, "ort-cpu", output, LegalizeOptions(verify=tool == "deploycc"))
         if not report.success:
             error = report.summary

@@ -56,7 +56,7 @@ def runners_for(name: str, raw: Path, work: Path) -> tuple[dict[str, object], di
     from deploycc import api
     from deploycc.backends.onnxruntime import OrtRunner
     from deploycc.backends.openvino import OpenVinoRunner
-    from deploycc.pipeline.context import BuildOptions
+    from deploycc.options import BuildOptions
 
     problems: dict[str, str] = {}
     runners: dict[str, object] = {"raw ORT": OrtRunner(raw, ["CPUExecutionProvider"])}

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from deploycc.audit.probe import ProbeReport
     from deploycc.audit.run import AuditOptions, AuditReport
     from deploycc.bench.run import BenchOptions, BenchReport
+    from deploycc.options import BuildOptions, LegalizeOptions
     from deploycc.pipeline.build import BuildReport
-    from deploycc.pipeline.context import BuildOptions, LegalizeOptions
     from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.pipeline.partition import PartitionReport
     from deploycc.targets.schema import Target
@@ -170,9 +170,9 @@ def build(
     With `options.engine_only`, `model` is a device bundle (`OUTDIR/bundle`) and only the
     engine is built from it (on the device; `outdir` defaults to the bundle's sibling `engine`).
     """
+    from deploycc.options import BuildOptions as Options
     from deploycc.pipeline.build import build as run
     from deploycc.pipeline.build import build_from_bundle
-    from deploycc.pipeline.context import BuildOptions as Options
 
     options = options or Options()
     if options.engine_only:

@@ -480,16 +480,20 @@ def _one_line(error: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def load(path: str | os.PathLike[str], *, check: bool = True, infer: bool = False) -> LoadedModel:
-    """Load a model safely into onnx-ir, weights memory-mapped and never read here.
+@dataclass
+class ReadProto:
+    """A model file read and vetted, still protobuf: what `load` makes an IR model of, and what
+    shape inference may first work on (graph.shapes.load_inferred)."""
 
-    With `infer`, shapes and types are inferred too: on the protobuf already in hand when it
-    is small (one IR round trip saved), else on the IR with its large tensors stripped.
-    """
-    import onnx_ir as ir
+    proto: Any
+    path: Path
+    external_files: list[ExternalFile]
+    notes: list[str]
 
-    from deploycc.analysis import shapes
 
+def read_checked(path: str | os.PathLike[str], *, check: bool = True) -> ReadProto:
+    """Read a model file and vet it (external data, inline tensors, declared dims, node order,
+    the checker), weights memory-mapped and never read here."""
     model_path = Path(path)
     proto = read_proto(model_path)
     external_files = validate_external_data(proto, model_path)
@@ -506,20 +510,26 @@ def load(path: str | os.PathLike[str], *, check: bool = True, infer: bool = Fals
                 raise
             notes.append(f"the ONNX checker objects ({error.message.split(': ', 1)[-1]}), but ONNX Runtime "
                          f"loads the model: going on")
-    inferred_on_proto = infer and proto.ByteSize() < shapes.PROTO_INFERENCE_LIMIT
-    if inferred_on_proto:
-        proto, note = shapes.infer_proto(proto)
-        notes += [note] if note else []
+    return ReadProto(proto, model_path, external_files, notes)
+
+
+def to_loaded(read: ReadProto) -> LoadedModel:
+    """The IR model of a file read by read_checked."""
+    import onnx_ir as ir
+
     try:
-        model = from_proto(proto)
+        model = from_proto(read.proto)
     except Exception as error:  # onnx-ir's own complaints about a broken graph
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise _fail(model_path, f"cannot be read as a graph: {first}") from None
-    ir.external_data.set_base_dir(model.graph, model_path.parent)
-    if infer and not inferred_on_proto:
-        note = shapes.infer_shapes(model)
-        notes += [note] if note else []
-    return LoadedModel(model, model_path, model_path.stat().st_size, external_files, notes)
+        raise _fail(read.path, f"cannot be read as a graph: {first}") from None
+    ir.external_data.set_base_dir(model.graph, read.path.parent)
+    return LoadedModel(model, read.path, read.path.stat().st_size, read.external_files, read.notes)
+
+
+def load(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
+    """Load a model safely into onnx-ir, weights memory-mapped and never read here (with shapes
+    inferred: graph.shapes.load_inferred)."""
+    return to_loaded(read_checked(path, check=check))
 
 
 def to_proto(model: ir.Model) -> Any:
@@ -555,114 +565,6 @@ def held_back(model: ir.Model, nodes: Sequence[ir.Node]) -> Iterator[None]:
         model.opset_imports.pop(HOLD_DOMAIN, None)
         for node, domain in zip(nodes, domains, strict=True):
             node.domain = domain
-
-
-def convert_opset(model: ir.Model, version: int) -> ir.Model:
-    """onnx.version_converter on the graph without its large initializers (2 GB-safe).
-
-    Large initializers travel as graph inputs (type and shape only) and are put back, by name,
-    memory-mapped as they were, into the converted model.
-    """
-    import onnx
-    import onnx_ir as ir
-
-
-    graph = model.graph
-    current = model.opset_imports.get("", model.opset_imports.get("ai.onnx", version))
-    held = {name: value for name, value in graph.initializers.items()
-            if value.const_value is not None and value.const_value.nbytes > LARGE_TENSOR_BYTES}
-    original_inputs = list(graph.inputs)
-    for name, value in held.items():
-        assert value.const_value is not None
-        if value.shape is None:
-            value.shape = value.const_value.shape  # type: ignore[assignment]
-        if value.dtype is None:
-            value.dtype = value.const_value.dtype
-        graph.initializers.pop(name)
-        if value not in graph.inputs:
-            graph.inputs.append(value)
-    tensors = {name: value.const_value for name, value in held.items()}
-    for value in held.values():
-        value.const_value = None
-    # Nodes whose op has the same signature at both opsets need no adapter (onnx's converter
-    # lacks many, e.g. Sub 14 -> 13): hide them in a private domain while it runs.
-    from deploycc.analysis.graphs import all_graphs
-
-    held_nodes = [node for sub in all_graphs(graph) for node in sub if node.domain in ("", "ai.onnx") and
-                  unchanged_between(node, current, version)]
-    try:
-        with held_back(model, held_nodes):
-            proto = ir.serde.serialize_model(model)
-    finally:
-        for name, value in held.items():
-            value.const_value = tensors[name]
-            graph.initializers[name] = value
-        graph.inputs.clear()
-        graph.inputs.extend(original_inputs)
-    converted = onnx.version_converter.convert_version(proto, version)
-    result = from_proto(converted)
-    if MAP_TYPES in model.meta:
-        result.meta[MAP_TYPES] = model.meta[MAP_TYPES]
-    result.opset_imports.pop(HOLD_DOMAIN, None)
-    for node in (n for sub in all_graphs(result.graph) for n in sub):
-        if node.domain == HOLD_DOMAIN:
-            node.domain = ""
-    drop_stale_attributes(result, current, version)
-    new_graph = result.graph
-    for value in list(new_graph.inputs):
-        if value.name in tensors:
-            new_graph.inputs.remove(value)
-            value.const_value = tensors[value.name]
-            new_graph.register_initializer(value)
-    return result
-
-
-def drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
-    """Attributes the converter carried over that the op does not have at `version` (ReduceMean
-    18 -> 17 keeps noop_with_empty_axes, an invalid model), or that a rewrite wrote in its newest
-    form (onnxscript's Reshape rules write allowzero=0 at opset 11): dropped where they say
-    nothing, at the source opset's default or, for noop_with_empty_axes, beside non-empty axes."""
-    from deploycc.analysis.graphs import all_graphs
-    from deploycc.legality import schemas
-
-    for graph in all_graphs(model.graph):
-        for node in graph:
-            if node.domain not in ("", "ai.onnx"):
-                continue
-            schema = schemas.get_schema(node.op_type, "", version)
-            if schema is None:
-                continue
-            for name in [n for n in node.attributes if n not in schema.attributes]:
-                said_nothing = name not in non_default(node, source) or (
-                    name == "noop_with_empty_axes" and bool(node.attributes.get("axes")))
-                if said_nothing:
-                    del node.attributes[name]
-
-
-def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
-    """The node, as it is set, means the same at both opsets (schemas.valid_at_both)."""
-    from deploycc.legality import schemas
-
-    return schemas.valid_at_both(node.op_type, "", current, version, non_default(node, current),
-                                 len(node.inputs), len(node.outputs))
-
-
-def non_default(node: ir.Node, opset: int) -> frozenset[str]:
-    """Names of the attributes a node sets to something other than the schema default."""
-    import onnx_ir as ir
-
-    from deploycc.legality import schemas
-
-    schema = schemas.get_schema(node.op_type, "", opset)
-    names = set()
-    for name, attr in node.attributes.items():
-        formal = schema.attributes.get(name) if schema is not None else None
-        if formal is None or not formal.default_value.name:
-            names.add(name)
-            continue
-        if ir.serde.serialize_attribute(attr).SerializeToString() != formal.default_value.SerializeToString():
-            names.add(name)
-    return frozenset(names)
 
 
 def refuse_overwrite(output: Path, protect: tuple[Path, ...]) -> None:

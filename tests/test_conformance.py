@@ -15,7 +15,7 @@ import pytest
 
 from deploycc.analysis.check import judge_model
 from deploycc.analysis.inspect import redundancy_findings
-from deploycc.analysis.shapes import infer_shapes
+from deploycc.graph.shapes import infer_shapes
 from deploycc.targets import registry
 
 ALL_TARGETS = ["ort-cpu", "openvino-cpu", "jetson-nano", "jetson-xavier", "jetson-orin", "gpu-trt10"]

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.analysis.graphs import all_graphs, dynamic_dims, graph_label, opset_map
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from deploycc.graph.graphs import all_graphs, dynamic_dims, graph_label, opset_map
 from deploycc.legality.conversion_target import CONDITIONAL, ILLEGAL, ConversionTarget, NodeVerdict
 from deploycc.results import Result
 
@@ -229,9 +229,9 @@ def judge_model(model: ir.Model, target: Target, *, dla: bool = False,
 def check_model(path: str | Path, targets: list[Target], *, dla: bool = False,
                 explain: bool = False, capabilities: dict[str, dict[str, str]] | None = None) -> CheckReport:
     """`capabilities`: probed tables by target name (`deploycc probe -o FILE`), laid over the declared."""
-    from deploycc import io
+    from deploycc.graph.shapes import load_inferred
 
-    loaded = io.load(path, infer=True)
+    loaded = load_inferred(path)
     model = loaded.model
     notes = list(loaded.notes)
     node_count = sum(len(g) for g in all_graphs(model.graph))

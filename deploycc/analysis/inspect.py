@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.analysis.graphs import (
+from deploycc.dtypes import dtype_name
+from deploycc.graph.graphs import (
     SUBGRAPH_OPS,
     all_graphs,
     all_nodes,
@@ -21,7 +22,6 @@ from deploycc.analysis.graphs import (
     node_label,
     subgraphs_of,
 )
-from deploycc.dtypes import dtype_name
 from deploycc.results import Result
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def redundancy_findings(model: ir.Model) -> list[Finding]:
 
 def inspect_model(path: str | Path) -> InspectReport:
     from deploycc import io
-    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.graph.shapes import infer_shapes
 
     loaded = io.load(path)  # malformed models are refused by every command, inspect included
     model = loaded.model

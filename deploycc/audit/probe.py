@@ -70,7 +70,7 @@ def _legalized(case: Any, target_name: str) -> tuple[bytes | None, str]:
     import onnx
 
     from deploycc.errors import DeployccError
-    from deploycc.pipeline.context import LegalizeOptions
+    from deploycc.options import LegalizeOptions
     from deploycc.pipeline.legalize import legalize
     from deploycc.targets.registry import resolve
 
@@ -113,7 +113,7 @@ def probe_cases(names: list[str], target_name: str) -> list[dict[str, Any]]:
     import onnx_ir as ir
 
     from deploycc.analysis.check import judge_model
-    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.graph.shapes import infer_shapes
     from deploycc.targets.registry import resolve
 
     target = resolve(target_name)

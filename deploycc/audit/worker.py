@@ -46,8 +46,8 @@ def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> 
     """A model refused as a whole, built again with host segments: the cell says whether that
     deploys (chain verified on ORT, and on the engines where they build here)."""
     from deploycc.audit.cells import HOST_SEGMENTS
+    from deploycc.options import BuildOptions
     from deploycc.pipeline.build import PENDING, VERIFIED
-    from deploycc.pipeline.context import BuildOptions
     from deploycc.pipeline.partition import build_partitioned
 
     report = build_partitioned(spec.model, target, Path(spec.workdir) / "partition",
@@ -65,8 +65,8 @@ def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> 
 
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
+    from deploycc.options import BuildOptions, LegalizeOptions
     from deploycc.pipeline.build import NEEDS_INPUTS, PENDING, VERIFIED, build
-    from deploycc.pipeline.context import BuildOptions, LegalizeOptions
     from deploycc.pipeline.legalize import legalize
     from deploycc.targets.registry import resolve
 

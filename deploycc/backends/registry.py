@@ -1,21 +1,22 @@
-"""Backends by kind: the target file names the kind, this module finds the code."""
+"""Backends by kind: the target file names the kind, this table finds the code. A new backend
+is one module implementing `backends.base.Backend` and one line here."""
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from deploycc.backends.base import Backend
+
+BACKENDS = {
+    "onnxruntime": "deploycc.backends.onnxruntime:OnnxRuntimeBackend",
+    "openvino": "deploycc.backends.openvino:OpenVinoBackend",
+    "tensorrt": "deploycc.backends.tensorrt:TensorRTBackend",
+}
 
 
 def get_backend(kind: str) -> Backend:
-    if kind == "onnxruntime":
-        from deploycc.backends.onnxruntime import OnnxRuntimeBackend
-
-        return OnnxRuntimeBackend()
-    if kind == "openvino":
-        from deploycc.backends.openvino import OpenVinoBackend
-
-        return OpenVinoBackend()
-    if kind == "tensorrt":
-        from deploycc.backends.tensorrt import TensorRTBackend
-
-        return TensorRTBackend()
-    raise ValueError(f"no backend of kind {kind!r}")
+    if kind not in BACKENDS:
+        raise ValueError(f"no backend of kind {kind!r} (known: {', '.join(sorted(BACKENDS))})")
+    module, name = BACKENDS[kind].split(":")
+    backend: Backend = getattr(import_module(module), name)()  # imported when first asked for
+    return backend

@@ -8,9 +8,17 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from deploycc.pipeline.manifest import cpu_model
-
 GOVERNOR = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "Model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _read(path: Path) -> str | None:

@@ -84,7 +84,7 @@ def node_flops(node: ir.Node, unknown_dim: int | None = None) -> int | None:
 
 
 def count(model: ir.Model) -> FlopCount:
-    from deploycc.analysis.graphs import all_nodes
+    from deploycc.graph.graphs import all_nodes
 
     result = FlopCount()
     for node in all_nodes(model.graph):
@@ -102,7 +102,7 @@ def count_for_inputs(model_path: Path, feeds: dict[str, np.ndarray]) -> FlopCoun
     import onnx_ir as ir
 
     from deploycc import io
-    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.graph.shapes import infer_shapes
 
     model = io.load(model_path, check=False).model
     for value in model.graph.inputs:

@@ -13,7 +13,7 @@ from deploycc import api
 from deploycc.cli import emit
 from deploycc.cli.legalize_cmd import options_from_flags, pipeline_options
 from deploycc.errors import OptionError
-from deploycc.pipeline.context import BuildOptions
+from deploycc.options import BuildOptions
 
 
 def parse_batch_range(text: str) -> tuple[int, int, int]:

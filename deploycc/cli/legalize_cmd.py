@@ -9,8 +9,8 @@ import click
 from deploycc import api
 from deploycc.cli import emit
 from deploycc.errors import OptionError
-from deploycc.pipeline.context import MODES, LegalizeOptions
-from deploycc.pipeline.legalize import PASS_NAMES
+from deploycc.options import MODES, LegalizeOptions
+from deploycc.passes import PASS_NAMES
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -120,7 +120,7 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
     options = options_from_flags(**flags)
     if partition:
         from deploycc.errors import OptionError
-        from deploycc.pipeline.context import BuildOptions
+        from deploycc.options import BuildOptions
 
         if output is None:
             raise OptionError("--partition writes a directory", hint="pass -o OUTDIR")

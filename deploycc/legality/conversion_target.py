@@ -88,7 +88,7 @@ class ConversionTarget:
 
     def judge(self, node: ir.Node, model_opsets: dict[str, int], graph: str = "main") -> NodeVerdict:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
-        from deploycc.analysis.graphs import node_label
+        from deploycc.graph.graphs import node_label
 
         verdict = NodeVerdict(node=node_label(node), op=node.op_type,
                               domain=domain, graph=graph)
@@ -264,7 +264,7 @@ class ConversionTarget:
     def _check_static_shapes(self, node: ir.Node, verdict: NodeVerdict) -> None:
         if self.target.shapes.policy != "static":
             return
-        from deploycc.analysis.graphs import dynamic_dims
+        from deploycc.graph.graphs import dynamic_dims
 
         for value in node.inputs:
             if value is None or value.const_value is not None:

@@ -217,8 +217,8 @@ def _saturating_cast_not_to(node: ir.Node, ref: PredicateRef, schema: Any) -> st
     attr = node.attributes.get("saturate")
     if attr is not None and int(attr.value) == 0:
         return None
-    from deploycc.analysis.graphs import cast_destination
     from deploycc.dtypes import dtype_name
+    from deploycc.graph.graphs import cast_destination
 
     destination = dtype_name(cast_destination(node))
     if destination is None or destination not in list(ref.arg("dtypes")):

@@ -71,7 +71,7 @@ class PartitionPlan:
 
 def node_reads(node: ir.Node) -> Iterator[ir.Value]:
     """Every value the node reads, its bodies' reads of outer values included."""
-    from deploycc.analysis.graphs import all_graphs
+    from deploycc.graph.graphs import all_graphs
 
     yield from (v for v in node.inputs if v is not None)
     for attr in node.attributes.values():
@@ -172,7 +172,7 @@ def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_
     With `static_cuts` (an engine built for fixed shapes, as TensorRT's is here), a device segment
     that reads a cut tensor of data-dependent size (NonZero's, NonMaxSuppression's) runs on the
     host: the engine would need a profile for a size only the data decides."""
-    from deploycc.analysis.graphs import node_label
+    from deploycc.graph.graphs import node_label
 
     nodes = list(graph)
     reasons = [legal(node) for node in nodes]

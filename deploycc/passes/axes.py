@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from deploycc.errors import OptionError
-from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -42,7 +42,7 @@ def parse_shape(text: str) -> tuple[str, list[int | str]]:
 
 
 def _dims(value: ir.Value) -> list[int | str] | None:
-    from deploycc.analysis.graphs import dims_of
+    from deploycc.graph.graphs import dims_of
 
     return dims_of(value)
 
@@ -131,7 +131,7 @@ class AxesPass(Pass):
 
     @staticmethod
     def _require_static(inputs: dict[str, ir.Value], state: PipelineState) -> None:
-        from deploycc.analysis.graphs import dynamic_dims
+        from deploycc.graph.graphs import dynamic_dims
 
         options = state.options
         problems = []
@@ -182,8 +182,8 @@ class AxesPass(Pass):
         shape inference cannot follow (computed through Shape -> Gather -> Concat -> Reshape, as
         in flatten heads) keeps its declared shape, with the dims named like a fixed input dim
         set to that size: the graph's signature (and so its rank) never silently changes."""
-        from deploycc.analysis.graphs import all_graphs
-        from deploycc.analysis.shapes import infer_shapes
+        from deploycc.graph.graphs import all_graphs
+        from deploycc.graph.shapes import infer_shapes
 
         graph = state.model.graph
         kept = {id(v) for v in graph.inputs} | {id(v) for v in graph.outputs} | \

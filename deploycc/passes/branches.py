@@ -47,7 +47,7 @@ def keep_runnable_branches(model: ir.Model) -> list[str]:
     import onnx_ir as ir
 
     from deploycc import io
-    from deploycc.analysis.graphs import constant_tensor
+    from deploycc.graph.graphs import constant_tensor
     from deploycc.verify.inputs import generate
 
     graph = model.graph

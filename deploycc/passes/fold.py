@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -26,7 +26,7 @@ NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
 
 
 def _const(value: ir.Value | None):
-    from deploycc.analysis.graphs import constant_tensor
+    from deploycc.graph.graphs import constant_tensor
 
     return constant_tensor(value, max_elements=64)
 
@@ -163,7 +163,7 @@ def read_static_dims(model: ir.Model) -> int:
     import numpy as np
     import onnx_ir as ir
 
-    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.graph.shapes import infer_shapes
 
     graph = model.graph
     if model.ir_version < 4:  # an IR-3 initializer must also be a graph input
@@ -235,7 +235,7 @@ def split_constants(model: ir.Model, limit_elements: int) -> int:
     import numpy as np
     import onnx_ir as ir
 
-    from deploycc.analysis.graphs import all_graphs
+    from deploycc.graph.graphs import all_graphs
 
     opset = model.opset_imports.get("", 1)
     folded = 0
@@ -283,7 +283,7 @@ class FoldPass(Pass):
         from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
         from onnxscript.optimizer import fold_constants
 
-        from deploycc.analysis.graphs import all_graphs
+        from deploycc.graph.graphs import all_graphs, structure
         from deploycc.io import held_back
         from deploycc.passes.branches import keep_runnable_branches
 
@@ -303,6 +303,7 @@ class FoldPass(Pass):
         branch_notes = keep_runnable_branches(state.model)
         notes += branch_notes
         read = split = 0
+        shape_before = structure(state.model)
         try:
             with held_back(state.model, held):
                 for _ in range(FOLD_ROUNDS):
@@ -323,7 +324,6 @@ class FoldPass(Pass):
             # so what it folded before stands; the rest stays as it was, and verification checks all.
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             notes.append(f"constant folding stopped early: {first[:160]}")
-            modified = True
         for value, (type_, shape) in zip(graph.outputs, declared, strict=True):
             # An inlined If hands its outputs to branch values that carry no type of their own.
             value.type = value.type or type_
@@ -336,7 +336,7 @@ class FoldPass(Pass):
         notes += [f"folded {before - after} node(s)"] if before != after else []
         notes += [f"{read} read(s) of static dims became constants"] if read else []
         notes += [f"{split} Split(s) of a constant became constants"] if split else []
-        modified = modified or bool(read or split)
+        modified = modified or bool(read or split) or structure(state.model) != shape_before
         return PassOutcome(modified or before != after, notes,
                            {"limit_bytes": state.options.fold_limit_bytes})
 
@@ -347,3 +347,17 @@ class RefoldPass(FoldPass):
 
     name = "refold"
     summary = "fold again what tidy made constant"
+
+
+class BodyFoldPass(FoldPass):
+    """ONNX function bodies the legalize pass expanded are written for any shape: their
+    Shape/Concat arithmetic folds here (OpenVINO's Scan cannot read an outer value computed at
+    run time; a constant it can). Runs only after a function-body rewrite."""
+
+    name = "fold-bodies"
+    summary = "fold the shape arithmetic of the ONNX function bodies legalize expanded"
+
+    def run(self, state: PipelineState) -> PassOutcome:
+        if not any(rewrite.rule.startswith("function-body") for rewrite in state.rewrites):
+            return PassOutcome(False)
+        return super().run(state)

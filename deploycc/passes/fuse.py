@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     from deploycc.targets.schema import Target

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     from deploycc.rules.engine import Decision
@@ -30,7 +30,7 @@ class LegalizePass(Pass):
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
 
-        from deploycc.analysis.shapes import infer_shapes
+        from deploycc.graph.shapes import infer_shapes
 
         notes: list[str] = []
         fired_before = len(state.rewrites)
@@ -41,12 +41,6 @@ class LegalizePass(Pass):
             # The next round judges the replacements: give their values types and shapes first.
             infer_shapes(state.model)
         fired = state.rewrites[fired_before:]
-        if any(rewrite.rule.startswith("function-body") for rewrite in fired):
-            # ONNX bodies are written for any shape: their Shape/Concat arithmetic folds away here
-            # (OpenVINO's Scan cannot read an outer value computed at run time; a constant it can).
-            from deploycc.passes.fold import FoldPass
-
-            notes.extend(FoldPass().run(state).notes)
         if fired:
             LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
             RemoveUnusedNodesPass()(state.model)  # what the rewrites replaced, initializers too
@@ -59,7 +53,7 @@ class LegalizePass(Pass):
 
     def _round(self, state: PipelineState) -> bool:
         """One sweep over the illegal nodes; True when something was rewritten."""
-        from deploycc.analysis.graphs import all_graphs, graph_label
+        from deploycc.graph.graphs import all_graphs, graph_label
         from deploycc.legality.conversion_target import ILLEGAL, RUNTIME_EXPANDS, ConversionTarget
         from deploycc.rules.engine import decide
 
@@ -141,8 +135,8 @@ class LegalizePass(Pass):
     def _prove_whole(state: PipelineState, change, rule: str, op: str, what: str):
         """Apply a whole-graph change, proven by running the graph before and after it; a change
         whose proof fails is undone."""
-        from deploycc.analysis.shapes import infer_shapes
-        from deploycc.verify.certify import FAILED, PROVEN, UNPROVEN, Certificate
+        from deploycc.graph.shapes import infer_shapes
+        from deploycc.rules.proof import FAILED, PROVEN, UNPROVEN, Certificate
         from deploycc.verify.compare import compare
         from deploycc.verify.inputs import generate
         from deploycc.verify.runner import RunError, run_model_bytes, serialize

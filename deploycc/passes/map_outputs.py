@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -56,7 +56,7 @@ def _tensor_output(graph: ir.Graph, node: ir.Node) -> str | None:
     when this ZipMap cannot become a tensor (it then stays for the final check to name)."""
     import onnx_ir as ir
 
-    from deploycc.analysis.graphs import dims_of
+    from deploycc.graph.graphs import dims_of
 
     output, probabilities = node.outputs[0], node.inputs[0]
     labels = _labels(node)

@@ -17,7 +17,7 @@ import re
 from typing import TYPE_CHECKING
 
 from deploycc.errors import DeployccError
-from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -45,9 +45,8 @@ def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list
     point: a replacement may hold ops born after `version` too (Gelu's ONNX body has CastLike).
     A node whose form changed since `version` is rewritten by an old_forms rule where one applies,
     else left to the converter's adapter."""
-    from deploycc import io
-    from deploycc.analysis.graphs import all_graphs
-    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.graph.graphs import all_graphs
+    from deploycc.graph.shapes import infer_shapes
     from deploycc.legality import schemas
     from deploycc.rules.engine import decide
 
@@ -64,7 +63,7 @@ def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list
                 if born is None:
                     continue
                 if born <= version:  # Shape with start/end at 15 means something else below 15
-                    if io.unchanged_between(node, current, version):
+                    if unchanged_between(node, current, version):
                         continue
                     decision = decide(node, graph, state.opsets, prove=state.options.prove,
                                       families=("old_forms",))
@@ -89,7 +88,7 @@ def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list
 def kernel_opset(state: PipelineState, current: int) -> int | None:
     """The highest opset below `current` that gives a kernel to nodes the target refuses only for
     their op version, without making any other node illegal; None when there is none."""
-    from deploycc.analysis.graphs import all_graphs
+    from deploycc.graph.graphs import all_graphs
     from deploycc.legality import schemas
     from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget, NodeVerdict
 
@@ -166,8 +165,6 @@ class OpsetPass(Pass):
 
     @staticmethod
     def _convert(model: ir.Model, current: int, wanted: int) -> ir.Model:
-        from deploycc import io
-
         if 18 <= current < wanted <= 25:
             import onnxscript.version_converter as converter
 
@@ -178,7 +175,7 @@ class OpsetPass(Pass):
             except Exception:  # fall through to onnx's converter, which covers more adapters
                 pass
         try:
-            return io.convert_opset(model, wanted)
+            return convert_opset(model, wanted)
         except Exception as error:
             first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
             missing = re.search(r"No Adapter (?:From|To) Version \$?(\d+) for (\w+)", first)
@@ -188,3 +185,115 @@ class OpsetPass(Pass):
             raise OpsetConversionError(f"cannot convert opset {current} -> {wanted}: {first}",
                                        hint="try --opset with a closer version, or a target whose "
                                             "range includes the model's opset") from None
+
+
+# The conversion itself: onnx's converter, 2 GB-safe, and what it leaves behind.
+
+
+def convert_opset(model: ir.Model, version: int) -> ir.Model:
+    """onnx.version_converter on the graph without its large initializers (2 GB-safe).
+
+    Large initializers travel as graph inputs (type and shape only) and are put back, by name,
+    memory-mapped as they were, into the converted model.
+    """
+    import onnx
+    import onnx_ir as ir
+
+    from deploycc.io import HOLD_DOMAIN, LARGE_TENSOR_BYTES, MAP_TYPES, from_proto, held_back
+
+    graph = model.graph
+    current = model.opset_imports.get("", model.opset_imports.get("ai.onnx", version))
+    held = {name: value for name, value in graph.initializers.items()
+            if value.const_value is not None and value.const_value.nbytes > LARGE_TENSOR_BYTES}
+    original_inputs = list(graph.inputs)
+    for name, value in held.items():
+        assert value.const_value is not None
+        if value.shape is None:
+            value.shape = value.const_value.shape  # type: ignore[assignment]
+        if value.dtype is None:
+            value.dtype = value.const_value.dtype
+        graph.initializers.pop(name)
+        if value not in graph.inputs:
+            graph.inputs.append(value)
+    tensors = {name: value.const_value for name, value in held.items()}
+    for value in held.values():
+        value.const_value = None
+    # Nodes whose op has the same signature at both opsets need no adapter (onnx's converter
+    # lacks many, e.g. Sub 14 -> 13): hide them in a private domain while it runs.
+    from deploycc.graph.graphs import all_graphs
+
+    held_nodes = [node for sub in all_graphs(graph) for node in sub if node.domain in ("", "ai.onnx") and
+                  unchanged_between(node, current, version)]
+    try:
+        with held_back(model, held_nodes):
+            proto = ir.serde.serialize_model(model)
+    finally:
+        for name, value in held.items():
+            value.const_value = tensors[name]
+            graph.initializers[name] = value
+        graph.inputs.clear()
+        graph.inputs.extend(original_inputs)
+    converted = onnx.version_converter.convert_version(proto, version)
+    result = from_proto(converted)
+    if MAP_TYPES in model.meta:
+        result.meta[MAP_TYPES] = model.meta[MAP_TYPES]
+    result.opset_imports.pop(HOLD_DOMAIN, None)
+    for node in (n for sub in all_graphs(result.graph) for n in sub):
+        if node.domain == HOLD_DOMAIN:
+            node.domain = ""
+    drop_stale_attributes(result, current, version)
+    new_graph = result.graph
+    for value in list(new_graph.inputs):
+        if value.name in tensors:
+            new_graph.inputs.remove(value)
+            value.const_value = tensors[value.name]
+            new_graph.register_initializer(value)
+    return result
+
+
+def drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
+    """Attributes the converter carried over that the op does not have at `version` (ReduceMean
+    18 -> 17 keeps noop_with_empty_axes, an invalid model), or that a rewrite wrote in its newest
+    form (onnxscript's Reshape rules write allowzero=0 at opset 11): dropped where they say
+    nothing, at the source opset's default or, for noop_with_empty_axes, beside non-empty axes."""
+    from deploycc.graph.graphs import all_graphs
+    from deploycc.legality import schemas
+
+    for graph in all_graphs(model.graph):
+        for node in graph:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            schema = schemas.get_schema(node.op_type, "", version)
+            if schema is None:
+                continue
+            for name in [n for n in node.attributes if n not in schema.attributes]:
+                said_nothing = name not in non_default(node, source) or (
+                    name == "noop_with_empty_axes" and bool(node.attributes.get("axes")))
+                if said_nothing:
+                    del node.attributes[name]
+
+
+def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
+    """The node, as it is set, means the same at both opsets (schemas.valid_at_both)."""
+    from deploycc.legality import schemas
+
+    return schemas.valid_at_both(node.op_type, "", current, version, non_default(node, current),
+                                 len(node.inputs), len(node.outputs))
+
+
+def non_default(node: ir.Node, opset: int) -> frozenset[str]:
+    """Names of the attributes a node sets to something other than the schema default."""
+    import onnx_ir as ir
+
+    from deploycc.legality import schemas
+
+    schema = schemas.get_schema(node.op_type, "", opset)
+    names = set()
+    for name, attr in node.attributes.items():
+        formal = schema.attributes.get(name) if schema is not None else None
+        if formal is None or not formal.default_value.name:
+            names.add(name)
+            continue
+        if ir.serde.serialize_attribute(attr).SerializeToString() != formal.default_value.SerializeToString():
+            names.add(name)
+    return frozenset(names)

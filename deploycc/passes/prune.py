@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploycc.errors import OptionError
-from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -44,7 +44,7 @@ NEUTRAL_OPERAND = {"Mul": 1, "Div": 1, "Add": 0, "Sub": 0}
 
 
 def _const(value: ir.Value | None) -> np.ndarray | None:
-    from deploycc.analysis.graphs import constant_tensor
+    from deploycc.graph.graphs import constant_tensor
 
     return constant_tensor(value, max_elements=4096)
 
@@ -237,10 +237,10 @@ class PrunePass(Pass):
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx_ir.passes.common import RemoveUnusedNodesPass, RemoveUnusedOpsetsPass
 
-        from deploycc.analysis.graphs import all_graphs
+        from deploycc.graph.graphs import all_graphs, structure
 
         graph = state.model.graph
-        before = len(graph)
+        shape_before = structure(state.model)
         turned: dict[str, int] = {}
         for sub in all_graphs(graph):
             for node in list(sub):
@@ -256,7 +256,7 @@ class PrunePass(Pass):
         RemoveUnusedOpsetsPass()(state.model)
         if removed:
             notes.append(f"{removed} Identity removed")
-        return PassOutcome(len(graph) != before or bool(turned), notes,
+        return PassOutcome(structure(state.model) != shape_before or bool(turned), notes,
                            {"no_op_rewritten": turned})
 
     @staticmethod

@@ -14,7 +14,9 @@ import tempfile
 from pathlib import Path
 
 from deploycc.errors import DeployccError, OptionError
-from deploycc.pipeline.context import LegalizeOptions, Pass, PassOutcome, PipelineState
+from deploycc.graph.graphs import content
+from deploycc.options import LegalizeOptions
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 SIMPLIFIERS = ("onnxsim",)
 TIMEOUT_SECONDS = 1800
@@ -68,9 +70,10 @@ class SimplifyPass(Pass):
                     import onnx_ir as ir
 
                     value.const_value = ir.tensor(value.const_value.numpy(), name=value.const_value.name)
-        before = len(state.model.graph)
+        before, held = len(state.model.graph), content(state.model)
         state.model = loaded.model
-        from deploycc.analysis.shapes import infer_shapes
+        from deploycc.graph.shapes import infer_shapes
 
         infer_shapes(state.model)
-        return PassOutcome(True, [f"onnxsim: {before} -> {len(state.model.graph)} nodes"])
+        return PassOutcome(content(state.model) != held,
+                           [f"onnxsim: {before} -> {len(state.model.graph)} nodes"])

@@ -31,8 +31,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 from deploycc.passes.shape_values import merge_equal_shape_values
-from deploycc.pipeline.context import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -48,7 +48,7 @@ def lift_constants(graph: ir.Graph, subgraphs: bool = False) -> int:
     of the main graph, and of If/Loop bodies too with `subgraphs`."""
     import onnx_ir as ir
 
-    from deploycc.analysis.graphs import all_graphs
+    from deploycc.graph.graphs import all_graphs
 
     if subgraphs:
         return sum(lift_constants(sub) for sub in list(all_graphs(graph)))
@@ -121,7 +121,7 @@ def one_unknown_reshape_dim(graph: ir.Graph) -> int:
     import numpy as np
     import onnx_ir as ir
 
-    from deploycc.analysis.graphs import all_graphs
+    from deploycc.graph.graphs import all_graphs
 
     changed = 0
     for sub in all_graphs(graph):
@@ -221,7 +221,7 @@ def _rules(state: PipelineState) -> list:
 def _allowzero_before_14(model: ir.Model) -> None:
     """onnxscript's materialized Reshape says allowzero=1; before opset 14 Reshape has no such
     attribute, and with no 0 in its constant shape the attribute means nothing anyway."""
-    from deploycc.analysis.graphs import all_nodes, constant_tensor
+    from deploycc.graph.graphs import all_nodes, constant_tensor
 
     if model.opset_imports.get("", 14) >= 14:
         return
@@ -247,10 +247,11 @@ class TidyPass(Pass):
         from onnxscript.rewriter import RewritePass
 
         from deploycc.backends.registry import get_backend
-        from deploycc.io import drop_stale_attributes
+        from deploycc.graph.graphs import structure
+        from deploycc.passes.opset import drop_stale_attributes
 
         model = state.model
-        before = len(model.graph)
+        before, shape_before = len(model.graph), structure(model)
         counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0,
                   "reshapes_known": 0}
 
@@ -302,4 +303,4 @@ class TidyPass(Pass):
                          f"{counts['shape_values_known']} known in full")
         if counts["reshapes_known"]:
             notes.append(f"{counts['reshapes_known']} Reshape shape(s) made constant (-1 computed)")
-        return PassOutcome(after != before, notes, counts)
+        return PassOutcome(structure(model) != shape_before, notes, counts)

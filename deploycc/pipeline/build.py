@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, BuildRequest, Profile
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
-from deploycc.pipeline.context import BuildOptions
+from deploycc.options import BuildOptions
 from deploycc.results import Result
 from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
 from deploycc.verify.runner import RunError
@@ -66,7 +66,7 @@ class BuildReport(Result):
 def profiles_for(model: Path, options: BuildOptions) -> list[Profile]:
     """TensorRT optimization profiles for every dynamic input of the legalized model."""
     from deploycc import io
-    from deploycc.analysis.graphs import dims_of
+    from deploycc.graph.graphs import dims_of
 
     graph = io.load(model, check=False).model.graph
     profiles = []

@@ -1,7 +1,7 @@
 """The legalization pipeline: load, run the passes, judge once, verify, write atomically.
 
     opset -> axes -> map-outputs -> fold -> tidy -> refold -> [simplify] -> prune -> fuse -> legalize
-    -> final check -> verify
+    -> fold-bodies -> final check -> verify     (the list: deploycc/passes/__init__.py)
 
 `build` runs the same function before handing the result to a backend.
 """
@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc import io
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK, DeployccError
-from deploycc.pipeline.context import LegalizeOptions, Pass, PipelineState
+from deploycc.graph.shapes import load_inferred
+from deploycc.options import LegalizeOptions
+from deploycc.passes import default_passes
+from deploycc.passes.base import Pass, PipelineState
 from deploycc.pipeline.manager import PassRecord, run_passes, source_ops
 from deploycc.results import Result
 
@@ -29,25 +32,6 @@ if TYPE_CHECKING:
     from deploycc.rules.engine import Rewrite
     from deploycc.targets.schema import Target
     from deploycc.verify.verify import Verification
-
-
-def default_passes() -> list[Pass]:
-    from deploycc.passes.axes import AxesPass
-    from deploycc.passes.fold import FoldPass, RefoldPass
-    from deploycc.passes.fuse import FusePass
-    from deploycc.passes.legalize import LegalizePass
-    from deploycc.passes.map_outputs import MapOutputsPass
-    from deploycc.passes.opset import OpsetPass
-    from deploycc.passes.prune import PrunePass
-    from deploycc.passes.simplify import SimplifyPass
-    from deploycc.passes.tidy import TidyPass
-
-    return [OpsetPass(), AxesPass(), MapOutputsPass(), FoldPass(), TidyPass(), RefoldPass(), SimplifyPass(),
-            PrunePass(), FusePass(), LegalizePass()]
-
-
-PASS_NAMES = ("opset", "axes", "map-outputs", "fold", "tidy", "refold", "simplify", "prune", "fuse",
-              "legalize")
 
 
 @dataclass
@@ -111,9 +95,9 @@ def run_pipeline(path: str | Path, target: Target, options: LegalizeOptions,
                  progress: Callable[[str], None] | None = None
                  ) -> tuple[PipelineState, list[PassRecord], LoadedModel]:
     """Load and rewrite; returns the state, the pass records and the loaded model's metadata."""
-    from deploycc.analysis.graphs import all_nodes
+    from deploycc.graph.graphs import all_nodes
 
-    loaded = io.load(path, infer=True)
+    loaded = load_inferred(path)
     state = PipelineState(model=loaded.model, target=target, options=options, source=loaded.path)
     state.source_opset = state.opsets.get("")
     state.source_nodes = sum(1 for _ in all_nodes(state.model.graph))
@@ -168,7 +152,7 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     the rewritten model is refused, fails verification, or a pass breaks, while the model as
     exported (axes fixed as asked) is legal and verifies, that one is the result, and a note says
     why deploycc's rewrites were set aside."""
-    from deploycc.analysis.graphs import all_nodes
+    from deploycc.graph.graphs import all_nodes
 
     started = time.perf_counter()
     options = options or LegalizeOptions()

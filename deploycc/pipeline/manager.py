@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from deploycc.errors import EXIT_FINDINGS, DeployccError, OptionError
-from deploycc.pipeline.context import Pass, PipelineState
+from deploycc.passes.base import Pass, PipelineState
 
 if TYPE_CHECKING:
     import onnx_ir as ir

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from deploycc.backends.base import Artifact
-    from deploycc.pipeline.context import BuildOptions
+    from deploycc.options import BuildOptions
     from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
 
@@ -36,17 +36,9 @@ def versions() -> dict[str, str]:
     return found
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "Model")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def host() -> dict[str, str]:
+    from deploycc.bench.conditions import cpu_model
+
     return {"system": platform.system(), "machine": platform.machine(), "cpu": cpu_model(),
             "python_implementation": sys.implementation.name}
 

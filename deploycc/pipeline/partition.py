@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
+from deploycc.options import BuildOptions
 from deploycc.pipeline.build import FAILED, LEGALIZED, PENDING, VERIFIED
-from deploycc.pipeline.context import BuildOptions
 from deploycc.results import Result
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class PartitionReport(Result):
 def node_judge(model: ir.Model, target: Target) -> Callable[[ir.Node], list[str]]:
     """Why each top-level node is illegal on the target ([] = legal); a control-flow node is
     illegal when any node of its bodies is."""
-    from deploycc.analysis.graphs import all_graphs, opset_map
+    from deploycc.graph.graphs import all_graphs, opset_map
     from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
 
     judge, opsets = ConversionTarget(target), opset_map(model)
@@ -114,6 +114,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     from deploycc import io
     from deploycc.backends.base import BackendError, BuildRequest
     from deploycc.backends.registry import get_backend
+    from deploycc.graph.shapes import load_inferred
     from deploycc.partition.plan import DEVICE, plan
     from deploycc.partition.segments import observe_cut_shapes, write_segments
     from deploycc.pipeline.build import profiles_for, verification_precision
@@ -136,7 +137,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                                  host_nodes={}, cuts=[], device_flops_share=0.0, legalize=legalized,
                                  chain_on_ort=None, chain_on_engines=None)
         if legalized.success:
-            graph_model = io.load(staging / LEGALIZED, check=False, infer=True).model
+            graph_model = load_inferred(staging / LEGALIZED, check=False).model
             bounds = {"flops_per_byte": flops_per_byte} if flops_per_byte is not None else {}
             # TensorRT engines here are built for the shapes the axes pass fixed (profiles for
             # graph inputs only), so a cut tensor sized by the data keeps its reader on the host.

@@ -62,7 +62,7 @@ class Site:
 
     def constant(self, index: int) -> np.ndarray | None:
         """The input's value when it is a constant (initializer or Constant node), else None."""
-        from deploycc.analysis.graphs import constant_tensor
+        from deploycc.graph.graphs import constant_tensor
 
         return constant_tensor(self.input(index))
 

@@ -8,14 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from deploycc.analysis.graphs import node_label
+from deploycc.graph.graphs import node_label
 from deploycc.rules.base import Builder, Decline, Site
 from deploycc.rules.catalog import rules_for
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from deploycc.verify.certify import Certificate
+    from deploycc.rules.proof import Certificate
 
 
 @dataclass
@@ -52,7 +52,7 @@ def domain_of(node: ir.Node) -> str:
 def _replace(graph: ir.Graph, node: ir.Node, builder: Builder, outputs: list[ir.Value]) -> None:
     import onnx_ir as ir
 
-    from deploycc.verify.certify import compared_outputs
+    from deploycc.rules.proof import compared_outputs
 
     indices = compared_outputs(node, len(outputs))
     new_values = []
@@ -71,8 +71,8 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
            families: tuple[str, ...] | None = None) -> Decision:
     """Try the catalog's rules for `node` (of `families` only, when given); with apply, rewrite
     with the first that accepts."""
-    from deploycc.verify.certify import FAILED
-    from deploycc.verify.certify import prove as prove_rewrite
+    from deploycc.rules.proof import FAILED
+    from deploycc.rules.proof import prove as prove_rewrite
 
     domain = domain_of(node)
     site_opset = opsets.get(domain, 1)

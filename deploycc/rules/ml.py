@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.analysis.graphs import dims_of
+from deploycc.graph.graphs import dims_of
 from deploycc.rules.base import Builder, Rule, Site
 from deploycc.rules.catalog import register
 

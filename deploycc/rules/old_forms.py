@@ -101,7 +101,7 @@ class ShapeStartEndRule(Rule):
 def _free_of_zeros(value: ir.Value | None, depth: int = 0) -> bool:
     """The value (a shape tensor) holds no 0: a constant without one, or sizes read off tensors
     (Shape, and Gather/Slice/Concat/Unsqueeze/Cast of such), which are 0 only for empty tensors."""
-    from deploycc.analysis.graphs import constant_tensor
+    from deploycc.graph.graphs import constant_tensor
 
     if value is None or depth > 6:
         return False

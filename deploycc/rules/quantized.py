@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.analysis.graphs import constant_tensor
+from deploycc.graph.graphs import constant_tensor
 from deploycc.rules.base import Builder
 
 if TYPE_CHECKING:

@@ -136,7 +136,7 @@ def _upper_bound(value: ir.Value | None, depth: int = 0) -> int | None:
     """A constant c with value <= c everywhere, read from a Min(c, ...) or ReduceMin(Concat(c, ...))
     it comes from (through Cast, Reshape, Unsqueeze, Squeeze, Identity): detection heads take
     K = min(candidates, n)."""
-    from deploycc.analysis.graphs import constant_tensor
+    from deploycc.graph.graphs import constant_tensor
 
     if value is None or depth > 6:
         return None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.analysis.graphs import cast_destination
+from deploycc.graph.graphs import cast_destination
 from deploycc.rules.base import Builder, Rule, Site
 from deploycc.rules.catalog import register
 
@@ -81,7 +81,7 @@ def float64_blockers(model: ir.Model) -> list[str]:
 
 
 def has_float64(model: ir.Model) -> bool:
-    from deploycc.analysis.graphs import all_nodes
+    from deploycc.graph.graphs import all_nodes
 
     graph = model.graph
     for value in graph.initializers.values():
@@ -95,7 +95,7 @@ def narrow_float64(model: ir.Model) -> int:
     """Rewrite every float64 tensor, constant and dtype attribute to float32; the count changed."""
     import onnx_ir as ir
 
-    from deploycc.analysis.graphs import all_graphs
+    from deploycc.graph.graphs import all_graphs
 
     changed = 0
     graph = model.graph

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.analysis.graphs import dims_of
 from deploycc.errors import OptionError
+from deploycc.graph.graphs import dims_of
 
 if TYPE_CHECKING:
     import onnx_ir as ir

@@ -18,7 +18,8 @@ from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, r
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from deploycc.pipeline.context import LegalizeOptions, PipelineState
+    from deploycc.options import LegalizeOptions
+    from deploycc.passes.base import PipelineState
 
 
 @dataclass
@@ -127,7 +128,7 @@ def _drawn_elements(graph: ir.Graph, symbolic_size: int) -> int:
 
 
 def _has_symbolic(graph: ir.Graph) -> bool:
-    from deploycc.analysis.graphs import dynamic_dims
+    from deploycc.graph.graphs import dynamic_dims
 
     return any(dynamic_dims(v) for v in graph.inputs if v.name not in graph.initializers)
 

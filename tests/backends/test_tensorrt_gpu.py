@@ -17,7 +17,7 @@ pytest.importorskip("cuda", reason="cuda-python is not installed (deploycc[tenso
 from deploycc import api
 from deploycc.backends.base import BackendError
 from deploycc.backends.tensorrt.engine import TensorRTRunner
-from deploycc.pipeline.context import BuildOptions, LegalizeOptions
+from deploycc.options import BuildOptions, LegalizeOptions
 from examples.make_models import small_cnn
 
 

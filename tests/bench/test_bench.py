@@ -16,7 +16,7 @@ from deploycc.bench import flops
 from deploycc.bench.memory import parse_tegrastats
 from deploycc.bench.run import BenchOptions, bootstrap_ratio
 from deploycc.errors import OptionError
-from deploycc.pipeline.context import BuildOptions, LegalizeOptions
+from deploycc.options import BuildOptions, LegalizeOptions
 from examples.make_models import small_cnn
 from tests.cli.test_cli import GOOD, run
 
@@ -98,7 +98,7 @@ def test_flops_are_counted_from_shapes() -> None:
             m = MatMul(a, b)
         }
     """)
-    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.graph.shapes import infer_shapes
 
     infer_shapes(model)
     counted = flops.count(model)

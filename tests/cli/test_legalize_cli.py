@@ -29,7 +29,7 @@ def test_legalize_writes_a_legal_model_and_a_json_report(write_model, tmp_path: 
     assert [r["rule"] for r in report["rewrites"]] == ["gelu"]
     assert report["rewrites"][0]["certificate"]["status"] == "proven"
     assert [p["name"] for p in report["passes"]] == ["opset", "axes", "map-outputs", "fold", "tidy", "refold",
-                                                      "simplify", "prune", "fuse", "legalize"]
+                                                      "simplify", "prune", "fuse", "legalize", "fold-bodies"]
     assert report["verification"]["passed"]
     assert "Gelu" not in {n.op_type for n in onnx.load(out).graph.node}
     assert run("check", str(out), "-t", "jetson-xavier").returncode == 0

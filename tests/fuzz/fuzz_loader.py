@@ -18,8 +18,8 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports():
-    from deploycc import io
     from deploycc.errors import ModelInputError
+    from deploycc.graph.shapes import load_inferred
 
 FOLDER = Path(tempfile.mkdtemp(prefix="deploycc-fuzz-"))
 
@@ -28,7 +28,7 @@ def test_one_input(data: bytes) -> None:
     path = FOLDER / "m.onnx"
     path.write_bytes(data)
     try:
-        io.load(path, infer=True)
+        load_inferred(path)
     except ModelInputError:
         pass
 

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 
 from deploycc import api
 from deploycc.errors import DeployccError
-from deploycc.pipeline.context import LegalizeOptions
+from deploycc.options import LegalizeOptions
 
 EXAMPLES = int(os.environ.get("DEPLOYCC_FUZZ_EXAMPLES", "40"))
 SECONDS_PER_EXAMPLE = 60

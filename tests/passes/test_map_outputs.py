@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from deploycc import api
-from deploycc.pipeline.context import BuildOptions, LegalizeOptions
+from deploycc.options import BuildOptions, LegalizeOptions
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 

@@ -12,7 +12,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from deploycc import api
-from deploycc.pipeline.context import LegalizeOptions
+from deploycc.options import LegalizeOptions
 
 FLOAT = TensorProto.FLOAT
 

@@ -16,7 +16,8 @@ from deploycc import api
 from deploycc.analysis.check import check_model
 from deploycc.api import get_target
 from deploycc.errors import OptionError
-from deploycc.pipeline.context import LegalizeOptions, Pass, PassOutcome, PipelineState
+from deploycc.options import LegalizeOptions
+from deploycc.passes.base import Pass, PassOutcome, PipelineState
 from deploycc.pipeline.manager import InvariantError, run_passes
 from tests.pipeline.conftest import digest
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from deploycc import api
-from deploycc.pipeline.context import BuildOptions, LegalizeOptions
+from deploycc.graph.shapes import load_inferred
+from deploycc.options import BuildOptions, LegalizeOptions
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 _vi = helper.make_tensor_value_info
@@ -164,7 +165,6 @@ OPS = ("Relu", "Sigmoid", "Add", "Mul", "Neg")
 @given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 1 << 16), st.integers(0, 1 << 16),
                           st.booleans()), min_size=2, max_size=14))
 def test_random_dags_partition_into_an_acyclic_chain_equal_to_the_original(tmp_path_factory, spec) -> None:
-    from deploycc import io
     from deploycc.partition.plan import plan
     from deploycc.partition.segments import write_segments
     from deploycc.runtime import Chain
@@ -180,7 +180,7 @@ def test_random_dags_partition_into_an_acyclic_chain_equal_to_the_original(tmp_p
     graph = helper.make_graph(nodes, "random", [_vi("x", FLOAT, [2, 3])], outputs)
     folder = tmp_path_factory.mktemp("random")
     path = _save(folder, graph, "random.onnx", [helper.make_opsetid("", 17)])
-    model = io.load(path, infer=True).model
+    model = load_inferred(path).model
     result = plan(model.graph, lambda node: ["refused"] if node.name in illegal else [], flops_per_byte=0)
     order = {name: s.index for s in result.segments for name in s.outputs}
     for segment in result.segments:  # every cut tensor comes from an earlier segment

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from deploycc import api
 from deploycc.io import load
-from deploycc.pipeline.context import BuildOptions, LegalizeOptions
+from deploycc.options import BuildOptions, LegalizeOptions
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 _vi = helper.make_tensor_value_info

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from deploycc.analysis.graphs import opset_map
-from deploycc.analysis.shapes import infer_shapes
+from deploycc.graph.graphs import opset_map
+from deploycc.graph.shapes import infer_shapes
 from deploycc.rules.engine import Decision, decide
 from deploycc.verify.inputs import generate
 from deploycc.verify.runner import run_model_bytes, run_ort, serialize

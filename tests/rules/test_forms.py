@@ -191,7 +191,7 @@ def test_topk_bounded_on_x_of_unknown_rank() -> None:
         [helper.make_tensor_value_info("v", TensorProto.FLOAT, None),
          helper.make_tensor_value_info("i", TensorProto.INT64, None)],
         [numpy_helper.from_array(np.array([4], np.int64), "candidates")])
-    from deploycc.analysis.graphs import opset_map
+    from deploycc.graph.graphs import opset_map
     from deploycc.rules.engine import decide
     from deploycc.verify.runner import run_ort, serialize
     from tests.rules.helpers import load

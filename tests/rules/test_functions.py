@@ -82,9 +82,9 @@ def test_a_body_with_a_scan_reads_the_models_values() -> None:
     rewrite rewires those references onto the model's own values (taken from the onnx case)."""
     import onnx_ir as ir
 
-    from deploycc.analysis.graphs import opset_map
-    from deploycc.analysis.shapes import infer_shapes
     from deploycc.audit.conformance import as_value
+    from deploycc.graph.graphs import opset_map
+    from deploycc.graph.shapes import infer_shapes
     from deploycc.rules.engine import decide
     from deploycc.verify.runner import serialize
 
@@ -108,8 +108,8 @@ def test_preview_domain_bodies() -> None:
     """FlexAttention (ai.onnx.preview) has a body but no runtime kernel: the preview rule inlines it."""
     import onnx_ir as ir
 
-    from deploycc.analysis.graphs import opset_map
-    from deploycc.analysis.shapes import infer_shapes
+    from deploycc.graph.graphs import opset_map
+    from deploycc.graph.shapes import infer_shapes
     from deploycc.rules.engine import decide
 
     case = next(c for c in _cases() if c.name == "test_flexattention")

@@ -9,7 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from deploycc.rules.base import Builder, Rule, Site
-from deploycc.verify.certify import prove
+from deploycc.rules.proof import prove
 from tests.rules.helpers import _node, load
 
 

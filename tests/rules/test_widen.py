@@ -42,7 +42,7 @@ def test_integer_arithmetic_is_not_widened() -> None:
 
 
 def test_declines_when_the_target_lacks_the_wider_op_too() -> None:
-    from deploycc.analysis.graphs import opset_map
+    from deploycc.graph.graphs import opset_map
     from deploycc.rules.engine import decide
 
     model = load("""
@@ -58,7 +58,7 @@ def test_declines_when_the_target_lacks_the_wider_op_too() -> None:
 def test_booleans_move_as_int32() -> None:
     """A causal-mask buffer gathered by position ids (BERT, GPT-2 exports) on a target that
     gathers only numbers; the rewrite is exact."""
-    from deploycc.analysis.graphs import opset_map
+    from deploycc.graph.graphs import opset_map
     from deploycc.rules.engine import decide
     from deploycc.verify.runner import run_ort, serialize
 
@@ -79,7 +79,7 @@ def test_booleans_move_as_int32() -> None:
 def test_integer_cumsum_runs_in_float() -> None:
     """RoBERTa's position ids: a running count of the attention mask, on a target whose CumSum is
     float only."""
-    from deploycc.analysis.graphs import opset_map
+    from deploycc.graph.graphs import opset_map
     from deploycc.rules.engine import decide
     from deploycc.verify.runner import run_ort, serialize
 

@@ -1,19 +1,13 @@
-"""What the passes share: the options a user gave, the model being rewritten, and the records.
-
-A pass reads `PipelineState`, rewrites `state.model` in place, and returns a `PassOutcome`;
-the manager wraps it with instruments (time, node counts, op histograms, invariants).
-"""
+"""What a user asks of deploycc besides the model and the target: plain records, read by the
+passes, the pipeline and the CLI alike (nothing here imports them back)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import onnx_ir as ir
-
-    from deploycc.rules.engine import Decision, Rewrite
     from deploycc.targets.schema import Target
 
 MODES = ("full", "partial")
@@ -71,52 +65,3 @@ class BuildOptions:
 
     def effective_precision(self, target: Target) -> str:
         return self.precision or target.precision.default
-
-
-@dataclass
-class PassOutcome:
-    modified: bool
-    notes: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class PipelineState:
-    model: ir.Model
-    target: Target
-    options: LegalizeOptions
-    source: Path
-    rewrites: list[Rewrite] = field(default_factory=list)
-    unresolved: list[Decision] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    signature_changes: list[str] = field(default_factory=list)  # what the user asked to change
-    fed_layouts: dict[str, list[int]] = field(default_factory=dict)
-    source_opset: int | None = None
-    source_nodes: int = 0  # input -> perm to the model's layout
-
-    @property
-    def opsets(self) -> dict[str, int]:
-        from deploycc.analysis.graphs import opset_map
-
-        return opset_map(self.model)
-
-
-class Pass:
-    """One step of the pipeline, addressable by name (`--disable-pass NAME`)."""
-
-    name: ClassVar[str]
-    summary: ClassVar[str]
-    optional: ClassVar[bool] = False  # runs only when asked for (the onnxsim simplifier)
-
-    def wanted(self, options: LegalizeOptions) -> bool:
-        return not self.optional
-
-    def changes_signature(self, options: LegalizeOptions) -> bool:
-        """True when the user asked this pass to change graph inputs/outputs (--keep-outputs).
-
-        Every other run must keep input and output names, dtypes and ranks.
-        """
-        return False
-
-    def run(self, state: PipelineState) -> PassOutcome:
-        raise NotImplementedError

@@ -108,3 +108,22 @@ def cast_destination(node: ir.Node) -> ir.DataType | None:
         return like.dtype if like is not None else None
     attr = node.attributes.get("to")
     return None if attr is None else ir.DataType(int(attr.value))
+
+
+def structure(model: ir.Model) -> tuple:
+    """What a pass can change, cheaply compared before and after: the nodes of every graph
+    (subgraphs too), each with its op and inputs, the graph's outputs, the initializers and the
+    opsets. Attributes edited in place are not in it: a pass that edits them says so itself."""
+    nodes = tuple((id(node), node.op_type, tuple(id(v) for v in node.inputs))
+                  for graph in all_graphs(model.graph) for node in graph)
+    outputs = tuple(id(value) for value in model.graph.outputs)
+    return nodes, outputs, tuple(model.graph.initializers), tuple(sorted(model.opset_imports.items()))
+
+
+def content(model: ir.Model) -> tuple:
+    """Like `structure`, for a pass that hands back a new model (onnxsim): what it holds rather
+    than which objects: ops in order, initializer names and shapes, opsets."""
+    ops = tuple(node.op_type for graph in all_graphs(model.graph) for node in graph)
+    weights = tuple((name, tuple(value.shape) if value.shape is not None else None)
+                    for name, value in model.graph.initializers.items())
+    return ops, weights, tuple(sorted(model.opset_imports.items()))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import onnx_ir as ir
+
+    from deploycc.io import LoadedModel
 
 
 def infer_shapes(model: ir.Model) -> str | None:
@@ -47,6 +50,23 @@ def _infer_in_place(model: ir.Model, **settings: bool) -> None:
 # Above this, infer on the IR with large tensors stripped: onnx's inference on a proto serializes
 # it and returns a new one, two more copies of every weight (a 110 MB ConvNeXt peaked at 635 MB).
 PROTO_INFERENCE_LIMIT = 8 << 20
+
+
+def load_inferred(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
+    """io.load, with shapes and types inferred: on the protobuf already in hand when it is small
+    (one IR round trip saved), else on the IR with its large tensors stripped."""
+    from deploycc import io
+
+    read = io.read_checked(path, check=check)
+    inferred_on_proto = read.proto.ByteSize() < PROTO_INFERENCE_LIMIT
+    if inferred_on_proto:
+        read.proto, note = infer_proto(read.proto)
+        read.notes += [note] if note else []
+    loaded = io.to_loaded(read)
+    if not inferred_on_proto:
+        note = infer_shapes(loaded.model)
+        loaded.notes += [note] if note else []
+    return loaded
 
 
 def infer_proto(proto: Any) -> tuple[Any, str | None]:
