@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport
     from deploycc.analysis.inspect import InspectReport
     from deploycc.audit.probe import ProbeReport
-    from deploycc.audit.run import AuditOptions, AuditReport
+    from deploycc.audit.records import AuditReport
+    from deploycc.audit.run import AuditOptions
     from deploycc.bench.run import BenchOptions, BenchReport
     from deploycc.options import BuildOptions, LegalizeOptions
     from deploycc.pipeline.build import BuildReport

@@ -45,6 +45,7 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions, backends: 
     remote = ray.remote(_run_remote)
     memory = options.memory_limit_mb << 20 if options.memory_limit_mb else None
     futures: dict[Any, str] = {}
+    specs = dict(cells)
     for key, spec in cells:
         resources = {spec.target: 1} if spec.needs_hardware(backends.get(spec.target, "")) else {}
         missing = [name for name in resources if available.get(name, 0) < 1]
@@ -61,8 +62,9 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions, backends: 
         if not ready:
             for future, key in futures.items():
                 ray.cancel(future, force=True)
-                done(key, CellResult(model="", target="", status="failed", stage="schedule",
-                                     category="timeout", message="the Ray task did not finish"))
+                done(key, CellResult(model=specs[key].model, target=specs[key].target, status="failed",
+                                     stage="schedule", category="timeout",
+                                     message=f"the Ray task did not finish in {options.timeout + 60:.0f} s"))
             return
         for future in ready:
             key = futures.pop(future)

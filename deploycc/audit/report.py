@@ -10,39 +10,44 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deploycc.audit.cells import HOST_SEGMENTS
+from deploycc.audit.records import TargetSummary
+
 if TYPE_CHECKING:
-    from deploycc.audit.run import AuditReport
+    from deploycc.audit.cells import CellResult
+    from deploycc.audit.records import AuditReport
 
 COLOURS = {"legal-as-exported": "#9be7a0", "legalized": "#c8ecb0", "built": "#d8f0b8",
            "verified": "#7fd88a", "benchmarked": "#5cc96b", "failed": "#f3a3a3", "host-segments": "#a7c7f2"}
 
 
-def summarize(report: AuditReport) -> None:
-    from deploycc.audit.cells import HOST_SEGMENTS
-    from deploycc.audit.run import TargetSummary
-
+def summarize(cells: list[CellResult], targets: list[str]
+              ) -> tuple[list[TargetSummary], list[dict[str, object]]]:
+    """Per target, the cells legal as exported and deployed after deploycc; and the ten most
+    frequent failure causes with the cells they hit."""
     by_target: dict[str, list] = defaultdict(list)
-    for cell in report.cells:
+    for cell in cells:
         by_target[cell.target].append(cell)
-    report.summary = []
-    for target in report.targets:
+    summary = []
+    for target in targets:
         cells = by_target[target]
         exported = sum(1 for c in cells if c.legal_as_exported)
         succeeded = sum(1 for c in cells if c.succeeded)
         total = len(cells) or 1
-        report.summary.append(TargetSummary(target, len(cells), exported, succeeded,
+        summary.append(TargetSummary(target, len(cells), exported, succeeded,
                                             round(exported / total, 4), round(succeeded / total, 4),
                                             sum(1 for c in cells if c.regressed),
                                             sum(1 for c in cells if c.status == HOST_SEGMENTS)))
     causes: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for cell in report.cells:
+    for cell in cells:
         if cell.status == "failed":
             what = f"{cell.category}: {', '.join(cell.blocking_ops[:3])}" if cell.blocking_ops and \
                 cell.category in ("unsupported-op", "opset", "dtype") else str(cell.category)
             causes[(what, cell.stage)].append(f"{Path(cell.model).name} @ {cell.target}")
     ranked = sorted(causes.items(), key=lambda item: -len(item[1]))
-    report.top_failures = [{"cause": cause, "stage": stage, "count": len(hits), "cells": hits[:10]}
-                           for (cause, stage), hits in ranked[:10]]
+    top = [{"cause": cause, "stage": stage, "count": len(hits), "cells": hits[:10]}
+           for (cause, stage), hits in ranked[:10]]
+    return summary, top
 
 
 def _with_host(summary) -> str:

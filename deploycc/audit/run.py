@@ -11,15 +11,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.audit.cells import DEFAULT_STAGES, STAGES, CellResult, CellSpec
 from deploycc.audit.isolate import WORKER, run_isolated
+from deploycc.audit.records import AuditReport
+from deploycc.audit.report import summarize, write_reports
 from deploycc.audit.store import CellStore
 from deploycc.errors import OptionError
-from deploycc.results import Result
 
 if TYPE_CHECKING:
     from deploycc.targets.schema import Target
@@ -37,33 +38,6 @@ class AuditOptions:
     ray_address: str | None = None
     partition: bool = False  # refused models tried again with host segments (build stage)
     worker: Sequence[str] = WORKER  # the cell process; tests substitute one that really crashes
-
-
-@dataclass
-class TargetSummary:
-    target: str
-    cells: int
-    legal_as_exported: int
-    succeeded: int
-    rate_as_exported: float
-    rate_after_deploycc: float
-    regressed: int = 0  # legal as exported, refused after deploycc: each one a deploycc bug
-    with_host_segments: int = 0  # refused as a whole, deployable with host segments (--partition)
-
-
-@dataclass
-class AuditReport(Result):
-    outdir: str
-    models: list[str]
-    targets: list[str]
-    stages: list[str]
-    cells: list[CellResult]
-    summary: list[TargetSummary]
-    top_failures: list[dict[str, object]]
-    counts: dict[str, int]
-    seconds: float = 0.0
-    reused: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def discover(paths: Sequence[str | Path]) -> list[Path]:
@@ -180,7 +154,6 @@ def run_local(cells: list[tuple[str, CellSpec]], options: AuditOptions,
 def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str | Path,
           options: AuditOptions | None = None, *, jetpack: str | None = None,
           progress: Callable[[Counter[str], int], None] | None = None) -> AuditReport:
-    from deploycc.audit.report import summarize, write_reports
 
     options = options or AuditOptions()
     started = time.perf_counter()
@@ -218,12 +191,14 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
     else:
         raise OptionError(f"unknown executor {options.executor!r}", hint="local or ray")
     ordered = [results[key] for key, _ in cells]
-    report = AuditReport(outdir=str(out), models=[str(m) for m in models], targets=[t.name for t in targets],
-                         stages=list(options.stages), cells=ordered, summary=[], top_failures=[],
+    names = [t.name for t in targets]
+    summary, top_failures = summarize(ordered, names)
+    report = AuditReport(outdir=str(out), models=[str(m) for m in models], targets=names,
+                         stages=list(options.stages), cells=ordered, summary=summary,
+                         top_failures=top_failures,
                          counts=dict(Counter(r.status for r in ordered)),
                          seconds=round(time.perf_counter() - started, 3),
                          reused=sum(1 for r in ordered if r.cached))
-    summarize(report)
     write_reports(report, out)
     return report
 

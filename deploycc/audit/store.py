@@ -1,4 +1,5 @@
-"""Finished cells on disk, one JSON file per cell key, so a rerun skips them (resumable)."""
+"""Finished cells on disk, one JSON file per cell key, so a rerun skips them (resumable); cells
+that failed for want of a resource or of time are run again."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from deploycc.audit.cells import CellResult
+
+# Outcomes that say more about the cluster at the time than about the model and the target: a
+# rerun (after a board joined, with a longer timeout) must try them again, not reuse them.
+TRANSIENT = frozenset({"unschedulable", "timeout"})
 
 
 class CellStore:
@@ -25,6 +30,8 @@ class CellStore:
             result = CellResult(**json.loads(path.read_text()))
         except (ValueError, TypeError):
             return None  # a damaged record is recomputed, not trusted
+        if result.category in TRANSIENT:
+            return None
         result.cached = True
         return result
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport, NodeGroup, TargetVerdict
     from deploycc.analysis.inspect import InspectReport
     from deploycc.api import TargetListing
-    from deploycc.audit.run import AuditReport
+    from deploycc.audit.records import AuditReport
     from deploycc.bench.run import BenchReport
     from deploycc.pipeline.build import BuildReport
     from deploycc.pipeline.legalize import LegalizeReport

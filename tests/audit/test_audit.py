@@ -115,3 +115,18 @@ def test_audit_cli(corpus: Path, tmp_path: Path) -> None:
     assert json.loads(result.stdout)["counts"] == {"legal-as-exported": 1}
     bad = run("audit", str(tmp_path / "nothing.onnx"), "-t", "ort-cpu", "-o", str(tmp_path / "bad"))
     assert bad.returncode == 2 and "no such model" in bad.stderr
+
+
+def test_the_store_runs_cells_again_that_failed_for_want_of_a_resource_or_time(tmp_path: Path) -> None:
+    """A rerun after a board joined the cluster must not reuse 'unschedulable'; a real failure
+    (an illegal op) is kept."""
+    from deploycc.audit.cells import CellResult
+    from deploycc.audit.store import CellStore
+
+    store = CellStore(tmp_path / "cells")
+    for key, category in (("a", "unschedulable"), ("b", "timeout"), ("c", "unsupported-op")):
+        store.put(key, CellResult(model="m.onnx", target="jetson-xavier", status="failed", stage="schedule",
+                                  category=category))
+    assert store.get("a") is None and store.get("b") is None
+    kept = store.get("c")
+    assert kept is not None and kept.cached and kept.category == "unsupported-op"
