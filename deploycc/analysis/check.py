@@ -102,6 +102,8 @@ def _judge_graphs(model: ir.Model, judge: ConversionTarget) -> list[NodeVerdict]
 
 
 def graph_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
+    from deploycc.backends.registry import get_backend
+
     findings: list[GraphFinding] = []
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     if opset is not None and not target.opset.contains(opset):
@@ -125,7 +127,7 @@ def graph_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
                 "illegal", "dynamic_shape",
                 f"{target.name} needs static shapes, but inputs are dynamic: "
                 f"{'; '.join(dynamic_inputs)} (fix them with --shape NAME:DIMS or --batch N)"))
-        elif target.backend.kind == "tensorrt":
+        elif get_backend(target.backend.kind).fixed_shape_engines:
             findings.append(GraphFinding(
                 "note", "dynamic_shape",
                 f"dynamic inputs need a TensorRT optimization profile (min/opt/max): "

@@ -52,7 +52,10 @@ class CellSpec:
 
     def needs_hardware(self, backend: str) -> bool:
         """Stages that must run on the target itself (TensorRT engines and their benchmarks)."""
-        return backend == "tensorrt" and any(s in self.stages for s in ("build", "bench"))
+        from deploycc.backends.registry import get_backend
+
+        return bool(backend) and get_backend(backend).builds_on_device and \
+            any(s in self.stages for s in ("build", "bench"))
 
 
 @dataclass

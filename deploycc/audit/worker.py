@@ -65,6 +65,7 @@ def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> 
 
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
+    from deploycc.backends.registry import get_backend
     from deploycc.options import BuildOptions, LegalizeOptions
     from deploycc.pipeline.build import NEEDS_INPUTS, PENDING, VERIFIED, build
     from deploycc.pipeline.legalize import legalize
@@ -88,7 +89,7 @@ def run_cell(spec: CellSpec) -> CellResult:
                 result.category = FROM_LEGALITY.get(findings[0].category, "dtype") if findings else "dtype"
                 result.message = "; ".join(f.message for f in findings)
         stages = spec.stages
-        fix_axes = spec.batch is not None or target.backend.kind == "tensorrt" or \
+        fix_axes = spec.batch is not None or get_backend(target.backend.kind).fixed_shape_engines or \
             target.shapes.policy == "static"
         static = {name: [int(d) for d in dims] for name, dims in spec.shapes.items()
                   if all(isinstance(d, int) for d in dims)}

@@ -15,6 +15,7 @@ from deploycc.errors import DeployccError
 if TYPE_CHECKING:
     import numpy as np
 
+    from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
 
@@ -112,6 +113,22 @@ class Backend(ABC):
     # Whether the engine's importer takes initializers declared inside an If/Loop body (tidy
     # lifts a branch's Constant nodes into them only then).
     subgraph_initializers: bool = True
+    # Whether the engine is built on the device itself (TensorRT: a bundle here), so its build
+    # and bench stages need that hardware (the audit routes them to it) and probing runs there.
+    builds_on_device: bool = False
+    # Whether an engine is built for shapes known at build time: fixed ones, or a min/opt/max
+    # profile per dynamic input. A tensor sized by the data cannot then cross a segment cut, and
+    # the audit fixes the axes before it builds.
+    fixed_shape_engines: bool = False
+
+    def prepare(self, request: BuildRequest, options: BuildOptions) -> None:  # noqa: B027
+        """Complete a build request from the user's options (profiles, caches); most need nothing."""
+
+    def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
+        """A runner on the model file as it is, for `bench` on an unbuilt model."""
+        from deploycc.errors import OptionError
+
+        raise OptionError(f"benching a raw model on {self.kind} is not supported; build it first")
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:

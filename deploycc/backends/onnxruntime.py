@@ -9,11 +9,14 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest, Placement, Runner
+
+if TYPE_CHECKING:
+    from deploycc.targets.schema import Target
 
 LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
           "all": "ORT_ENABLE_ALL"}
@@ -71,6 +74,10 @@ class OrtRunner(Runner):
 
 class OnnxRuntimeBackend(Backend):
     kind = "onnxruntime"
+
+    def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
+        return OrtRunner(path, [target.backend.execution_provider or "CPUExecutionProvider"],
+                         threads=threads or 0)  # ORT's defaults on the raw model
 
     def unavailable_reason(self) -> str | None:
         try:

@@ -15,6 +15,9 @@ from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest
 if TYPE_CHECKING:
     import numpy as np
 
+    from deploycc.options import BuildOptions
+    from deploycc.targets.schema import Target
+
 INFERENCE_PRECISION = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
 
 
@@ -122,6 +125,15 @@ class OpenVinoBackend(Backend):
     # OpenVINO 2026.4 fails to compile Silero VAD once its If branches hold their own
     # initializers ("op(s) not supported on CPU: ShapeOf, Gather ..."); as Constant nodes it runs.
     subgraph_initializers = False
+
+    def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
+        request.cache_dir = default_cache_dir()
+
+    def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
+        config = {"PERFORMANCE_HINT": target.backend.performance_hint or "LATENCY"}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = str(threads)
+        return OpenVinoRunner(path, target.device.kind, config)
 
     def unavailable_reason(self) -> str | None:
         try:

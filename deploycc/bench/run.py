@@ -198,19 +198,7 @@ def _model_subject(path: Path, target: Target) -> Subject:
     kind = target.backend.kind
 
     def make(threads: int | None) -> Runner:
-        if kind == "onnxruntime":
-            from deploycc.backends.onnxruntime import OrtRunner
-
-            return OrtRunner(path, [target.backend.execution_provider or "CPUExecutionProvider"],
-                             threads=threads or 0)  # ORT's defaults on the raw model
-        if kind == "openvino":
-            from deploycc.backends.openvino import OpenVinoRunner
-
-            config = {"PERFORMANCE_HINT": target.backend.performance_hint or "LATENCY"}
-            if threads:
-                config["INFERENCE_NUM_THREADS"] = str(threads)
-            return OpenVinoRunner(path, target.device.kind, config)
-        raise OptionError(f"benching a raw model on {kind} is not supported; build it first")
+        return backend.raw_runner(path, target, threads)
 
     return Subject(str(path), "model", target, f"{kind} (model as-is)", path, make, backend.environment())
 

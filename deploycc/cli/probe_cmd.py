@@ -25,12 +25,13 @@ def probe_command(target: str, output: str | None, limit: int | None, cases: tup
     """Run the ONNX conformance cases on a target's backend, as exported and after legalization."""
     from deploycc import api
     from deploycc.audit.probe import capability_table
+    from deploycc.backends.registry import get_backend
     from deploycc.errors import OptionError
     from deploycc.io import write_text_atomic
     from deploycc.report import console
 
     resolved = api.get_target(target)
-    if resolved.backend.kind == "tensorrt":
+    if get_backend(resolved.backend.kind).builds_on_device:
         raise OptionError(f"probe runs the cases on the backend itself; {resolved.name} needs TensorRT on "
                           "the device", hint="run deploycc probe on the device")
     with console.progress_bar(f"probing {resolved.name}", quiet=as_json) as update:

@@ -63,34 +63,6 @@ class BuildReport(Result):
         return data
 
 
-def profiles_for(model: Path, options: BuildOptions) -> list[Profile]:
-    """TensorRT optimization profiles for every dynamic input of the legalized model."""
-    from deploycc import io
-    from deploycc.graph.graphs import dims_of
-
-    graph = io.load(model, check=False).model.graph
-    profiles = []
-    for value in graph.inputs:
-        if value.name in graph.initializers:
-            continue
-        name = value.name or ""
-        dims = dims_of(value) or []
-        if name in options.shape_ranges:
-            profiles.append(Profile(name, *options.shape_ranges[name]))
-            continue
-        dynamic = [i for i, d in enumerate(dims) if not isinstance(d, int)]
-        if not dynamic:
-            continue
-        if options.batch_range is None or dynamic != [0]:
-            raise OptionError(f"input '{name}' has dynamic dims {dims}: TensorRT needs a profile for them",
-                              hint="give --dynamic-batch MIN:OPT:MAX (batch only) or --shape-range "
-                                   "NAME:MINxDIMS:OPTxDIMS:MAXxDIMS")
-        rest = [int(d) for d in dims[1:]]  # type: ignore[arg-type]
-        smallest, typical, largest = options.batch_range
-        profiles.append(Profile(name, [smallest, *rest], [typical, *rest], [largest, *rest]))
-    return profiles
-
-
 def _next_step(status: str, stage: str, message: str, target: Target) -> str:
     if status == VERIFIED:
         return "deploy the artifact; `deploycc bench` for a full benchmark"
@@ -143,12 +115,7 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
                 artifact_format=options.artifact_format, dla_core=options.dla_core,
                 gpu_fallback=options.gpu_fallback, fail_on_fallback=options.fail_on_fallback,
                 workspace_mb=options.workspace_mb)
-            if target.backend.kind == "tensorrt":
-                request.profiles = profiles_for(staging / LEGALIZED, options)
-            if target.backend.kind == "openvino":
-                from deploycc.backends.openvino import default_cache_dir
-
-                request.cache_dir = default_cache_dir()
+            backend.prepare(request, options)
             try:
                 artifact = backend.build(request)
                 if artifact.pending_on_device:

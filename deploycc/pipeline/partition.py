@@ -117,7 +117,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     from deploycc.graph.shapes import load_inferred
     from deploycc.partition.plan import DEVICE, plan
     from deploycc.partition.segments import observe_cut_shapes, write_segments
-    from deploycc.pipeline.build import profiles_for, verification_precision
+    from deploycc.pipeline.build import verification_precision
     from deploycc.pipeline.legalize import legalize
     from deploycc.runtime import Chain
     from deploycc.verify.verify import compare_all, reference_outputs, signature_feeds
@@ -143,7 +143,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
             # graph inputs only), so a cut tensor sized by the data keeps its reader on the host.
             partition = plan(graph_model.graph, node_judge(graph_model, target),
                              min_segment_nodes=min_segment_nodes,
-                             static_cuts=target.backend.kind == "tensorrt", **bounds)
+                             static_cuts=backend.fixed_shape_engines, **bounds)
             feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
                                                                legalized.fed_layouts)
             observed = observe_cut_shapes(graph_model, partition, feeds)
@@ -183,8 +183,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                     where.mkdir()
                     request = BuildRequest(model=folder / pipeline["segments"][segment.index]["file"],
                                            outdir=where, target=target, precision=precision)
-                    if target.backend.kind == "tensorrt":  # as `build` does: profiles for dynamic inputs
-                        request.profiles = profiles_for(request.model, options)
+                    backend.prepare(request, options)  # as `build` does (TensorRT: dynamic inputs' profiles)
                     artifact = backend.build(request)
                     report.segments[segment.index]["artifact"] = {
                         "kind": artifact.kind, "files": artifact.files, "settings": artifact.settings}

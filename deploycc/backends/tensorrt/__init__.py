@@ -6,8 +6,13 @@ from __future__ import annotations
 import importlib.util
 import platform
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from deploycc.backends.base import Artifact, Backend, BackendUnavailable, BuildRequest, Runner
+from deploycc.backends.base import Artifact, Backend, BackendUnavailable, BuildRequest, Profile, Runner
+from deploycc.errors import OptionError
+
+if TYPE_CHECKING:
+    from deploycc.options import BuildOptions
 from deploycc.backends.tensorrt import bundle, fingerprint
 
 
@@ -17,6 +22,11 @@ class TensorRTBackend(Backend):
     # initializers are not something its If importer is known to handle on TensorRT 8.x, where
     # Constant nodes are.
     subgraph_initializers = False
+    builds_on_device = True
+    fixed_shape_engines = True
+
+    def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
+        request.profiles = profiles_for(request.model, options)
 
     def unavailable_reason(self) -> str | None:
         missing = [name for name in ("tensorrt", "cuda") if importlib.util.find_spec(name) is None]
@@ -55,3 +65,31 @@ class TensorRTBackend(Backend):
         from deploycc.backends.tensorrt.engine import TensorRTRunner
 
         return TensorRTRunner(outdir / artifact.files[0])
+
+
+def profiles_for(model: Path, options: BuildOptions) -> list[Profile]:
+    """TensorRT optimization profiles for every dynamic input of the legalized model."""
+    from deploycc import io
+    from deploycc.graph.graphs import dims_of
+
+    graph = io.load(model, check=False).model.graph
+    profiles = []
+    for value in graph.inputs:
+        if value.name in graph.initializers:
+            continue
+        name = value.name or ""
+        dims = dims_of(value) or []
+        if name in options.shape_ranges:
+            profiles.append(Profile(name, *options.shape_ranges[name]))
+            continue
+        dynamic = [i for i, d in enumerate(dims) if not isinstance(d, int)]
+        if not dynamic:
+            continue
+        if options.batch_range is None or dynamic != [0]:
+            raise OptionError(f"input '{name}' has dynamic dims {dims}: TensorRT needs a profile for them",
+                              hint="give --dynamic-batch MIN:OPT:MAX (batch only) or --shape-range "
+                                   "NAME:MINxDIMS:OPTxDIMS:MAXxDIMS")
+        rest = [int(d) for d in dims[1:]]  # type: ignore[arg-type]
+        smallest, typical, largest = options.batch_range
+        profiles.append(Profile(name, [smallest, *rest], [typical, *rest], [largest, *rest]))
+    return profiles
