@@ -39,6 +39,11 @@ class OptionError(DeployccError):
     """A command-line option or API argument is invalid."""
 
 
+class DynamicShapeError(OptionError):
+    """Dims the target needs fixed (or given a range for) are dynamic: the audit's
+    "dynamic-shape" category, fixed with --shape, --batch or a profile range."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that no `except Exception` on the way can swallow it;
     staging folders are removed on the way out and the CLI exits 130."""

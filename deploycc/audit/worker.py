@@ -18,7 +18,7 @@ from deploycc.audit.cells import FROM_LEGALITY, CellResult, CellSpec
 
 def _category(error: BaseException) -> str:
     """The failure category of an exception that ended a cell (backend errors by default)."""
-    from deploycc.errors import ModelInputError, OptionError
+    from deploycc.errors import DynamicShapeError, ModelInputError
     from deploycc.passes.opset import OpsetConversionError
 
     if isinstance(error, MemoryError):
@@ -27,7 +27,7 @@ def _category(error: BaseException) -> str:
         return "invalid-model"
     if isinstance(error, OpsetConversionError):
         return "opset"
-    if isinstance(error, OptionError) and "dynamic" in str(error):
+    if isinstance(error, DynamicShapeError):
         return "dynamic-shape"
     return "backend-error"  # BackendError, BackendUnavailable, and whatever a backend raised
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from deploycc.errors import OptionError
+from deploycc.errors import DynamicShapeError, OptionError
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
@@ -144,10 +144,10 @@ class AxesPass(Pass):
         if not problems:
             return
         if options.dynamic_batch:
-            raise OptionError(f"--dynamic-batch keeps only dim 0 dynamic; fix these with --shape: "
+            raise DynamicShapeError(f"--dynamic-batch keeps only dim 0 dynamic; fix these with --shape: "
                               f"{'; '.join(problems)}")
         if state.target.shapes.policy == "static":
-            raise OptionError(f"{state.target.name} needs static shapes; these input dims are dynamic: "
+            raise DynamicShapeError(f"{state.target.name} needs static shapes; these input dims are dynamic: "
                               f"{'; '.join(problems)}", hint="fix them with --shape NAME:DIMS or --batch N")
 
     @staticmethod

@@ -130,3 +130,11 @@ def test_the_store_runs_cells_again_that_failed_for_want_of_a_resource_or_time(t
     assert store.get("a") is None and store.get("b") is None
     kept = store.get("c")
     assert kept is not None and kept.cached and kept.category == "unsupported-op"
+
+
+def test_a_cell_failure_is_categorised_by_its_error_type_not_its_words() -> None:
+    from deploycc.audit.worker import _category
+    from deploycc.errors import DynamicShapeError, OptionError
+
+    assert _category(DynamicShapeError("jetson-nano needs static shapes")) == "dynamic-shape"
+    assert _category(OptionError("--dynamic-batch '1:2': expected MIN:OPT:MAX")) == "backend-error"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploycc.backends.base import Artifact, Backend, BackendUnavailable, BuildRequest, Profile, Runner
-from deploycc.errors import OptionError
+from deploycc.errors import DynamicShapeError
 
 if TYPE_CHECKING:
     from deploycc.options import BuildOptions
@@ -86,9 +86,10 @@ def profiles_for(model: Path, options: BuildOptions) -> list[Profile]:
         if not dynamic:
             continue
         if options.batch_range is None or dynamic != [0]:
-            raise OptionError(f"input '{name}' has dynamic dims {dims}: TensorRT needs a profile for them",
-                              hint="give --dynamic-batch MIN:OPT:MAX (batch only) or --shape-range "
-                                   "NAME:MINxDIMS:OPTxDIMS:MAXxDIMS")
+            raise DynamicShapeError(
+                f"input '{name}' has dynamic dims {dims}: TensorRT needs a profile for them",
+                hint="give --dynamic-batch MIN:OPT:MAX (batch only) or --shape-range "
+                     "NAME:MINxDIMS:OPTxDIMS:MAXxDIMS")
         rest = [int(d) for d in dims[1:]]  # type: ignore[arg-type]
         smallest, typical, largest = options.batch_range
         profiles.append(Profile(name, [smallest, *rest], [typical, *rest], [largest, *rest]))
