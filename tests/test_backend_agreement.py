@@ -41,7 +41,7 @@ def assert_agreement(target_name: str, backend_accepts, min_ratio: float, max_fa
     for case in cases():
         verdict = judged()[case.name][target_name]
         # a node that converts but computes a wrong result (probed) is a conversion the backend accepts
-        ours = verdict.legal or all(group.category == "wrong_result" for group in verdict.illegal)
+        ours = verdict.legal or all(group.category == "wrong-result" for group in verdict.illegal)
         theirs, message = backend_accepts(case.model)
         if ours == theirs:
             agree += 1

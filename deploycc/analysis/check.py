@@ -10,6 +10,7 @@ from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.graph.graphs import all_graphs, dynamic_dims, graph_label, opset_map
 from deploycc.legality.conversion_target import CONDITIONAL, ILLEGAL, ConversionTarget, NodeVerdict
 from deploycc.results import Result
+from deploycc.taxonomy import Refusal
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -124,12 +125,12 @@ def graph_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
     if dynamic_inputs:
         if target.shapes.policy == "static":
             findings.append(GraphFinding(
-                "illegal", "dynamic_shape",
+                "illegal", Refusal.DYNAMIC_SHAPE,
                 f"{target.name} needs static shapes, but inputs are dynamic: "
                 f"{'; '.join(dynamic_inputs)} (fix them with --shape NAME:DIMS or --batch N)"))
         elif get_backend(target.backend.kind).fixed_shape_engines:
             findings.append(GraphFinding(
-                "note", "dynamic_shape",
+                "note", Refusal.DYNAMIC_SHAPE,
                 f"dynamic inputs need a TensorRT optimization profile (min/opt/max): "
                 f"{'; '.join(dynamic_inputs)}"))
     findings.extend(_narrowing_findings(model, target))

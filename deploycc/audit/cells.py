@@ -15,17 +15,14 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploycc.taxonomy import FAILURE_OF_REFUSAL, CellStatus, Failure
+
 STAGES = ("check", "legalize", "build", "verify", "bench")
 DEFAULT_STAGES = ("check", "legalize", "build", "verify")
-HOST_SEGMENTS = "host-segments"
-STATUSES = ("legal-as-exported", "legalized", "built", "verified", "benchmarked", "failed", HOST_SEGMENTS)
-CATEGORIES = ("unsupported-op", "opset", "dtype", "dynamic-shape", "numeric-mismatch", "needs-inputs",
-              "backend-error", "backend-crash", "timeout", "out-of-memory", "invalid-model", "unschedulable",
-              "regressed")
-# The ConversionTarget's reason categories, as audit failure categories.
-FROM_LEGALITY = {"unsupported_op": "unsupported-op", "opset": "opset", "dtype": "dtype",
-                 "dynamic_shape": "dynamic-shape", "restriction": "unsupported-op",
-                 "wrong_result": "numeric-mismatch"}
+HOST_SEGMENTS = CellStatus.HOST_SEGMENTS
+STATUSES = tuple(CellStatus)
+CATEGORIES = tuple(Failure)
+FROM_LEGALITY = FAILURE_OF_REFUSAL  # a node's refusal as the failure of its cell
 
 
 @dataclass
@@ -78,4 +75,4 @@ class CellResult:
     @property
     def succeeded(self) -> bool:
         """Deployed whole on the target (host segments are counted apart)."""
-        return self.status not in ("failed", HOST_SEGMENTS)
+        return self.status not in (CellStatus.FAILED, HOST_SEGMENTS)

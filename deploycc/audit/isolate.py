@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from deploycc.audit.cells import CellResult, CellSpec
+from deploycc.taxonomy import CellStatus
 
 WORKER = (sys.executable, "-m", "deploycc.audit.worker")
 OOM_MARKERS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "out of memory", "std::bad_alloc")
@@ -32,7 +33,7 @@ def _limit_memory(limit_bytes: int | None):
 def run_isolated(spec: CellSpec, *, timeout: float, memory_limit: int | None,
                  worker: Sequence[str] = WORKER) -> CellResult:
     started = time.perf_counter()
-    failed = CellResult(model=spec.model, target=spec.target, status="failed", stage="isolation")
+    failed = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage="isolation")
     child = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, preexec_fn=_limit_memory(memory_limit))
     try:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc.audit.cells import CellResult, CellSpec
 from deploycc.errors import OptionError
+from deploycc.taxonomy import CellStatus, Failure
 
 if TYPE_CHECKING:
     from deploycc.audit.run import AuditOptions
@@ -52,8 +53,8 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions, backends: 
         if missing:
             hint = f"a device joins with ray start --resources='{{\"{missing[0]}\": 1}}'"
             message = f"no node in the Ray cluster offers the resource '{missing[0]}' ({hint})"
-            done(key, CellResult(model=spec.model, target=spec.target, status="failed", stage="schedule",
-                                 category="unschedulable", message=message))
+            done(key, CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED,
+                                 stage="schedule", category=Failure.UNSCHEDULABLE, message=message))
             continue
         task = remote.options(num_cpus=1, resources=resources)
         futures[task.remote(asdict(spec), options.timeout, memory, list(options.worker))] = key
@@ -62,8 +63,8 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions, backends: 
         if not ready:
             for future, key in futures.items():
                 ray.cancel(future, force=True)
-                done(key, CellResult(model=specs[key].model, target=specs[key].target, status="failed",
-                                     stage="schedule", category="timeout",
+                done(key, CellResult(model=specs[key].model, target=specs[key].target,
+                                     status=CellStatus.FAILED, stage="schedule", category=Failure.TIMEOUT,
                                      message=f"the Ray task did not finish in {options.timeout + 60:.0f} s"))
             return
         for future in ready:

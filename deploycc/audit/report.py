@@ -12,13 +12,17 @@ from typing import TYPE_CHECKING
 
 from deploycc.audit.cells import HOST_SEGMENTS
 from deploycc.audit.records import TargetSummary
+from deploycc.taxonomy import CellStatus, Failure
 
 if TYPE_CHECKING:
     from deploycc.audit.cells import CellResult
     from deploycc.audit.records import AuditReport
 
-COLOURS = {"legal-as-exported": "#9be7a0", "legalized": "#c8ecb0", "built": "#d8f0b8",
-           "verified": "#7fd88a", "benchmarked": "#5cc96b", "failed": "#f3a3a3", "host-segments": "#a7c7f2"}
+COLOURS: dict[str, str] = {
+    CellStatus.LEGAL_AS_EXPORTED: "#9be7a0", CellStatus.LEGALIZED: "#c8ecb0", CellStatus.BUILT: "#d8f0b8",
+    CellStatus.VERIFIED: "#7fd88a", CellStatus.BENCHMARKED: "#5cc96b", CellStatus.FAILED: "#f3a3a3",
+    CellStatus.HOST_SEGMENTS: "#a7c7f2"}
+NAMED_OPS = (Failure.UNSUPPORTED_OP, Failure.OPSET, Failure.DTYPE)  # failures worth naming the ops of
 
 
 def summarize(cells: list[CellResult], targets: list[str]
@@ -40,9 +44,9 @@ def summarize(cells: list[CellResult], targets: list[str]
                                             sum(1 for c in cells if c.status == HOST_SEGMENTS)))
     causes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cell in cells:
-        if cell.status == "failed":
+        if cell.status == CellStatus.FAILED:
             what = f"{cell.category}: {', '.join(cell.blocking_ops[:3])}" if cell.blocking_ops and \
-                cell.category in ("unsupported-op", "opset", "dtype") else str(cell.category)
+                cell.category in NAMED_OPS else str(cell.category)
             causes[(what, cell.stage)].append(f"{Path(cell.model).name} @ {cell.target}")
     ranked = sorted(causes.items(), key=lambda item: -len(item[1]))
     top = [{"cause": cause, "stage": stage, "count": len(hits), "cells": hits[:10]}
@@ -82,7 +86,7 @@ def markdown(report: AuditReport) -> str:
         row = []
         for target in report.targets:
             cell = grid[(model, target)]
-            text = cell.status if cell.status != "failed" else f"failed ({cell.category})"
+            text = cell.status if cell.status != CellStatus.FAILED else f"failed ({cell.category})"
             row.append(f"**{text}, regressed**" if cell.regressed else text)
         lines.append(f"| {_label(model)} | " + " | ".join(row) + " |")
     if report.top_failures:
@@ -102,7 +106,7 @@ def page(report: AuditReport) -> str:
         cells = []
         for target in report.targets:
             cell = grid[(model, target)]
-            text = cell.status if cell.status != "failed" else f"failed: {cell.category}"
+            text = cell.status if cell.status != CellStatus.FAILED else f"failed: {cell.category}"
             text += " (regressed)" if cell.regressed else ""
             title = f"{cell.stage}: {cell.message}" if cell.message else cell.stage
             cells.append(f'<td style="background:{COLOURS.get(cell.status, "#eee")}" title="{e(title)}">'

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from deploycc.audit.cells import FROM_LEGALITY, CellResult, CellSpec
+from deploycc.taxonomy import CellStatus, Failure
 
 
 def _category(error: BaseException) -> str:
@@ -22,14 +23,14 @@ def _category(error: BaseException) -> str:
     from deploycc.passes.opset import OpsetConversionError
 
     if isinstance(error, MemoryError):
-        return "out-of-memory"
+        return Failure.OUT_OF_MEMORY
     if isinstance(error, ModelInputError):
-        return "invalid-model"
+        return Failure.INVALID_MODEL
     if isinstance(error, OpsetConversionError):
-        return "opset"
+        return Failure.OPSET
     if isinstance(error, DynamicShapeError):
-        return "dynamic-shape"
-    return "backend-error"  # BackendError, BackendUnavailable, and whatever a backend raised
+        return Failure.DYNAMIC_SHAPE
+    return Failure.BACKEND_ERROR  # BackendError, BackendUnavailable, and whatever a backend raised
 
 
 def _cause(summary: str, legalized) -> str:
@@ -72,21 +73,22 @@ def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.targets.registry import resolve
 
     started = time.perf_counter()
-    result = CellResult(model=spec.model, target=spec.target, status="failed", stage="check")
+    result = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage="check")
     try:
         target = resolve(spec.target, spec.jetpack)
         verdict = check_model(spec.model, [target]).targets[0]
         result.legal_as_exported = verdict.legal
         result.blocking_ops = sorted({g.op for g in verdict.illegal})
-        result.status = "legal-as-exported" if verdict.legal else "failed"
+        result.status = CellStatus.LEGAL_AS_EXPORTED if verdict.legal else CellStatus.FAILED
         if not verdict.legal:
             first = verdict.illegal[0] if verdict.illegal else None
             if first is not None:
-                result.category = FROM_LEGALITY.get(first.category, "unsupported-op")
+                result.category = FROM_LEGALITY.get(first.category, Failure.UNSUPPORTED_OP)
                 result.message = first.reason
             else:
                 findings = [f for f in verdict.graph_findings if f.severity == "illegal"]
-                result.category = FROM_LEGALITY.get(findings[0].category, "dtype") if findings else "dtype"
+                result.category = FROM_LEGALITY.get(findings[0].category, Failure.DTYPE) if findings \
+                    else Failure.DTYPE
                 result.message = "; ".join(f.message for f in findings)
         stages = spec.stages
         fix_axes = spec.batch is not None or get_backend(target.backend.kind).fixed_shape_engines or \
@@ -101,7 +103,7 @@ def run_cell(spec: CellSpec) -> CellResult:
             report = build(spec.model, target, Path(spec.workdir),
                            BuildOptions(legalize=options, bench="bench" in stages, force=True))
             result.details = {}
-            if report.failure_category == "dynamic-shape" and not fix_axes and static:
+            if report.failure_category == Failure.DYNAMIC_SHAPE and not fix_axes and static:
                 # The backend cannot type the graph with its dims dynamic (OpenVINO on a rank that
                 # depends on the batch): do what its hint says, with the model's own hint shapes.
                 options.shapes = {name: list(dims) for name, dims in static.items()}
@@ -112,22 +114,27 @@ def run_cell(spec: CellSpec) -> CellResult:
             result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
             result.details.update({"build_status": report.status, "summary": report.summary})
             if report.status == VERIFIED:
-                result.status = "benchmarked" if "bench" in stages and report.benchmark else "verified"
+                benched = "bench" in stages and report.benchmark
+                result.status = CellStatus.BENCHMARKED if benched else CellStatus.VERIFIED
                 result.stage, result.category, result.message = "verify", None, ""
                 if report.benchmark is not None:
                     result.details["p50_ms"] = report.benchmark.p50_ms
             elif report.status == PENDING:
-                result.status, result.stage, result.category = "legalized", "build", None
+                result.status, result.stage, result.category = CellStatus.LEGALIZED, "build", None
                 result.message = "engine pending on the device (device bundle written)"
             elif report.status == NEEDS_INPUTS:
-                result.status, result.stage, result.category = "failed", "verify", "needs-inputs"
+                result.status, result.stage = CellStatus.FAILED, "verify"
+                result.category = Failure.NEEDS_INPUTS
                 result.message = report.summary
             else:
-                result.status, result.stage = "failed", report.stage
+                result.status, result.stage = CellStatus.FAILED, report.stage
                 ran = report.verification is not None
-                result.category = ("numeric-mismatch" if report.stage == "verify" and ran else
-                                   (report.failure_category or "backend-error") if report.stage == "build"
-                                   else result.category or "unsupported-op")
+                if report.stage == "verify" and ran:
+                    result.category = Failure.NUMERIC_MISMATCH
+                elif report.stage == "build":
+                    result.category = report.failure_category or Failure.BACKEND_ERROR
+                else:
+                    result.category = result.category or Failure.UNSUPPORTED_OP
                 result.message = _cause(report.summary, legalized)
                 # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
                 result.regressed = bool(result.legal_as_exported) and report.stage == "legalize" and \
@@ -139,23 +146,27 @@ def run_cell(spec: CellSpec) -> CellResult:
             report_l = legalize(spec.model, target, options)
             result.rules = sorted({r.rule for r in report_l.rewrites})
             if report_l.success:
-                result.status, result.category, result.message = "legalized", None, ""
+                result.status, result.category, result.message = CellStatus.LEGALIZED, None, ""
             else:
-                result.status = "failed"
+                result.status = CellStatus.FAILED
                 verification = report_l.verification
                 failed_verify = verification is not None and not verification.passed
-                result.category = "needs-inputs" if verification is not None and verification.needs_inputs \
-                    else "numeric-mismatch" if failed_verify else (result.category or "unsupported-op")
+                if verification is not None and verification.needs_inputs:
+                    result.category = Failure.NEEDS_INPUTS
+                elif failed_verify:
+                    result.category = Failure.NUMERIC_MISMATCH
+                else:
+                    result.category = result.category or Failure.UNSUPPORTED_OP
                 result.message = _cause(report_l.summary, report_l)
-                result.regressed = bool(result.legal_as_exported) and result.category != "needs-inputs" \
-                    and not report_l.as_exported
+                result.regressed = bool(result.legal_as_exported) and \
+                    result.category != Failure.NEEDS_INPUTS and not report_l.as_exported
     except BaseException as error:  # every failure is a cell result, never a dead worker
         if isinstance(error, KeyboardInterrupt):
             raise
-        result.status, result.category = "failed", _category(error)
+        result.status, result.category = CellStatus.FAILED, _category(error)
         result.message = str(error).splitlines()[0] if str(error) else type(error).__name__
         result.regressed = bool(result.legal_as_exported) and result.category not in (
-            "out-of-memory", "needs-inputs", "dynamic-shape")
+            Failure.OUT_OF_MEMORY, Failure.NEEDS_INPUTS, Failure.DYNAMIC_SHAPE)
     result.seconds = round(time.perf_counter() - started, 3)
     return result
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc.dtypes import type_name
 from deploycc.legality import predicates, schemas
+from deploycc.taxonomy import Refusal
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from deploycc.targets.schema import OpSupport, Target
 
 # The fixed taxonomy of reasons a node is refused (audits reuse it).
-CATEGORIES = ("unsupported_op", "opset", "dtype", "dynamic_shape", "restriction", "wrong_result")
+CATEGORIES = tuple(Refusal)
 
 LEGAL = "legal"
 ILLEGAL = "illegal"
@@ -100,7 +101,7 @@ class ConversionTarget:
                 born = schemas.first_version(node.op_type, domain)
                 if born is not None and born > self.target.opset.max:
                     verdict.refuse(
-                        "opset",
+                        Refusal.OPSET,
                         f"{node.op_type} first appears at opset {born}, after the target's "
                         f"maximum opset {self.target.opset.max}",
                     )
@@ -127,10 +128,11 @@ class ConversionTarget:
         numpy_names = {"float32": "float32", "float64": "float64", "float16": "float16", "bool": "bool"}
         found = self.probed.get(f"{domain}|{node.op_type}|{version}|{numpy_names.get(dtype or '', dtype)}")
         if found == "fail" and verdict.status != ILLEGAL:
-            verdict.refuse("unsupported_op", f"{node.op_type}-{version} on {dtype} failed when probed on "
-                                             f"{self.product}")
+            verdict.refuse(Refusal.UNSUPPORTED_OP,
+                           f"{node.op_type}-{version} on {dtype} failed when probed on {self.product}")
         elif found == "pass" and verdict.status == ILLEGAL and \
-                all(r.category in ("unsupported_op", "opset", "dtype") for r in verdict.reasons):
+                all(r.category in (Refusal.UNSUPPORTED_OP, Refusal.OPSET, Refusal.DTYPE)
+                    for r in verdict.reasons):
             verdict.status, verdict.reasons = CONDITIONAL, []
             verdict.conditions.append(f"ran when probed on {self.product}")
 
@@ -150,7 +152,7 @@ class ConversionTarget:
             if blocked is None:
                 verdict.allow_if(RUNTIME_EXPANDS)
             else:
-                verdict.refuse("unsupported_op",
+                verdict.refuse(Refusal.UNSUPPORTED_OP,
                                f"{label} has no implementation in {self.product} and its function "
                                f"body needs {blocked}, which has none either")
             return None
@@ -164,16 +166,16 @@ class ConversionTarget:
         """The table entry covering op at `version`, or (entry or None, (category, summary))."""
         entries = self.table.lookup(domain, op)
         if not entries:
-            return None, ("unsupported_op", "{label} is not supported by {product}")
+            return None, (Refusal.UNSUPPORTED_OP, "{label} is not supported by {product}")
         usable = [e for e in entries if e.status != "unsupported"]
         if not usable:
-            return entries[0], ("unsupported_op", "{label} is listed as unsupported by {product}")
+            return entries[0], (Refusal.UNSUPPORTED_OP, "{label} is listed as unsupported by {product}")
         if version is not None and any(e.since is not None or e.until is not None for e in usable):
             covering = [e for e in usable if self._covers(e, op, domain, version)]
             if not covering:
                 ranges = ", ".join(f"{e.since or 1}..{e.until if e.until is not None else ''}"
                                    for e in usable)
-                return None, ("opset", f"{{label}}-{version} has no implementation in {{product}} "
+                return None, (Refusal.OPSET, f"{{label}}-{version} has no implementation in {{product}} "
                                        f"(it implements versions {ranges})")
             usable = covering
         return usable[-1], None
@@ -231,7 +233,7 @@ class ConversionTarget:
             carried = self.target.dtypes.computed_as_dtype(found)
             if carried not in allowed and found not in allowed:
                 verdict.refuse(
-                    "dtype",
+                    Refusal.DTYPE,
                     f"{node.op_type} on {found} is not supported by {self.product} "
                     f"(supports {', '.join(allowed)})",
                     f"'{value.name}' is {found}",
@@ -243,7 +245,7 @@ class ConversionTarget:
         for ref in entry.predicates:
             problem = predicates.REGISTRY[ref.name].check(node, ref, schema)
             if problem:
-                verdict.refuse("wrong_result" if ref.wrong_result else "restriction",
+                verdict.refuse(Refusal.WRONG_RESULT if ref.wrong_result else Refusal.RESTRICTION,
                                f"{node.op_type}: {problem}", ref.describe())
             else:
                 verdict.allow_if(ref.describe())
@@ -257,7 +259,7 @@ class ConversionTarget:
                 continue
             found = type_name(value)
             if found in banned:
-                verdict.refuse("dtype", f"{found} tensors cannot be carried by {self.target.name}",
+                verdict.refuse(Refusal.DTYPE, f"{found} tensors cannot be carried by {self.target.name}",
                                f"'{value.name}' is {found}")
                 return
 
@@ -272,7 +274,7 @@ class ConversionTarget:
             dynamic = dynamic_dims(value)
             if dynamic:
                 dims = ", ".join(f"dim {i} '{d}'" if i >= 0 else d for i, d in dynamic)
-                verdict.refuse("dynamic_shape",
+                verdict.refuse(Refusal.DYNAMIC_SHAPE,
                                f"{self.target.name} needs static shapes; fix them with --shape",
                                f"'{value.name}' has {dims}")
                 return

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from deploycc.errors import DeployccError
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
+from deploycc.taxonomy import Refusal
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -97,7 +98,7 @@ def kernel_opset(state: PipelineState, current: int) -> int | None:
              if node.domain in ("", "ai.onnx")]
 
     def refused_for_version(verdict: NodeVerdict) -> bool:
-        return any(reason.category == "opset" for reason in verdict.reasons)
+        return any(reason.category == Refusal.OPSET for reason in verdict.reasons)
 
     # An op's version follows from the opset alone, so one node per op tells whether any node is
     # refused for it; most models have none, and then the other nodes need not be judged here.
@@ -111,7 +112,7 @@ def kernel_opset(state: PipelineState, current: int) -> int | None:
         return {index: verdict for index, verdict in verdicts.items() if verdict.status == ILLEGAL}
 
     now = illegal_at(current)
-    if not any(all(r.category == "opset" for r in verdict.reasons) for verdict in now.values()):
+    if not any(all(r.category == Refusal.OPSET for r in verdict.reasons) for verdict in now.values()):
         return None
     born = max((schemas.first_version(node.op_type, "") or 1 for node in nodes), default=1)
     for candidate in range(current - 1, max(born, state.target.opset.min) - 1, -1):

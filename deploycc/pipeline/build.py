@@ -20,6 +20,7 @@ from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, B
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
 from deploycc.options import BuildOptions
 from deploycc.results import Result
+from deploycc.taxonomy import BuildStatus
 from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
 from deploycc.verify.runner import RunError
 
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
     from deploycc.verify.verify import Verification
 
 LEGALIZED = "model.legalized.onnx"
-VERIFIED, PENDING, FAILED = "verified", "pending-on-device", "failed"
-NEEDS_INPUTS = "needs-inputs"  # the original fails on drawn inputs: nothing was judged
+VERIFIED, PENDING, FAILED = BuildStatus.VERIFIED, BuildStatus.PENDING_ON_DEVICE, BuildStatus.FAILED
+NEEDS_INPUTS = BuildStatus.NEEDS_INPUTS
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from deploycc.rules.base import Builder, Rule, Site
+from deploycc.taxonomy import ProofStatus
 from deploycc.verify import inputs as input_data
 from deploycc.verify.compare import compare
 from deploycc.verify.runner import RunError, run_model_bytes, serialize
@@ -20,7 +21,7 @@ from deploycc.verify.runner import RunError, run_model_bytes, serialize
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-PROVEN, FAILED, UNPROVEN = "proven", "failed", "unproven"
+PROVEN, FAILED, UNPROVEN = ProofStatus.PROVEN, ProofStatus.FAILED, ProofStatus.UNPROVEN
 PROOF_SEEDS = (0, 1)
 HALF_TOLERANCE = 1e-2  # float16/bfloat16 outputs: one rounding of a 10-bit mantissa apart
 MAX_CONSTANT_BYTES = 256 << 20  # larger constant inputs are not copied into a proof model

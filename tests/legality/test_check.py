@@ -62,7 +62,7 @@ def test_groups_count_nodes_of_the_same_op_and_reason(write_model):
     text = text.replace("g (float[2,8] x)", "g (float[2,8] x, float[8] s, float[8] b)")
     v = verdict(deploycc.check(write_model(text), ["jetson-xavier"]), "jetson-xavier")
     (group,) = [g for g in v.illegal if g.op == "LayerNormalization"]
-    assert group.count == 2 and group.category == "unsupported_op"
+    assert group.count == 2 and group.category == "unsupported-op"
     assert "listed as unsupported by TensorRT ONNX parser" in group.reason
 
 
@@ -152,7 +152,7 @@ def test_static_shape_policy_refuses_dynamic_dims(write_model, tmp_path: Path):
     g (float[N,8] x) => (float[N,8] y) { y = Relu(x) }
     """
     v = verdict(deploycc.check(write_model(text), [str(board_file)]), "static-board")
-    assert any(g.category == "dynamic_shape" and g.op == "Relu" for g in v.illegal)
+    assert any(g.category == "dynamic-shape" and g.op == "Relu" for g in v.illegal)
     assert any("--shape" in f.message for f in v.graph_findings if f.severity == "illegal")
 
 
