@@ -123,7 +123,7 @@ def feeds_for(model: Path) -> dict[str, np.ndarray]:
 def verify(original: Path, candidate: Path, feeds: dict[str, np.ndarray],
            expected: dict[str, np.ndarray], precision: str) -> dict:
     from deploycc.verify.runner import RunError, run_ort_isolated
-    from deploycc.verify.verify import compare_all
+    from deploycc.verify.verification import compare_all
 
     try:
         actual = run_ort_isolated(candidate, feeds)
@@ -140,7 +140,7 @@ def verify(original: Path, candidate: Path, feeds: dict[str, np.ndarray],
 
 def measure(models: list[Path], work: Path, cache: dict, fresh: bool) -> dict:
     from deploycc.verify.runner import RunError, run_ort_isolated
-    from deploycc.verify.verify import tolerance_precision
+    from deploycc.verify.verification import tolerance_precision
 
     results: dict = {}
     for index, model in enumerate(models, 1):

@@ -104,14 +104,14 @@ def interleaved(runners: dict[str, object], feeds: dict[str, np.ndarray], rounds
 
 
 def latency_table(models: dict[str, Path], work: Path, budget_s: float) -> dict:
-    from deploycc.bench.run import bootstrap_ratio, feeds_for
+    from deploycc.bench.run import bench_feeds, bootstrap_ratio
 
     results = {}
     for name, raw in models.items():
         print(f"[latency] {name}", flush=True)
         runners, problems = runners_for(name, raw, work)
         batch = 32 if name == "mlp" else 1
-        feeds = feeds_for(raw, batch, seed=0)
+        feeds = bench_feeds(raw, batch, seed=0)
         reference = runners["raw ORT"].run(feeds)  # type: ignore[attr-defined]
         errors = {}
         for variant, runner in runners.items():
@@ -145,10 +145,10 @@ def latency_table(models: dict[str, Path], work: Path, budget_s: float) -> dict:
 def bench_overhead(model: Path, runs: int = 400) -> dict:
     """deploycc bench's timed loop vs a bare session.run loop on the same session, interleaved."""
     from deploycc.backends.onnxruntime import OrtRunner
-    from deploycc.bench.run import BenchOptions, feeds_for, timed
+    from deploycc.bench.run import BenchOptions, bench_feeds, timed
 
     runner = OrtRunner(model, ["CPUExecutionProvider"])
-    feeds = feeds_for(model, 32, seed=0)
+    feeds = bench_feeds(model, 32, seed=0)
     names = [o.name for o in runner.session.get_outputs()]
     bare, ours = [], []
     for _ in range(20):

@@ -88,7 +88,7 @@ def _legalized(case: Any, target_name: str) -> tuple[bytes | None, str]:
 
 
 def _describe(case: Any) -> tuple[str, str, int | None, str | None]:
-    from deploycc.legality import schemas
+    from deploycc.legality import onnx_schemas as schemas
 
     graph = case.model.graph
     node = graph.node[-1] if graph.node else None

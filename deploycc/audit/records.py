@@ -10,7 +10,7 @@ from deploycc.results import Result
 
 
 @dataclass
-class TargetSummary:
+class TargetTally:
     target: str
     cells: int
     legal_as_exported: int
@@ -28,7 +28,7 @@ class AuditReport(Result):
     targets: list[str]
     stages: list[str]
     cells: list[CellResult]
-    summary: list[TargetSummary]
+    summary: list[TargetTally]
     top_failures: list[dict[str, object]]
     counts: dict[str, int]
     seconds: float = 0.0

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploycc.audit.cells import HOST_SEGMENTS
-from deploycc.audit.records import TargetSummary
+from deploycc.audit.records import TargetTally
 from deploycc.taxonomy import CellStatus, Failure
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ NAMED_OPS = (Failure.UNSUPPORTED_OP, Failure.OPSET, Failure.DTYPE)  # failures w
 
 
 def summarize(cells: list[CellResult], targets: list[str]
-              ) -> tuple[list[TargetSummary], list[dict[str, object]]]:
+              ) -> tuple[list[TargetTally], list[dict[str, object]]]:
     """Per target, the cells legal as exported and deployed after deploycc; and the ten most
     frequent failure causes with the cells they hit."""
     by_target: dict[str, list] = defaultdict(list)
@@ -38,7 +38,7 @@ def summarize(cells: list[CellResult], targets: list[str]
         exported = sum(1 for c in cells if c.legal_as_exported)
         succeeded = sum(1 for c in cells if c.succeeded)
         total = len(cells) or 1
-        summary.append(TargetSummary(target, len(cells), exported, succeeded,
+        summary.append(TargetTally(target, len(cells), exported, succeeded,
                                             round(exported / total, 4), round(succeeded / total, 4),
                                             sum(1 for c in cells if c.regressed),
                                             sum(1 for c in cells if c.status == HOST_SEGMENTS)))

@@ -203,7 +203,7 @@ def _model_subject(path: Path, target: Target) -> Subject:
     return Subject(str(path), "model", target, f"{kind} (model as-is)", path, make, backend.environment())
 
 
-def feeds_for(onnx: Path, batch: int | None, seed: int) -> dict[str, np.ndarray]:
+def bench_feeds(onnx: Path, batch: int | None, seed: int) -> dict[str, np.ndarray]:
     """Seeded inputs following the model's signature; `batch` sets a dynamic dim 0."""
     from deploycc import io
     from deploycc.verify.inputs import generate
@@ -313,7 +313,7 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
     if options.streams < 1 or (options.iterations is not None and options.iterations < 1):
         raise OptionError("--streams and --iterations must be at least 1")
     subject = open_subject(Path(path), target)
-    feeds = feeds_for(subject.onnx, None, options.seed)
+    feeds = bench_feeds(subject.onnx, None, options.seed)
 
     def report_progress(stage: str) -> Callable[[int, int], None]:
         return lambda done, total: progress(stage, done, total) if progress else None
@@ -333,7 +333,7 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
             device_memory, device_note = nvml_process_memory()
             batches = []
             for batch in options.batches:
-                batch_feeds = feeds_for(subject.onnx, batch, options.seed)
+                batch_feeds = bench_feeds(subject.onnx, batch, options.seed)
                 warm_up(runner, batch_feeds, BenchOptions(warmup=3))
                 stats = summarize(timed(runner, batch_feeds, options, report_progress(f"batch {batch}")),
                                   3, 0.0, 0.0)

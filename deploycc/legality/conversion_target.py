@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deploycc.dtypes import type_name
-from deploycc.legality import predicates, schemas
+from deploycc.legality import onnx_schemas as schemas
+from deploycc.legality import predicates
 from deploycc.taxonomy import Refusal
 
 if TYPE_CHECKING:

@@ -55,7 +55,7 @@ def validate(name: str, args: dict[str, Any]) -> str | None:
 
 
 def _input(node: ir.Node, ref: PredicateRef, schema: Any) -> tuple[int | None, ir.Value | None]:
-    from deploycc.legality.schemas import input_index
+    from deploycc.legality.onnx_schemas import input_index
 
     key = ref.arg("input", 0)
     index = input_index(schema, key) if schema is not None else (key if isinstance(key, int) else None)

@@ -48,7 +48,7 @@ def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list
     else left to the converter's adapter."""
     from deploycc.graph.graphs import all_graphs
     from deploycc.graph.shapes import infer_shapes
-    from deploycc.legality import schemas
+    from deploycc.legality import onnx_schemas as schemas
     from deploycc.rules.engine import decide
 
     fired: list[str] = []
@@ -90,7 +90,7 @@ def kernel_opset(state: PipelineState, current: int) -> int | None:
     """The highest opset below `current` that gives a kernel to nodes the target refuses only for
     their op version, without making any other node illegal; None when there is none."""
     from deploycc.graph.graphs import all_graphs
-    from deploycc.legality import schemas
+    from deploycc.legality import onnx_schemas as schemas
     from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget, NodeVerdict
 
     judge = ConversionTarget(state.target)
@@ -258,7 +258,7 @@ def drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
     form (onnxscript's Reshape rules write allowzero=0 at opset 11): dropped where they say
     nothing, at the source opset's default or, for noop_with_empty_axes, beside non-empty axes."""
     from deploycc.graph.graphs import all_graphs
-    from deploycc.legality import schemas
+    from deploycc.legality import onnx_schemas as schemas
 
     for graph in all_graphs(model.graph):
         for node in graph:
@@ -276,7 +276,7 @@ def drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
 
 def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
     """The node, as it is set, means the same at both opsets (schemas.valid_at_both)."""
-    from deploycc.legality import schemas
+    from deploycc.legality import onnx_schemas as schemas
 
     return schemas.valid_at_both(node.op_type, "", current, version, non_default(node, current),
                                  len(node.inputs), len(node.outputs))
@@ -286,7 +286,7 @@ def non_default(node: ir.Node, opset: int) -> frozenset[str]:
     """Names of the attributes a node sets to something other than the schema default."""
     import onnx_ir as ir
 
-    from deploycc.legality import schemas
+    from deploycc.legality import onnx_schemas as schemas
 
     schema = schemas.get_schema(node.op_type, "", opset)
     names = set()

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from deploycc.bench.latency import LatencyStats
     from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
-    from deploycc.verify.verify import Verification
+    from deploycc.verify.verification import Verification
 
 LEGALIZED = "model.legalized.onnx"
 VERIFIED, PENDING, FAILED = BuildStatus.VERIFIED, BuildStatus.PENDING_ON_DEVICE, BuildStatus.FAILED
@@ -178,7 +178,7 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
                       request: BuildRequest, legalized: LegalizeReport, options: BuildOptions,
                       step: _Clock) -> tuple[Verification, LatencyStats | None]:
     from deploycc.bench.latency import measure
-    from deploycc.verify.verify import compare_all, reference_outputs, signature_feeds
+    from deploycc.verify.verification import compare_all, reference_outputs, signature_feeds
 
     drawn = legalized.verification
     size = drawn.symbolic_size if drawn else SYMBOLIC_DIM_SIZE
@@ -211,7 +211,7 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
 
 def verification_precision(legalized: LegalizeReport, precision: str) -> str:
     from deploycc.pipeline.manager import source_ops
-    from deploycc.verify.verify import tolerance_precision
+    from deploycc.verify.verification import tolerance_precision
 
     return tolerance_precision(source_ops(legalized.passes), precision)
 
@@ -285,7 +285,7 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
             stage = "verify"
             graph = io.load(model, check=False).model.graph
             feeds = generate([v for v in graph.inputs if v.name not in graph.initializers], seed=0)
-            from deploycc.verify.verify import compare_all, reference_outputs
+            from deploycc.verify.verification import compare_all, reference_outputs
 
             expected, reference = reference_outputs(model, feeds)
             assert artifact is not None

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from deploycc.io import LoadedModel
     from deploycc.rules.engine import Rewrite
     from deploycc.targets.schema import Target
-    from deploycc.verify.verify import Verification
+    from deploycc.verify.verification import Verification
 
 
 @dataclass
@@ -260,7 +260,7 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
     if options.verify and success:
         if progress is not None:
             progress("verify")
-        from deploycc.verify.verify import tolerance_precision, verify_files
+        from deploycc.verify.verification import tolerance_precision, verify_files
 
         verification = verify_files(loaded.path, staged, state, options,
                                    precision=tolerance_precision(source_ops(attempt.records), "fp32"))
@@ -303,7 +303,7 @@ def _blame(path: str | Path, target: Target, options: LegalizeOptions,
     """Find the first pass whose output no longer matches the original (rerunning prefixes)."""
     from dataclasses import replace
 
-    from deploycc.verify.verify import verify_files
+    from deploycc.verify.verification import verify_files
 
     ran = [r.name for r in records if r.ran]
     for count in range(1, len(ran) + 1):

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from deploycc.partition.plan import PartitionPlan
     from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
-    from deploycc.verify.verify import Verification
+    from deploycc.verify.verification import Verification
 
 SEGMENTS = "segments"
 
@@ -120,7 +120,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     from deploycc.pipeline.build import verification_precision
     from deploycc.pipeline.legalize import legalize
     from deploycc.runtime import Chain
-    from deploycc.verify.verify import compare_all, reference_outputs, signature_feeds
+    from deploycc.verify.verification import compare_all, reference_outputs, signature_feeds
 
     options = options or BuildOptions()
     options = replace(options, legalize=replace(options.legalize, mode="partial"))  # the caller's stay

@@ -99,7 +99,7 @@ def inlined(site: Site, opset: int) -> onnx.GraphProto:
     import onnx
     import onnx.inliner
 
-    from deploycc.legality import schemas
+    from deploycc.legality import onnx_schemas as schemas
 
     domain = "" if site.node.domain == "ai.onnx" else site.node.domain
     schema = schemas.get_schema(site.op_type, domain, site.opset)

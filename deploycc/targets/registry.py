@@ -31,7 +31,7 @@ from deploycc.targets.schema import (
     PERFORMANCE_HINTS,
     PRECISIONS,
     SHAPE_POLICIES,
-    Backend,
+    BackendSpec,
     Device,
     Dla,
     DtypePolicy,
@@ -382,7 +382,7 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
         description=top.text("description", default=""),
         aliases=top.strings("aliases"),
         mode=top.choice("mode", LEGALIZE_MODES, default="full"),
-        backend=Backend(
+        backend=BackendSpec(
             kind=backend_r.choice("kind", BACKEND_KINDS),
             version=backend_r.text("version", required=True),
             execution_provider=backend_r.text("execution_provider"),

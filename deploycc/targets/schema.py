@@ -124,7 +124,7 @@ class OpTable:
 
 
 @dataclass(frozen=True)
-class Backend:
+class BackendSpec:
     kind: str
     version: str
     execution_provider: str | None = None
@@ -205,7 +205,7 @@ class Target:
     name: str
     description: str
     aliases: tuple[str, ...]
-    backend: Backend
+    backend: BackendSpec
     device: Device
     opset: OpsetRange
     ops: OpTable

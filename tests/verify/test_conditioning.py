@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from deploycc.verify.verify import compare_all
+from deploycc.verify.verification import compare_all
 
 FEATURES, CANDIDATES, KEEP = 64, 2000, 50
 
