@@ -130,9 +130,9 @@ def _ort_output(value: Any) -> Any:
 def run_onnxruntime(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    from deploycc.verify.runner import session as ort_session
+
+    session = ort_session(model_bytes, optimize=True, threads=0)  # ORT's defaults, as a user gets them
     feeds = {name: _ort_value(value) if is_exotic(value) else value for name, value in feeds.items()}
     raw_names = {ir.DataType(kind).name.lower() for kind in RAW_BITS}  # ORT says tensor(bfloat16)
     if not any(o.type.startswith("tensor(") and o.type[7:-1] in raw_names for o in session.get_outputs()):

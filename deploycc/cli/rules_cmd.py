@@ -10,16 +10,17 @@ import click
 @click.command("rules")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def rules_command(as_json: bool) -> None:
-    """List every rewrite rule: name, family, the op it replaces, opsets, and its math."""
+    """List every rewrite rule: name, family, the op it replaces, opsets, and its math (whole-graph
+    rules too, run before the node rules: their op is what they narrow or the whole graph)."""
     from rich.console import Console
     from rich.table import Table
 
-    from deploycc.rules.catalog import all_rules
+    from deploycc.rules.catalog import all_rules, graph_rules
 
     rows = [{"name": rule.name, "family": rule.family,
              "op": f"{rule.domain}::{rule.op_type}" if rule.domain else rule.op_type,
              "opsets": f"{rule.since}..{rule.until if rule.until is not None else ''}",
-             "summary": rule.summary()} for rule in all_rules().values()]
+             "summary": rule.summary()} for rule in [*all_rules().values(), *graph_rules()]]
     rows.sort(key=lambda r: (r["family"], r["name"]))
     if as_json:
         click.echo(json.dumps(rows, indent=2))

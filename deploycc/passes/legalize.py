@@ -84,7 +84,7 @@ class LegalizePass(Pass):
     def _type_rules(self, state: PipelineState, notes: list[str]) -> None:
         from deploycc.rules import types
         from deploycc.rules.base import Site
-        from deploycc.rules.engine import Rewrite, decide
+        from deploycc.rules.engine import decide
 
         target = state.target
         if target.dtypes.computed_as_dtype("int64") == "int32":  # TensorRT 8.x
@@ -96,40 +96,26 @@ class LegalizePass(Pass):
                     decision = decide(node, state.model.graph, state.opsets, prove=state.options.prove)
                     if decision.rewrite is not None:
                         state.rewrites.append(decision.rewrite)
-        if "float64" in target.dtypes.unsupported and types.has_float64(state.model):
-            blockers = types.float64_blockers(state.model)
-            if blockers:
-                notes.append("float64 kept: " + "; ".join(blockers))
-                return
-            certificate = self._prove_whole(state, types.narrow_float64, "float64-to-float32", "float64",
-                                            "tensor(s) or attribute(s) narrowed")
-            state.rewrites.append(Rewrite("float64-to-float32", "<graph>", "float64", "main",
-                                          0, certificate))
-        self._dequantize(state)
+        self._graph_rules(state, notes)
 
-    def _dequantize(self, state: PipelineState) -> None:
-        """Q/DQ forms the target refuses (ORT's asymmetric uint8 on TensorRT) as float arithmetic."""
-        from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
-        from deploycc.rules import quantized
+    def _graph_rules(self, state: PipelineState, notes: list[str]) -> None:
+        """The catalog's whole-graph rules, in order, on what the target refuses."""
+        from deploycc.rules.catalog import graph_rules
         from deploycc.rules.engine import Rewrite
 
-        # In this order: the QOperator form's QDQ nodes may then be refused in turn.
-        forms = [({op for _, op in quantized.QOPERATOR_OPS}, "qoperator-to-qdq", quantized.qoperator_to_qdq,
-                  "in QDQ form"),
-                 ({"DynamicQuantizeLinear"}, "dynamic-quantization-to-float",
-                  quantized.dynamic_quantization_to_float, "made float"),
-                 ({"DequantizeLinear"}, "dequantize-to-float", quantized.dequantize_to_float, "made float")]
-        for ops, rule, change, done in forms:
-            judge, opsets = ConversionTarget(state.target), state.opsets
-            refused = [node for node in state.model.graph if node.op_type in ops
-                       and judge.judge(node, opsets).status == ILLEGAL]
-            if not refused:
+        for rule in graph_rules():
+            nodes = rule.refused(state.model, state.target)
+            if nodes is None:
                 continue
-            op = "/".join(sorted({node.op_type for node in refused}))
+            blockers = rule.blockers(state.model)
+            if blockers:
+                notes.append(f"{rule.name} not made: " + "; ".join(blockers))
+                continue
+            op = "/".join(sorted({node.op_type for node in nodes})) or rule.op_type
+            what = f"{op} node(s) {rule.done}" if nodes else rule.done
             certificate = self._prove_whole(
-                state, lambda model, change=change, refused=refused: change(model, refused.__contains__),
-                rule, op, f"{op} node(s) {done}")
-            state.rewrites.append(Rewrite(rule, "<graph>", op, "main", 0, certificate))
+                state, lambda model, rule=rule, nodes=nodes: rule.apply(model, nodes), rule.name, op, what)
+            state.rewrites.append(Rewrite(rule.name, "<graph>", op, "main", 0, certificate))
 
     @staticmethod
     def _prove_whole(state: PipelineState, change, rule: str, op: str, what: str):

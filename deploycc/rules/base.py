@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx_ir as ir
 
+    from deploycc.targets.schema import Target
+
 
 class Site:
     """One node as a rule sees it: attributes, inputs (maybe re-homed for a proof), opset."""
@@ -214,3 +216,35 @@ class Rule:
             upper = self.until if self.until is not None else "newest"
             return f"handles {self.op_type} at opsets {self.since}..{upper}, the model has {opset}"
         return None
+
+
+class GraphRule:
+    """A rewrite of the whole graph, for what no single node can change alone: every float64
+    tensor together (the signature's types follow), or a quantized form whose nodes share their
+    scales. `refused` picks what the target refuses; `apply` rewrites them and says how many it
+    changed. The legalize pass proves the result by running the graph before and after it, and
+    undoes a change whose proof fails."""
+
+    name: ClassVar[str]
+    family: ClassVar[str]
+    op_type: ClassVar[str] = "<graph>"
+    domain: ClassVar[str] = ""
+    since: ClassVar[int] = 1
+    until: ClassVar[int | None] = None
+    done: ClassVar[str] = "changed"  # how the report says what was done to the nodes
+
+    def refused(self, model: ir.Model, target: Target) -> list[ir.Node] | None:
+        """The nodes to rewrite (an empty list: the whole graph), or None when nothing is refused."""
+        raise NotImplementedError
+
+    def blockers(self, model: ir.Model) -> list[str]:
+        """Why the rewrite cannot be made here (empty when it can)."""
+        return []
+
+    def apply(self, model: ir.Model, nodes: list[ir.Node]) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def summary(cls) -> str:
+        doc = (cls.__doc__ or "").strip().splitlines()
+        return doc[0] if doc else cls.name

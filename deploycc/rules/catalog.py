@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from deploycc.rules.base import ANY_OP, Rule
+from deploycc.rules.base import ANY_OP, GraphRule, Rule
 
 FAMILIES = (
     "arithmetic",
@@ -24,10 +24,12 @@ FAMILIES = (
     "functions",
     "widen",
     "ml",
+    "quantized",
 )
 
 RULES: dict[str, Rule] = {}
 _BY_OP: dict[tuple[str, str], list[Rule]] = {}
+GRAPH_RULES: dict[str, GraphRule] = {}  # in the order they run
 
 
 def register(cls: type[Rule]) -> type[Rule]:
@@ -38,6 +40,19 @@ def register(cls: type[Rule]) -> type[Rule]:
     RULES[cls.name] = rule
     _BY_OP.setdefault((cls.domain, cls.op_type), []).append(rule)
     return cls
+
+
+def register_graph(cls: type[GraphRule]) -> type[GraphRule]:
+    """Class decorator: add a whole-graph rule; they run in the order they are registered."""
+    if cls.name in GRAPH_RULES or cls.name in RULES:
+        raise ValueError(f"rule {cls.name!r} registered twice")
+    GRAPH_RULES[cls.name] = cls()
+    return cls
+
+
+def graph_rules() -> list[GraphRule]:
+    _load()
+    return list(GRAPH_RULES.values())
 
 
 _loaded = False

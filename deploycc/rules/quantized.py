@@ -26,15 +26,18 @@ with calibration data (the INT8 work) is how to get that back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from deploycc.graph.graphs import constant_tensor
-from deploycc.rules.base import Builder
+from deploycc.rules.base import Builder, GraphRule
+from deploycc.rules.catalog import register_graph
 
 if TYPE_CHECKING:
     import onnx_ir as ir
+
+    from deploycc.targets.schema import Target
 
 QUANTIZED_RANGES = {"UINT8": (0, 255), "INT8": (-128, 127), "UINT16": (0, 65535), "INT16": (-32768, 32767)}
 MAX_CONSTANT_ELEMENTS = 64 << 20
@@ -351,3 +354,61 @@ def qoperator_to_qdq(model: ir.Model, refused: Callable[[ir.Node], bool]) -> int
         ir.convenience.replace_nodes_and_values(graph, node, [node], b.nodes, [output], [value])
         replaced += 1
     return replaced
+
+
+class _RefusedForm(GraphRule):
+    """Nodes of one quantized form the target refuses, rewritten together (they share scales)."""
+
+    ops: ClassVar[frozenset[str]]
+
+    def refused(self, model: ir.Model, target: Target) -> list[ir.Node] | None:
+        from deploycc.graph.graphs import opset_map
+        from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+
+        judge, opsets = ConversionTarget(target), opset_map(model)
+        nodes = [node for node in model.graph if node.op_type in self.ops
+                 and judge.judge(node, opsets).status == ILLEGAL]
+        return nodes or None
+
+
+# In this order: the QOperator form's QDQ nodes may then be refused in turn.
+@register_graph
+class QOperatorToQdqRule(_RefusedForm):
+    """<graph> QLinear*/QGemm -> DequantizeLinear, the float op, QuantizeLinear: ORT's QOperator
+    form in the QDQ form TensorRT and OpenVINO read, the same scales and zero points."""
+
+    name = "qoperator-to-qdq"
+    family = "quantized"
+    done = "in QDQ form"
+    ops = frozenset(op for _, op in QOPERATOR_OPS)
+
+    def apply(self, model: ir.Model, nodes: list[ir.Node]) -> int:
+        return qoperator_to_qdq(model, set(nodes).__contains__)
+
+
+@register_graph
+class DynamicQuantizationToFloatRule(_RefusedForm):
+    """<graph> DynamicQuantizeLinear + MatMulInteger/ConvInteger -> float MatMul/Conv on the
+    dequantized values: ORT's dynamic quantization as the arithmetic it stands for."""
+
+    name = "dynamic-quantization-to-float"
+    family = "quantized"
+    done = "made float"
+    ops = frozenset({"DynamicQuantizeLinear"})
+
+    def apply(self, model: ir.Model, nodes: list[ir.Node]) -> int:
+        return dynamic_quantization_to_float(model, set(nodes).__contains__)
+
+
+@register_graph
+class DequantizeToFloatRule(_RefusedForm):
+    """<graph> DequantizeLinear (a form the target refuses: asymmetric uint8 on TensorRT) ->
+    (x - zero_point) * scale in float, constant weights dequantized once."""
+
+    name = "dequantize-to-float"
+    family = "quantized"
+    done = "made float"
+    ops = frozenset({"DequantizeLinear"})
+
+    def apply(self, model: ir.Model, nodes: list[ir.Node]) -> int:
+        return dequantize_to_float(model, set(nodes).__contains__)

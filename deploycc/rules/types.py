@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploycc.graph.graphs import cast_destination
-from deploycc.rules.base import Builder, Rule, Site
-from deploycc.rules.catalog import register
+from deploycc.rules.base import Builder, GraphRule, Rule, Site
+from deploycc.rules.catalog import register, register_graph
 
 if TYPE_CHECKING:
     import onnx_ir as ir
+
+    from deploycc.targets.schema import Target
 
 INT32_MIN, INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -120,6 +122,27 @@ def narrow_float64(model: ir.Model) -> int:
                 if value.dtype is not None and value.dtype.name == "DOUBLE" and not value.is_graph_output():
                     value.dtype = ir.DataType.FLOAT
     return changed
+
+
+@register_graph
+class Float64ToFloat32Rule(GraphRule):
+    """float64 -> float32 in the whole graph: every float64 tensor, constant and dtype attribute narrowed,
+    for targets without float64 (TensorRT); refused when a value exceeds float32 or the model's
+    own inputs or outputs are float64."""
+
+    name = "float64-to-float32"
+    family = "types"
+    op_type = "float64"
+    done = "tensor(s) or attribute(s) narrowed"
+
+    def refused(self, model: ir.Model, target: Target) -> list[ir.Node] | None:
+        return [] if "float64" in target.dtypes.unsupported and has_float64(model) else None
+
+    def blockers(self, model: ir.Model) -> list[str]:
+        return float64_blockers(model)
+
+    def apply(self, model: ir.Model, nodes: list[ir.Node]) -> int:
+        return narrow_float64(model)
 
 
 SMALL_FLOATS = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT4E2M1")
