@@ -15,12 +15,15 @@ def rules_command(as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from deploycc.rules.base import GraphRule, Rule
     from deploycc.rules.catalog import all_rules, graph_rules
+
+    rules: list[Rule | GraphRule] = [*all_rules().values(), *graph_rules()]
 
     rows = [{"name": rule.name, "family": rule.family,
              "op": f"{rule.domain}::{rule.op_type}" if rule.domain else rule.op_type,
              "opsets": f"{rule.since}..{rule.until if rule.until is not None else ''}",
-             "summary": rule.summary()} for rule in [*all_rules().values(), *graph_rules()]]
+             "summary": rule.summary()} for rule in rules]
     rows.sort(key=lambda r: (r["family"], r["name"]))
     if as_json:
         click.echo(json.dumps(rows, indent=2))

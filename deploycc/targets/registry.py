@@ -12,7 +12,7 @@ import copy
 import difflib
 import os
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -305,6 +305,10 @@ def _jetpack_facts(release: str, near: Path) -> tuple[tuple[str, Any], ...]:
                       "the JetPack map (targets/tables/jetpack.toml)")
 
 
+def _keys(record: type) -> set[str]:
+    return {f.name for f in fields(record)}
+
+
 def _build_target(path: Path, jetpack: str | None) -> Target:
     raw = read_toml(path)
     data, jetpack_info = _apply_jetpack(raw, path, jetpack)
@@ -318,10 +322,10 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
     opset_r = top.table("opset", required=True)
     ops_r = top.table("ops", required=True)
     assert backend_r and device_r and opset_r and ops_r
-    backend_r.reject_unknown({"kind", "version", "execution_provider", "performance_hint",
-                              "optimization_level"})
-    device_r.reject_unknown({"kind", "name", "compute_capability", "memory_mb"})
-    opset_r.reject_unknown({"min", "max", "preferred", "statement"})
+    # A table's keys are its record's fields: a field added to the schema is a key accepted here.
+    backend_r.reject_unknown(_keys(BackendSpec))
+    device_r.reject_unknown(_keys(Device))
+    opset_r.reject_unknown(_keys(OpsetRange))
     ops_r.reject_unknown({"table", "function_expansion", "function_expansion_max_opset"})
 
     table_name = ops_r.text("table", required=True)
@@ -346,7 +350,7 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
         raise opset_r.fail("preferred", f"{preferred} is outside [{low}, {high}]")
 
     dtypes_r = top.table("dtypes") or Reader({}, path, "dtypes.")
-    dtypes_r.reject_unknown({"unsupported", "computed_as", "notes"})
+    dtypes_r.reject_unknown(_keys(DtypePolicy))
     computed_r = dtypes_r.table("computed_as") or Reader({}, path, "dtypes.computed_as.")
     computed = []
     for source in sorted(computed_r.data):
@@ -362,12 +366,12 @@ def _build_target(path: Path, jetpack: str | None) -> Target:
         raise precision_r.fail("supported", "must list at least one precision")
     default_precision = precision_r.choice("default", supported_precisions)
     memory_r = top.table("memory") or Reader({}, path, "memory.")
-    memory_r.reject_unknown({"budget_mb", "workspace_mb", "note"})
+    memory_r.reject_unknown(_keys(Memory))
 
     dla = None
     dla_r = top.table("dla")
     if dla_r is not None:
-        dla_r.reject_unknown({"cores", "precisions", "table", "shape_policy"})
+        dla_r.reject_unknown(_keys(Dla))
         dla_table_name = dla_r.text("table")
         dla = Dla(
             cores=dla_r.integer("cores", required=True),
