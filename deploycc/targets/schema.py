@@ -3,19 +3,16 @@
 A target file (`targets/<name>.toml`) is data only. It names a backend, a device, the opset
 range, an op support table (shipped in `targets/tables/`, optionally overridden inline), the
 dtypes the target cannot carry, the shape policy, precisions, memory budget and DLA support.
-`Reader` does the validation: every error names the file and the dotted key.
+`targets/loader.py` reads the files into these records; every error names the file and the
+dotted key.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
-
-from deploycc.errors import TargetError
 
 BACKEND_KINDS = ("onnxruntime", "openvino", "tensorrt")
 DEVICE_KINDS = ("CPU", "GPU", "DLA")
@@ -260,80 +257,3 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
-
-
-# ------------------------------------------------------------------------------ validation
-
-
-class Reader:
-    """Typed access to one TOML document; every error names the file and the dotted key."""
-
-    def __init__(self, data: Mapping[str, Any], file: Path | str, prefix: str = "") -> None:
-        self.data = data
-        self.file = str(file)
-        self.prefix = prefix
-
-    def fail(self, key: str, problem: str) -> TargetError:
-        return TargetError(
-            f"{self.file}: key '{self.prefix}{key}': {problem}",
-            hint="see targets/README.md for the target file format",
-        )
-
-    def _get(self, key: str, kind: type | tuple[type, ...], required: bool, default: Any) -> Any:
-        if key not in self.data:
-            if required:
-                raise self.fail(key, "is required")
-            return default
-        value = self.data[key]
-        if isinstance(value, bool) and kind in (int, (int,)):
-            raise self.fail(key, f"must be an integer, not {value!r}")
-        if not isinstance(value, kind):
-            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise self.fail(key, f"must be {names}, not {type(value).__name__} {value!r}")
-        return value
-
-    def text(self, key: str, default: str | None = None, required: bool = False) -> Any:
-        return self._get(key, str, required, default)
-
-    def integer(self, key: str, default: int | None = None, required: bool = False) -> Any:
-        return self._get(key, int, required, default)
-
-    def flag(self, key: str, default: bool = False) -> bool:
-        return bool(self._get(key, bool, False, default))
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None,
-               optional: bool = False) -> Any:
-        """One of `choices`; required unless a default is given or it is `optional` (then None)."""
-        value = self.text(key, default, required=default is None and not optional)
-        if value is None and optional:
-            return None
-        if value not in choices:
-            raise self.fail(key, f"must be one of {', '.join(choices)}, not {value!r}")
-        return value
-
-    def strings(self, key: str, choices: frozenset[str] | tuple[str, ...] | None = None) -> tuple:
-        values = self._get(key, list, False, [])
-        for index, item in enumerate(values):
-            if not isinstance(item, str):
-                raise self.fail(f"{key}[{index}]", f"must be a string, not {item!r}")
-            if choices is not None and item not in choices:
-                raise self.fail(f"{key}[{index}]", f"unknown value {item!r}")
-        return tuple(values)
-
-    def table(self, key: str, required: bool = False) -> Reader | None:
-        value = self._get(key, dict, required, None)
-        return None if value is None else Reader(value, self.file, f"{self.prefix}{key}.")
-
-    def tables(self, key: str) -> list[Reader]:
-        rows = self._get(key, list, False, [])
-        readers = []
-        for index, row in enumerate(rows):
-            if not isinstance(row, dict):
-                raise self.fail(f"{key}[{index}]", "must be a table")
-            readers.append(Reader(row, self.file, f"{self.prefix}{key}[{index}]."))
-        return readers
-
-    def reject_unknown(self, allowed: set[str]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                raise self.fail(key, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
