@@ -164,9 +164,9 @@ def _openvino_output(tensor: Any) -> np.ndarray:
 def run_openvino(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
     import openvino as ov
 
-    core = ov.Core()
-    model = core.read_model(model=model_bytes)
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    from deploycc.backends.openvino import compile_model
+
+    compiled = compile_model(model_bytes, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     # OpenVINO drops graph inputs nothing reads (a Shape folded to a constant): feed what it kept
     kept = {name for port in compiled.inputs for name in port.get_names()}
     tensors = {}

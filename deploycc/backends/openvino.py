@@ -83,17 +83,27 @@ def _stable_names(model: Any, onnx_path: Path) -> None:
             op.set_friendly_name(f"{op.get_type_name()}_{index}")
 
 
+def compile_model(model: Any, device: str, config: dict[str, str]) -> Any:
+    """OpenVINO's compiled model from a file path, ONNX bytes or an ov.Model: the one place deploycc
+    compiles (runners, the conformance probe)."""
+    import openvino as ov
+
+    core = ov.Core()
+    if isinstance(model, bytes):
+        model = core.read_model(model=model)
+    return core.compile_model(str(model) if isinstance(model, Path) else model, device, config)
+
+
 class OpenVinoRunner(Runner):
     def __init__(self, xml: Path, device: str, config: dict[str, str]) -> None:
         """`xml` is an IR file, or an ONNX model that OpenVINO reads with its frontend."""
         import openvino as ov
 
         started = time.perf_counter()
-        core = ov.Core()
         try:
-            self.compiled = core.compile_model(str(xml), device, config)
+            self.compiled = compile_model(Path(xml), device, config)
         except RuntimeError as error:
-            raise _compile_error(core, xml, error) from None
+            raise _compile_error(ov.Core(), xml, error) from None
         self.load_seconds = time.perf_counter() - started
         self.request = self.compiled.create_infer_request()
         self._outputs = [port.get_any_name() for port in self.compiled.outputs]
