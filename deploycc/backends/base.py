@@ -124,6 +124,11 @@ class Backend(ABC):
     def prepare(self, request: BuildRequest, options: BuildOptions) -> None:  # noqa: B027
         """Complete a build request from the user's options (profiles, caches); most need nothing."""
 
+    def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],  # noqa: B027
+                      outputs: dict[str, np.ndarray], precision: str, described: str) -> None:
+        """Give an artifact built on the device what the board needs to judge it: the inputs and
+        the original model's outputs (a bundle's reference data); most artifacts need nothing."""
+
     def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
         """A runner on the model file as it is, for `bench` on an unbuilt model."""
         from deploycc.errors import OptionError

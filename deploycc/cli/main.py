@@ -30,6 +30,8 @@ COMMANDS = {
     "build": ("deploycc.cli.build_cmd:build_command",
               "Legalize, build the target's engine, verify it: one deployable directory."),
     "check": ("deploycc.cli.check_cmd:check_command", "Judge every node of a model against targets."),
+    "device": ("deploycc.cli.device_cmd:device_command",
+               "Results from the device: import the result.json the bundle's runner wrote."),
     "legalize": ("deploycc.cli.legalize_cmd:legalize_command",
                  "Rewrite a model into one a target accepts, proving every rewrite."),
     "probe": ("deploycc.cli.probe_cmd:probe_command",

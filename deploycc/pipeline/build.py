@@ -68,7 +68,8 @@ def _next_step(status: str, stage: str, message: str, target: Target) -> str:
     if status == VERIFIED:
         return "deploy the artifact; `deploycc bench` for a full benchmark"
     if status == PENDING:
-        return "copy bundle/ to the device and run the deploycc command in report.md"
+        return ("copy bundle/ to the device, run `python3 run_on_device.py` there (builds, verifies and "
+                "times the engine), then `deploycc device import OUTDIR bundle/result.json`")
     if status == NEEDS_INPUTS:
         return "give inputs the model takes: --inputs data.npz (one array per input name)"
     return {
@@ -121,6 +122,7 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
                 artifact = backend.build(request)
                 if artifact.pending_on_device:
                     status, stage, message = PENDING, "done", artifact.notes[0]
+                    _add_reference(source, staging, artifact, backend, legalized, options, precision)
                 else:
                     step("verify")
                     stage = "verify"
@@ -159,6 +161,24 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
         _write_reports(staging, report)
         staged.commit()
     return report
+
+
+def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any, legalized: LegalizeReport,
+                   options: BuildOptions, precision: str) -> None:
+    """The inputs verification drew and the original's outputs on them, for the device to judge
+    its engine by; a model ORT cannot run on them leaves the bundle without (said in a note)."""
+    from deploycc.verify.verification import reference_outputs, signature_feeds
+
+    drawn = legalized.verification
+    size = drawn.symbolic_size if drawn else SYMBOLIC_DIM_SIZE
+    feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
+                                                       legalized.fed_layouts, size)
+    try:
+        expected, _ = reference_outputs(source, original_feeds)
+    except RunError as error:
+        artifact.notes.append(f"no reference data for the device: {error}")
+        return
+    backend.add_reference(artifact, staging, feeds, expected, precision, described)
 
 
 def _listing(staging: Path) -> list[str]:

@@ -12,6 +12,8 @@ from deploycc.backends.base import Artifact, Backend, BackendUnavailable, BuildR
 from deploycc.errors import DynamicShapeError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from deploycc.options import BuildOptions
 from deploycc.backends.tensorrt import bundle, fingerprint
 
@@ -27,6 +29,14 @@ class TensorRTBackend(Backend):
 
     def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
         request.profiles = profiles_for(request.model, options)
+
+    def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
+                      outputs: dict[str, np.ndarray], precision: str, described: str) -> None:
+        if artifact.kind != "device-bundle":
+            return
+        version = str(artifact.settings.get("tensorrt") or "")
+        artifact.files += bundle.write_reference(outdir / bundle.BUNDLE_DIR, inputs, outputs, precision,
+                                                 version, described)
 
     def unavailable_reason(self) -> str | None:
         missing = [name for name in ("tensorrt", "cuda") if importlib.util.find_spec(name) is None]

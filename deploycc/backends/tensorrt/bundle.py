@@ -1,16 +1,22 @@
-"""The device bundle: everything needed to build and benchmark the TensorRT engine on the
-device, written when TensorRT is not importable where deploycc runs (as on the machines this
+"""The device bundle: everything needed to build, verify and benchmark the TensorRT engine on
+the device, written when TensorRT is not importable where deploycc runs (as on the machines this
 project is developed on). It holds the legalized ONNX model, bundle.json (the build settings),
-the exact trtexec command equivalent to deploycc's build, and the deploycc command.
+the exact trtexec command equivalent to deploycc's build, the deploycc command, the reference
+data (inputs and the original model's outputs on ONNX Runtime, as raw little-endian binaries in
+the dtype the engine binding will have, with a JSON index and the precision's tolerances) and
+run_on_device.py, which builds, verifies and times the engine with the board's own Python.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import shutil
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from deploycc.backends.base import Artifact, BuildRequest
 
@@ -19,6 +25,9 @@ BUNDLE_FILE = "bundle.json"
 MODEL_NAME = "model.onnx"
 PLAN_NAME = "model.plan"
 TIMING_CACHE = "timing.cache"
+RUNNER = "run_on_device.py"
+REFERENCE_DIR, REFERENCE_INDEX = "reference", "reference.json"
+REFERENCE_SCHEMA = 1
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -92,11 +101,14 @@ def write_bundle(request: BuildRequest) -> Artifact:
                                        + shlex.join(command) + "\n")
     (folder / "trtexec.sh").chmod(0o755)
     files.append(f"{BUNDLE_DIR}/trtexec.sh")
+    shutil.copyfile(Path(__file__).with_name(RUNNER), folder / RUNNER)
+    files.append(f"{BUNDLE_DIR}/{RUNNER}")
     return Artifact(kind="device-bundle", files=files, pending_on_device=True,
                     settings={**build, "trtexec": shlex.join(command), "deploycc": deploycc_command},
                     notes=[f"TensorRT is not installed here: the engine is pending on the device. "
-                           f"Copy {BUNDLE_DIR}/ to the {request.target.name} and run `{deploycc_command}` "
-                           f"(or `sh {BUNDLE_DIR}/trtexec.sh`)."])
+                           f"Copy {BUNDLE_DIR}/ to the {request.target.name} and run `python3 {RUNNER}` "
+                           f"there (it builds the engine, checks it against the reference and times it; "
+                           f"`sh trtexec.sh` builds only), then `deploycc device import` its result.json."])
 
 
 def is_bundle(path: Path) -> bool:
@@ -105,3 +117,49 @@ def is_bundle(path: Path) -> bool:
 
 def read_bundle(path: Path) -> dict[str, Any]:
     return json.loads((path / BUNDLE_FILE).read_text())
+
+
+def binding_dtype(dtype: np.dtype, tensorrt_version: str) -> np.dtype:
+    """The dtype a TensorRT engine binding has for an ONNX tensor of `dtype`: TensorRT 8.x carries
+    INT64 as INT32 and DOUBLE as FLOAT (onnx-tensorrt casts them at import); 10.x keeps INT64."""
+    major = _version_tuple(tensorrt_version)[:1] or (10,)
+    if dtype == np.float64:
+        return np.dtype(np.float32)
+    if dtype == np.int64 and major[0] < 10:
+        return np.dtype(np.int32)
+    return np.dtype(dtype)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
+                    precision: str, tensorrt_version: str, described: str) -> list[str]:
+    """The board's reference: each array as raw little-endian bytes in its binding dtype (the
+    same files work as `trtexec --loadInputs=name:file`), and an index with names, shapes,
+    dtypes, files and sha256s, the tolerances of the precision and the model they belong to."""
+    from deploycc.verify.compare import TOLERANCES
+
+    reference = folder / REFERENCE_DIR
+    reference.mkdir(exist_ok=True)
+    files, index = [], {}
+    for kind, arrays in (("inputs", inputs), ("outputs", outputs)):
+        entries = []
+        for position, (name, array) in enumerate(arrays.items()):
+            dtype = binding_dtype(np.asarray(array).dtype, tensorrt_version)
+            data = np.ascontiguousarray(np.asarray(array).astype(dtype.newbyteorder("<")))
+            file = f"{kind}/{position:03d}.bin"
+            (reference / kind).mkdir(exist_ok=True)
+            (reference / file).write_bytes(data.tobytes())
+            entries.append({"name": name, "shape": list(data.shape), "dtype": dtype.name, "file": file,
+                            "sha256": _sha256(reference / file)})
+            files.append(f"{BUNDLE_DIR}/{REFERENCE_DIR}/{file}")
+        index[kind] = entries
+    atol, rtol, min_cosine = TOLERANCES[precision if precision in TOLERANCES else "int8"]
+    document = {"schema": REFERENCE_SCHEMA, "model_sha256": _sha256(folder / MODEL_NAME),
+                "precision": precision, "tensorrt": tensorrt_version, "inputs_described": described,
+                "reference": "the original model on ONNX Runtime CPU",
+                "tolerances": {"atol": atol, "rtol": rtol, "min_cosine": min_cosine}, **index}
+    (reference / REFERENCE_INDEX).write_text(json.dumps(document, indent=1) + "\n")
+    return [*files, f"{BUNDLE_DIR}/{REFERENCE_DIR}/{REFERENCE_INDEX}"]

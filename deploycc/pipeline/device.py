@@ -1,0 +1,97 @@
+"""Bring a board's result back: `deploycc device import OUTDIR result.json`.
+
+The board ran the bundle's run_on_device.py and wrote result.json. Importing it moves the
+build's status from pending-on-device to verified-on-device or failed-on-device (with the stage
+and the reason), and puts the board's verification per output, latency and memory into
+report.json, report.md and manifest.json. A result from another bundle (the model's sha256
+differs), or one that is truncated, is refused with one line and leaves the directory as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from deploycc.errors import OptionError
+from deploycc.io import write_text_atomic
+
+VERIFIED_ON_DEVICE, FAILED_ON_DEVICE = "verified-on-device", "failed-on-device"
+REQUIRED = ("schema", "status", "stage", "model_sha256", "engine")
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise OptionError(f"{path}: no such {what}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise OptionError(f"{path}: not a readable {what} ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else 'truncated?'})") from None
+    if not isinstance(data, dict):
+        raise OptionError(f"{path}: not a {what} (a JSON object was expected)")
+    return data
+
+
+def _markdown(result: dict[str, Any]) -> str:
+    lines = ["", "## On the device", "",
+             f"**{result['status']}** (stage {result['stage']}) with {result['engine']} "
+             f"{result.get('engine_version', '')} on {result.get('host', '?')} "
+             f"({result.get('machine', '?')}, Python {result.get('python', '?')})."]
+    if result.get("reason"):
+        lines += ["", f"Reason: {result['reason']}"]
+    rows = result.get("outputs") or []
+    if rows:
+        lines += ["", "| output | passed | max abs error | cosine |", "|---|---|---|---|"]
+        lines += [f"| {r['name']} | {r['passed']} | {r.get('max_abs_error', '')} | {r.get('cosine', '')} |"
+                  for r in rows]
+    latency = result.get("latency")
+    if latency:
+        lines += ["", f"Latency: p50 {latency['p50_ms']} ms, p90 {latency['p90_ms']} ms, "
+                      f"p99 {latency['p99_ms']} ms over {latency['iterations']} runs; "
+                      f"{latency['throughput_per_s']}/s."]
+    memory = result.get("memory") or {}
+    if memory:
+        lines += ["", f"Memory: peak RSS {memory.get('peak_rss_kb')} kB, "
+                      f"NvMap delta {memory.get('nvmap_delta_kb')} kB."]
+    return "\n".join(lines) + "\n"
+
+
+def import_result(outdir: Path, result_file: Path) -> dict[str, Any]:
+    """Merge the board's result into the build directory; the updated report (as JSON data)."""
+    report_path, model = outdir / "report.json", outdir / "bundle" / "model.onnx"
+    if not report_path.is_file() or not model.is_file():
+        raise OptionError(f"{outdir}: not a build directory with a device bundle",
+                          hint="give the -o folder of `deploycc build` for a TensorRT target")
+    result = _read_json(result_file, "device result")
+    missing = [key for key in REQUIRED if key not in result]
+    if missing:
+        raise OptionError(f"{result_file}: not a device result (no {', '.join(missing)})")
+    if result["status"] not in (VERIFIED_ON_DEVICE, FAILED_ON_DEVICE):
+        raise OptionError(f"{result_file}: unknown status {result['status']!r}")
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    if result["model_sha256"] != digest:
+        raise OptionError(f"{result_file}: the result is from another bundle (model sha256 "
+                          f"{str(result['model_sha256'])[:12]}..., this bundle {digest[:12]}...)")
+    report = _read_json(report_path, "build report")
+    report.update(status=result["status"], stage=result["stage"], device=result,
+                  summary=(f"verified on the device with {result['engine']}"
+                           if result["status"] == VERIFIED_ON_DEVICE else
+                           f"failed on the device at stage {result['stage']}: {result.get('reason', '')}"))
+    manifest_path = outdir / "manifest.json"
+    manifest = _read_json(manifest_path, "manifest") if manifest_path.is_file() else None
+    markdown = (outdir / "report.md").read_text() if (outdir / "report.md").is_file() else ""
+    # Everything read and checked: now write, each file whole.
+    write_text_atomic(report_path, json.dumps(report, indent=2) + "\n")
+    if manifest is not None:
+        manifest["status"] = result["status"]
+        kept = ("engine", "engine_version", "host", "machine", "latency", "memory", "model_sha256")
+        manifest["device"] = {key: result.get(key) for key in kept}
+        write_text_atomic(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    markdown = re.sub(r"\*\*Status: [^*]+\*\*", f"**Status: {result['status']}**", markdown, count=1)
+    marker = markdown.find("\n## On the device")
+    kept_markdown = markdown[:marker] if marker >= 0 else markdown  # a second import replaces the first
+    write_text_atomic(outdir / "report.md", kept_markdown + _markdown(result))
+    return report

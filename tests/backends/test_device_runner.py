@@ -1,0 +1,168 @@
+"""The bundle's on-device runner, exercised here with ONNX Runtime standing in for TensorRT
+(`--engine onnxruntime`): the same path a board takes (read the bundle and its reference, load,
+feed, verify every output, time, measure memory, write result.json), then `deploycc device
+import` back into the build. Only the calls into TensorRT and CUDA are not exercised here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deploycc import api
+from deploycc.backends.tensorrt.bundle import binding_dtype
+from deploycc.options import BuildOptions, LegalizeOptions
+from tests.cli.test_cli import run as run_cli
+
+RUNNER = Path(__file__).parents[2] / "deploycc" / "backends" / "tensorrt" / "run_on_device.py"
+
+
+def _model(path: Path) -> Path:
+    """A float input and an int64 one (token ids): the int64 travels as INT32 to TensorRT 8.5."""
+    weights = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(4, 2) / 8, "w")
+    table = numpy_helper.from_array(np.linspace(-1, 1, 20, dtype=np.float32).reshape(10, 2), "table")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+             helper.make_node("Add", ["h", "e"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                                           helper.make_tensor_value_info("ids", TensorProto.INT64, ["N"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+                              [weights, table])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("device")
+    report = api.build(_model(folder / "m.onnx"), "jetson-xavier", folder / "out",
+                       BuildOptions(legalize=LegalizeOptions(batch=1), bench=False))
+    assert report.status == "pending-on-device", report.summary
+    return folder / "out"
+
+
+def _copy(built: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(built, out)
+    return out
+
+
+def _run_on_device(bundle: Path) -> tuple[int, dict]:
+    child = subprocess.run([sys.executable, str(bundle / "run_on_device.py"), "--engine", "onnxruntime",
+                            "--iterations", "5", "--warmup-s", "0"],
+                           capture_output=True, text=True, timeout=120)
+    return child.returncode, json.loads((bundle / "result.json").read_text())
+
+
+def test_the_bundle_carries_reference_data_in_the_engine_binding_dtypes(built: Path) -> None:
+    index = json.loads((built / "bundle" / "reference" / "reference.json").read_text())
+    dtypes = {entry["name"]: entry["dtype"] for entry in index["inputs"]}
+    assert dtypes == {"x": "float32", "ids": "int32"}  # TensorRT 8.5 binds INT64 as INT32
+    entry = next(e for e in index["inputs"] if e["name"] == "ids")
+    raw = (built / "bundle" / "reference" / entry["file"]).read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == entry["sha256"]
+    assert np.frombuffer(raw, "<i4").shape == (1,)  # what trtexec --loadInputs=ids:FILE reads
+    assert index["tolerances"] == {"atol": 0.01, "rtol": 0.01, "min_cosine": 0.999}  # fp16 on Xavier
+    assert (built / "bundle" / "run_on_device.py").read_text() == RUNNER.read_text()
+
+
+def test_the_runner_verifies_and_times_and_the_result_comes_back(built: Path, tmp_path: Path) -> None:
+    out = _copy(built, tmp_path)
+    code, result = _run_on_device(out / "bundle")
+    assert code == 0, result
+    assert result["status"] == "verified-on-device" and result["engine"] == "onnxruntime"
+    assert [row["name"] for row in result["outputs"]] == ["y"] and result["outputs"][0]["passed"]
+    assert result["latency"]["iterations"] == 5 and result["memory"]["peak_rss_kb"] > 0
+    imported = run_cli("device", "import", str(out), str(out / "bundle" / "result.json"))
+    assert imported.returncode == 0, imported.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "verified-on-device" and report["device"]["latency"]["iterations"] == 5
+    assert json.loads((out / "manifest.json").read_text())["status"] == "verified-on-device"
+    markdown = (out / "report.md").read_text()
+    assert "**Status: verified-on-device**" in markdown and markdown.count("## On the device") == 1
+
+
+def test_a_wrong_reference_value_fails_on_the_device(built: Path, tmp_path: Path) -> None:
+    out = _copy(built, tmp_path)
+    reference = out / "bundle" / "reference"
+    index = json.loads((reference / "reference.json").read_text())
+    entry = index["outputs"][0]
+    values = np.frombuffer((reference / entry["file"]).read_bytes(), "<f4").copy()
+    values[0] += 1.0  # one value off by far more than fp16's tolerance
+    (reference / entry["file"]).write_bytes(values.tobytes())
+    entry["sha256"] = hashlib.sha256(values.tobytes()).hexdigest()
+    (reference / "reference.json").write_text(json.dumps(index))
+    code, result = _run_on_device(out / "bundle")
+    assert code == 1 and result["status"] == "failed-on-device" and result["stage"] == "verify"
+    assert "output 'y'" in result["reason"]
+    imported = run_cli("device", "import", str(out), str(out / "bundle" / "result.json"))
+    assert imported.returncode == 1
+    assert json.loads((out / "report.json").read_text())["status"] == "failed-on-device"
+
+
+def test_a_result_from_another_bundle_or_truncated_is_refused_and_nothing_changes(built: Path,
+                                                                                   tmp_path: Path) -> None:
+    out = _copy(built, tmp_path)
+    code, result = _run_on_device(out / "bundle")
+    assert code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    other = dict(result, model_sha256="0" * 64)
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    (tmp_path / "cut.json").write_text((out / "bundle" / "result.json").read_text()[:80])
+    for name in ("other.json", "cut.json", "missing.json"):
+        refused = run_cli("device", "import", str(out), str(tmp_path / name))
+        assert refused.returncode == 2, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_an_unreadable_bundle_is_exit_2_with_a_result_saying_why(built: Path, tmp_path: Path) -> None:
+    out = _copy(built, tmp_path)
+    (out / "bundle" / "reference" / "reference.json").unlink()
+    code, result = _run_on_device(out / "bundle")
+    assert code == 2 and result["status"] == "failed-on-device" and "unreadable bundle" in result["reason"]
+
+
+def test_binding_dtypes_follow_the_tensorrt_release() -> None:
+    assert binding_dtype(np.dtype(np.int64), "8.2.1") == np.int32
+    assert binding_dtype(np.dtype(np.int64), "10.3") == np.int64
+    assert binding_dtype(np.dtype(np.float64), "10.3") == np.float32
+    assert binding_dtype(np.dtype(np.bool_), "8.5.2") == np.bool_
+
+
+def test_the_runner_keeps_to_python_3_6() -> None:
+    vermin = Path(sys.executable).with_name("vermin")
+    if not vermin.exists():
+        pytest.skip("vermin is not installed (pip install -e '.[dev]')")
+    checked = subprocess.run([str(vermin), "--target=3.6-", "--no-tips", "--violations", str(RUNNER)],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_runners_comparison_is_deploycc_s() -> None:
+    """The runner carries its own copy of the comparison (it cannot import deploycc on the board):
+    on the same arrays it must reach deploycc's verdicts."""
+    import importlib.util
+
+    from deploycc.verify.compare import compare
+
+    spec = importlib.util.spec_from_file_location("run_on_device", RUNNER)
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    rng = np.random.default_rng(0)
+    expected = rng.standard_normal((4, 50)).astype(np.float32)
+    cases = [expected + 1e-4, expected + 5e-2, -expected, np.where(expected > 2, np.nan, expected),
+             expected[:, :10], np.zeros_like(expected)]
+    for actual in cases:
+        ours = compare("y", expected, actual, atol=1e-2, rtol=1e-2, min_cosine=0.999)
+        theirs = runner.compare("y", expected, actual, 1e-2, 1e-2, 0.999)
+        assert theirs["passed"] == ours.passed, (actual[:1, :4], theirs, ours)
