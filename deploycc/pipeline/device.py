@@ -52,6 +52,14 @@ def _markdown(result: dict[str, Any]) -> str:
         lines += ["", f"Latency: p50 {latency['p50_ms']} ms, p90 {latency['p90_ms']} ms, "
                       f"p99 {latency['p99_ms']} ms over {latency['iterations']} runs; "
                       f"{latency['throughput_per_s']}/s."]
+    power = result.get("tegrastats_summary") or {}
+    if power:
+        rails = ", ".join(f"{name} {mw} mW" for name, mw in (power.get("power_mean_mw") or {}).items())
+        mode = result.get("power_mode") or "power mode unknown"
+        lines += ["", f"tegrastats ({power['samples']} samples, {mode}): "
+                      f"GPU {power.get('gr3d_mean_percent')}% on average, "
+                      f"RAM peak {power.get('ram_peak_mb')} MB"
+                      + (f"; mean power {rails}" if rails else "") + "."]
     memory = result.get("memory") or {}
     if memory:
         lines += ["", f"Memory: peak RSS {memory.get('peak_rss_kb')} kB, "
@@ -75,6 +83,10 @@ def import_result(outdir: Path, result_file: Path) -> dict[str, Any]:
     if result["model_sha256"] != digest:
         raise OptionError(f"{result_file}: the result is from another bundle (model sha256 "
                           f"{str(result['model_sha256'])[:12]}..., this bundle {digest[:12]}...)")
+    if result.get("tegrastats"):
+        from deploycc.backends.tensorrt.logs import summarize_tegrastats
+
+        result["tegrastats_summary"] = summarize_tegrastats(result["tegrastats"])
     report = _read_json(report_path, "build report")
     report.update(status=result["status"], stage=result["stage"], device=result,
                   summary=(f"verified on the device with {result['engine']}"
@@ -87,7 +99,8 @@ def import_result(outdir: Path, result_file: Path) -> dict[str, Any]:
     write_text_atomic(report_path, json.dumps(report, indent=2) + "\n")
     if manifest is not None:
         manifest["status"] = result["status"]
-        kept = ("engine", "engine_version", "host", "machine", "latency", "memory", "model_sha256")
+        kept = ("engine", "engine_version", "host", "machine", "latency", "memory", "model_sha256",
+                "tegrastats_summary", "power_mode")
         manifest["device"] = {key: result.get(key) for key in kept}
         write_text_atomic(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     markdown = re.sub(r"\*\*Status: [^*]+\*\*", f"**Status: {result['status']}**", markdown, count=1)

@@ -166,3 +166,20 @@ def test_the_runners_comparison_is_deploycc_s() -> None:
         ours = compare("y", expected, actual, atol=1e-2, rtol=1e-2, min_cosine=0.999)
         theirs = runner.compare("y", expected, actual, 1e-2, 1e-2, 0.999)
         assert theirs["passed"] == ours.passed, (actual[:1, :4], theirs, ours)
+
+
+def test_tegrastats_lines_from_the_board_are_summarised_on_import(built: Path, tmp_path: Path) -> None:
+    """The runner keeps tegrastats' raw lines (sampled while timing, on a Jetson); the host reads
+    them. Two verbatim Nano lines (tests/backends/test_device_logs.py cites them)."""
+    from tests.backends.test_device_logs import NANO_JP4
+
+    out = _copy(built, tmp_path)
+    code, result = _run_on_device(out / "bundle")
+    assert code == 0 and result["tegrastats"] is None  # no tegrastats on this machine
+    busy = NANO_JP4.replace("GR3D_FREQ 0%@76", "GR3D_FREQ 90%@921")
+    result.update(tegrastats=[NANO_JP4, busy], power_mode="NV Power Mode: MAXN")
+    (tmp_path / "board.json").write_text(json.dumps(result))
+    assert run_cli("device", "import", str(out), str(tmp_path / "board.json")).returncode == 0
+    device = json.loads((out / "manifest.json").read_text())["device"]
+    assert device["tegrastats_summary"]["gr3d_mean_percent"] == 45.0
+    assert "tegrastats (2 samples, NV Power Mode: MAXN)" in (out / "report.md").read_text()

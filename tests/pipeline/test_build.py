@@ -94,12 +94,14 @@ def test_tensorrt_target_writes_a_device_bundle(encoder: Path, tmp_path: Path) -
     assert data["settings"]["precision"] == "fp16" and data["settings"]["tensorrt"] == "8.5.2"
     command = data["trtexec"]
     assert command[:2] == ["trtexec", "--onnx=model.onnx"]
-    assert "--fp16" in command and "--memPoolSize=workspace:4096M" in command
+    # 8.5: --memPoolSize with a bare MiB count (std::stod ignores a suffix), --buildOnly (no --skipInference)
+    assert "--fp16" in command and "--memPoolSize=workspace:4096" in command and "--buildOnly" in command
     assert "--minShapes=x:1x16x64" in command and "--maxShapes=x:8x16x64" in command
     assert data["deploycc"] == "deploycc build bundle --engine-only --target jetson-xavier --jetpack 5.1.2"
     assert (out / "bundle" / "model.onnx").read_bytes() == (out / "model.legalized.onnx").read_bytes()
     assert (out / "bundle" / "manifest.json").read_bytes() == (out / "manifest.json").read_bytes()
-    assert "trtexec --onnx=model.onnx" in (out / "bundle" / "trtexec.sh").read_text()
+    script = (out / "bundle" / "trtexec.sh").read_text()
+    assert '"$TRTEXEC" --onnx=model.onnx' in script and "/usr/src/tensorrt/bin/trtexec" in script
     assert "pending on the device" in (out / "report.md").read_text()
 
 
@@ -108,7 +110,7 @@ def test_tensorrt_8_2_uses_the_old_workspace_flag(encoder: Path, tmp_path: Path)
     report = api.build(encoder, "jetson-nano", tmp_path / "nano", options)
     assert report.status == "pending-on-device"
     command = json.loads((tmp_path / "nano" / "bundle" / "bundle.json").read_text())["trtexec"]
-    assert any(flag.startswith("--workspace=") for flag in command)
+    assert any(flag.startswith("--workspace=") for flag in command) and "--buildOnly" in command
     assert not any(flag.startswith("--minShapes") for flag in command)  # static: no profile needed
 
 

@@ -42,13 +42,27 @@ def _dims(dims: list[int]) -> str:
     return "x".join(str(d) for d in dims)
 
 
+def trtexec_flags(version: str) -> dict[str, str]:
+    """The spelling of the flags that changed, for trtexec of TensorRT `version`, as read from
+    samples/common/sampleOptions.cpp at tags 8.2.1, 8.4.3, 8.5.3, v8.6.1 and v10.0.1:
+    --workspace (MiB) until --memPoolSize arrived in 8.4 (deprecated then, gone in 10);
+    --buildOnly until --skipInference arrived in 8.6 (gone in 10); --streams until --infStreams
+    in 8.6. The pool size is given as a bare number: 8.4-8.6 read MiB with std::stod (a suffix is
+    ignored, so "4G" is 4 MiB), 10.0 reads a suffix as bytes before multiplying by 2^20 again,
+    and from 10.1 a bare number is MiB."""
+    new = _version_tuple(version) or (10, 0)
+    return {"workspace": "--memPoolSize=workspace:{}" if new >= (8, 4) else "--workspace={}",
+            "build_only": "--skipInference" if new >= (8, 6) else "--buildOnly",
+            "streams": "--infStreams={}" if new >= (8, 6) else "--streams={}"}
+
+
 def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = PLAN_NAME) -> list[str]:
-    """trtexec flags equivalent to deploycc's TensorRT build (memPoolSize from 8.4, workspace before)."""
+    """trtexec flags equivalent to deploycc's TensorRT build, spelled for the target's TensorRT."""
+    flags = trtexec_flags(request.target.backend.version)
     command = ["trtexec", f"--onnx={onnx}", f"--saveEngine={plan}", f"--timingCacheFile={TIMING_CACHE}"]
     workspace = workspace_mb(request)
     if workspace:
-        new_flag = _version_tuple(request.target.backend.version) >= (8, 4)
-        command.append(f"--memPoolSize=workspace:{workspace}M" if new_flag else f"--workspace={workspace}")
+        command.append(flags["workspace"].format(workspace))
     if request.precision == "fp16":
         command.append("--fp16")
     elif request.precision == "int8":
@@ -61,7 +75,7 @@ def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = P
         command.append(f"--useDLACore={request.dla_core}")
         if request.gpu_fallback:
             command.append("--allowGPUFallback")
-    command.append("--skipInference")
+    command.append(flags["build_only"])
     return command
 
 
@@ -96,9 +110,12 @@ def write_bundle(request: BuildRequest) -> Artifact:
     (folder / BUNDLE_FILE).write_text(json.dumps({
         "settings": build, "trtexec": command, "deploycc": deploycc_command,
     }, indent=2) + "\n")
-    (folder / "trtexec.sh").write_text("#!/bin/sh\n# Builds the engine on the device, equivalent to "
-                                       "deploycc's TensorRT build.\nset -e\ncd \"$(dirname \"$0\")\"\n"
-                                       + shlex.join(command) + "\n")
+    # JetPack installs trtexec in /usr/src/tensorrt/bin, which is not on PATH.
+    (folder / "trtexec.sh").write_text(
+        "#!/bin/sh\n# Builds the engine on the device, equivalent to deploycc's TensorRT build.\nset -e\n"
+        "cd \"$(dirname \"$0\")\"\n"
+        "TRTEXEC=\"$(command -v trtexec || echo /usr/src/tensorrt/bin/trtexec)\"\n"
+        "\"$TRTEXEC\" " + shlex.join(command[1:]) + "\n")
     (folder / "trtexec.sh").chmod(0o755)
     files.append(f"{BUNDLE_DIR}/trtexec.sh")
     shutil.copyfile(Path(__file__).with_name(RUNNER), folder / RUNNER)

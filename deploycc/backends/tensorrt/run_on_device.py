@@ -344,6 +344,49 @@ def nvmap_kb():
     return None
 
 
+def start_tegrastats():
+    """tegrastats sampling every 100 ms while the engine is timed (Jetson only); None elsewhere."""
+    import shutil
+    import subprocess
+
+    path = shutil.which("tegrastats") or \
+        ("/usr/bin/tegrastats" if os.path.exists("/usr/bin/tegrastats") else None)
+    if path is None:
+        return None
+    try:
+        return subprocess.Popen([path, "--interval", "100"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, universal_newlines=True)
+    except OSError:
+        return None
+
+
+def stop_tegrastats(process):
+    """The lines tegrastats printed (the last 600), raw: the host reads them (deploycc's parser
+    knows the JetPack 4 and the JetPack 5/6 formats)."""
+    if process is None:
+        return None
+    process.terminate()
+    try:
+        output, _ = process.communicate(timeout=5)
+    except Exception:
+        process.kill()
+        return None
+    return [line for line in output.splitlines() if line.strip()][-600:]
+
+
+def power_mode():
+    """`nvpmodel -q`'s first line (the power mode, e.g. "NV Power Mode: MAXN"); None off Jetson."""
+    import subprocess
+
+    try:
+        output = subprocess.check_output(["nvpmodel", "-q"], stderr=subprocess.DEVNULL,
+                                         universal_newlines=True, timeout=10)
+    except Exception:
+        return None
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[0] if lines else None
+
+
 def percentile(sorted_values, share):
     index = min(len(sorted_values) - 1, max(0, int(round(share * (len(sorted_values) - 1)))))
     return sorted_values[index]
@@ -409,7 +452,12 @@ def run(bundle, engine_name, iterations, warmup_seconds):
             result["reason"] = "output '{}': {}".format(first["name"], first.get("problem", "differs"))
             return result, 1
         result["stage"] = "bench"
-        result["latency"] = benchmark(engine, inputs, iterations, warmup_seconds)
+        sampler = start_tegrastats()
+        try:
+            result["latency"] = benchmark(engine, inputs, iterations, warmup_seconds)
+        finally:
+            result["tegrastats"] = stop_tegrastats(sampler)
+        result["power_mode"] = power_mode()
     except Exception as error:  # every failure on the board is a result, with its stage
         result["reason"] = "{}: {}".format(type(error).__name__, str(error).strip().splitlines()[0]
                                             if str(error).strip() else "")
