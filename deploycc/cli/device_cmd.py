@@ -27,3 +27,32 @@ def import_command(ctx: click.Context, outdir: Path, result: Path) -> None:
     report = import_result(outdir, result)
     click.echo(f"{report['status']}: {report['summary']}")
     ctx.exit(0 if report["status"] == VERIFIED_ON_DEVICE else 1)
+
+
+@device_command.command("run")
+@click.argument("outdir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--host", required=True, help="user@board, or a Host of ~/.ssh/config.")
+@click.option("--port", type=int, help="SSH port (default: ssh's).")
+@click.option("--identity", type=click.Path(dir_okay=False, path_type=Path), help="SSH private key.")
+@click.option("--ssh-option", multiple=True, metavar="KEY=VALUE", help="Passed to ssh as -o.")
+@click.option("--python", default="python3", show_default=True, help="The board's Python (3.6 or newer).")
+@click.option("--engine", type=click.Choice(["tensorrt", "onnxruntime"]), default="tensorrt",
+              show_default=True, help="onnxruntime: ORT stands in for TensorRT (any host).")
+@click.option("--iterations", type=int, default=200, show_default=True)
+@click.pass_context
+def run_command(ctx: click.Context, outdir: Path, host: str, port: int | None, identity: Path | None,
+                ssh_option: tuple[str, ...], python: str, engine: str, iterations: int) -> None:
+    """Copy OUTDIR/bundle to HOST, build, verify and time the engine there, import the result.
+
+    Uses the system's ssh (the bundle goes as a tar stream). Exit code 0 verified on the
+    device, 1 failed there (or the run left no result), 2 when the host cannot be reached or
+    OUTDIR has no bundle.
+    """
+    from deploycc.pipeline.device import VERIFIED_ON_DEVICE, import_result
+    from deploycc.pipeline.remote import Remote, run_on_board
+
+    remote = Remote(host, port, identity, list(ssh_option))
+    result = run_on_board(outdir, remote, python=python, engine=engine, iterations=iterations)
+    report = import_result(outdir, result)
+    click.echo(f"{report['status']}: {report['summary']}")
+    ctx.exit(0 if report["status"] == VERIFIED_ON_DEVICE else 1)
