@@ -183,3 +183,12 @@ def test_tegrastats_lines_from_the_board_are_summarised_on_import(built: Path, t
     device = json.loads((out / "manifest.json").read_text())["device"]
     assert device["tegrastats_summary"]["gr3d_mean_percent"] == 45.0
     assert "tegrastats (2 samples, NV Power Mode: MAXN)" in (out / "report.md").read_text()
+
+
+def test_a_bundle_newer_than_the_runner_is_refused(built: Path, tmp_path: Path) -> None:
+    out = _copy(built, tmp_path)
+    document = json.loads((out / "bundle" / "bundle.json").read_text())
+    assert document["schema"] == 1
+    (out / "bundle" / "bundle.json").write_text(json.dumps(dict(document, schema=99)))
+    code, result = _run_on_device(out / "bundle")
+    assert code == 2 and "schema 99 is newer" in result["reason"]

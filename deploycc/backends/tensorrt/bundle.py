@@ -26,6 +26,7 @@ MODEL_NAME = "model.onnx"
 PLAN_NAME = "model.plan"
 TIMING_CACHE = "timing.cache"
 RUNNER = "run_on_device.py"
+BUNDLE_SCHEMA = 1  # bundle.json's layout; the runner refuses a newer one
 REFERENCE_DIR, REFERENCE_INDEX = "reference", "reference.json"
 REFERENCE_SCHEMA = 1
 
@@ -108,7 +109,7 @@ def write_bundle(request: BuildRequest) -> Artifact:
     jetpack = f" --jetpack {build['jetpack']}" if build["jetpack"] else ""
     deploycc_command = f"deploycc build {BUNDLE_DIR} --engine-only --target {request.target.name}{jetpack}"
     (folder / BUNDLE_FILE).write_text(json.dumps({
-        "settings": build, "trtexec": command, "deploycc": deploycc_command,
+        "schema": BUNDLE_SCHEMA, "settings": build, "trtexec": command, "deploycc": deploycc_command,
     }, indent=2) + "\n")
     # JetPack installs trtexec in /usr/src/tensorrt/bin, which is not on PATH.
     (folder / "trtexec.sh").write_text(

@@ -187,6 +187,12 @@ class _CudaMemory:
             self._check(self.lib.cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
 
 
+def _release(version):
+    """(major, minor) of a version string."""
+    parts = [int(p) for p in str(version).split(".")[:2] if p.isdigit()]
+    return tuple(parts + [0] * (2 - len(parts)))
+
+
 class TrtEngine:
     """A TensorRT engine built here from the bundle's ONNX model (or loaded from model.plan when
     it was built by this TensorRT on this device), driven through whichever API the installed
@@ -198,6 +204,11 @@ class TrtEngine:
         import tensorrt as trt
 
         self.trt, self.version = trt, trt.__version__
+        wanted, have = _release(settings.get("tensorrt") or "0"), _release(trt.__version__)
+        if have < wanted:
+            raise RuntimeError("this board has TensorRT {}, the bundle was legalized for {} (the target's "
+                               "table): rebuild the bundle for this JetPack".format(trt.__version__,
+                                                                                     settings.get("tensorrt")))
         self.logger = trt.Logger(trt.Logger.WARNING)
         plan_path = os.path.join(bundle, "model.plan")
         stamp_path = plan_path + ".stamp"
@@ -423,7 +434,11 @@ def run(bundle, engine_name, iterations, warmup_seconds):
     model = os.path.join(bundle, "model.onnx")
     index_file = os.path.join(bundle, REFERENCE_DIR, INDEX)
     try:
-        settings = read_json(bundle_file)["settings"]
+        document = read_json(bundle_file)
+        if document.get("schema", 1) > SCHEMA:
+            raise ValueError("bundle.json schema {} is newer than this runner's {}".format(
+                document.get("schema"), SCHEMA))
+        settings = document["settings"]
         result["model_sha256"] = sha256_of(model)
         index = read_json(index_file)
         if index.get("model_sha256") != result["model_sha256"]:
