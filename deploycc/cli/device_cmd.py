@@ -14,10 +14,13 @@ def device_command() -> None:
 
 @device_command.command("import")
 @click.argument("outdir", type=click.Path(file_okay=False, path_type=Path))
-@click.argument("result", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("result", type=click.Path(path_type=Path))
 @click.pass_context
 def import_command(ctx: click.Context, outdir: Path, result: Path) -> None:
     """Merge RESULT into OUTDIR's report.json, report.md and manifest.json.
+
+    RESULT is the result.json run_on_device.py wrote, or the bundle folder run_on_device.sh
+    (trtexec) ran in: its outputs are judged against the reference here.
 
     Exit code 0 when the engine was verified on the device, 1 when it failed there, 2 when the
     result is unreadable or from another bundle (the directory is left as it was).

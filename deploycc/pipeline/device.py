@@ -49,9 +49,9 @@ def _markdown(result: dict[str, Any]) -> str:
                   for r in rows]
     latency = result.get("latency")
     if latency:
+        runs = f" over {latency['iterations']} runs" if latency.get("iterations") else ""
         lines += ["", f"Latency: p50 {latency['p50_ms']} ms, p90 {latency['p90_ms']} ms, "
-                      f"p99 {latency['p99_ms']} ms over {latency['iterations']} runs; "
-                      f"{latency['throughput_per_s']}/s."]
+                      f"p99 {latency['p99_ms']} ms{runs}; {latency['throughput_per_s']}/s."]
     power = result.get("tegrastats_summary") or {}
     if power:
         rails = ", ".join(f"{name} {mw} mW" for name, mw in (power.get("power_mean_mw") or {}).items())
@@ -67,13 +67,70 @@ def _markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def result_from_trtexec(folder: Path) -> dict[str, Any]:
+    """The result of a bundle run by run_on_device.sh: trtexec's exported outputs judged against
+    the reference here, its performance summary read from its log. trtexec writes its outputs
+    as `[{ "name": ..., "dimensions": "AxB", "values": [...] }, ...]` (exportJSONOutput in
+    samples/common/sampleReporting.cpp, 8.2.1 to 10.0.1)."""
+    import numpy as np
+
+    from deploycc.backends.tensorrt import bundle as bundles
+    from deploycc.backends.tensorrt.logs import parse_trtexec_summary
+    from deploycc.verify.compare import compare
+
+    index = _read_json(folder / bundles.REFERENCE_DIR / bundles.REFERENCE_INDEX, "reference index")
+    log_path = folder / bundles.TRTEXEC_LOG
+    log = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    digest = hashlib.sha256((folder / "model.onnx").read_bytes()).hexdigest()
+    result: dict[str, Any] = {"schema": 1, "engine": "tensorrt (trtexec)", "status": FAILED_ON_DEVICE,
+                              "stage": "run", "model_sha256": digest}
+    exported = folder / bundles.TRTEXEC_OUTPUT
+    if not exported.is_file():
+        lines = [line for line in log.splitlines() if line.strip()]
+        result["reason"] = f"trtexec left no {bundles.TRTEXEC_OUTPUT}: {lines[-1] if lines else 'no log'}"
+        return result
+    outputs = json.loads(exported.read_text())
+    tolerances = index["tolerances"]
+    rows = []
+    for entry in index["outputs"]:
+        expected = np.fromfile(folder / bundles.REFERENCE_DIR / entry["file"],
+                               dtype=np.dtype(entry["dtype"]).newbyteorder("<")).reshape(entry["shape"])
+        found = next((o for o in outputs if o.get("name") == entry["name"]), None)
+        if found is None:
+            rows.append({"name": entry["name"], "passed": False, "problem": "not in trtexec's output"})
+            continue
+        dims = [int(d) for d in str(found.get("dimensions", "")).split("x") if d]
+        actual = np.asarray(found.get("values", []), dtype=np.float64).reshape(dims or [-1])
+        comparison = compare(entry["name"], expected, actual, atol=tolerances["atol"],
+                             rtol=tolerances["rtol"], min_cosine=tolerances["min_cosine"])
+        rows.append({"name": entry["name"], "passed": comparison.passed,
+                     "max_abs_error": comparison.max_abs_error, "cosine": comparison.cosine_similarity,
+                     "problem": comparison.problem})
+    result.update(outputs=rows, tolerances=tolerances, stage="verify")
+    failed = [row for row in rows if not row["passed"]]
+    if failed:
+        result["reason"] = f"output '{failed[0]['name']}': {failed[0].get('problem') or 'differs'}"
+        return result
+    summary = parse_trtexec_summary(log)
+    latency = summary.get("latency") or {}
+    percentiles = latency.get("percentiles_ms", {})
+    result["latency"] = {"iterations": None, "p50_ms": latency.get("median_ms"),
+                         "p90_ms": percentiles.get("90"), "p99_ms": percentiles.get("99"),
+                         "mean_ms": latency.get("mean_ms"),
+                         "throughput_per_s": summary.get("throughput_qps"), "trtexec": summary}
+    result.update(status=VERIFIED_ON_DEVICE, stage="done")
+    return result
+
+
 def import_result(outdir: Path, result_file: Path) -> dict[str, Any]:
-    """Merge the board's result into the build directory; the updated report (as JSON data)."""
+    """Merge the board's result (its result.json, or a bundle folder run_on_device.sh ran in)
+    into the build directory; the updated report (as JSON data)."""
     report_path, model = outdir / "report.json", outdir / "bundle" / "model.onnx"
     if not report_path.is_file() or not model.is_file():
         raise OptionError(f"{outdir}: not a build directory with a device bundle",
                           hint="give the -o folder of `deploycc build` for a TensorRT target")
-    result = _read_json(result_file, "device result")
+    result = result_from_trtexec(result_file) if result_file.is_dir() else \
+        _read_json(result_file, "device result")
     missing = [key for key in REQUIRED if key not in result]
     if missing:
         raise OptionError(f"{result_file}: not a device result (no {', '.join(missing)})")

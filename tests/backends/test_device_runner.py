@@ -192,3 +192,42 @@ def test_a_bundle_newer_than_the_runner_is_refused(built: Path, tmp_path: Path) 
     (out / "bundle" / "bundle.json").write_text(json.dumps(dict(document, schema=99)))
     code, result = _run_on_device(out / "bundle")
     assert code == 2 and "schema 99 is newer" in result["reason"]
+
+
+def _trtexec_output(names_and_arrays: dict[str, np.ndarray]) -> str:
+    """trtexec's --exportOutput file as exportJSONOutput writes it (sampleReporting.cpp, 8.2.1 to
+    10.0.1): dims joined by 'x', values by ', ', floats at the stream's default 6 digits."""
+    parts = []
+    for name, array in names_and_arrays.items():
+        values = ", ".join(f"{v:g}" for v in array.reshape(-1))
+        dims = "x".join(str(d) for d in array.shape)
+        parts.append(f'{{ "name" : "{name}"\n  , "dimensions" : "{dims}"\n'
+                     f'  , "values" : [ {values} ]\n  }}\n')
+    return "[\n  " + ", ".join(parts) + "]\n"
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_a_trtexec_run_folder_is_judged_on_import(built: Path, tmp_path: Path, shift: float) -> None:
+    """run_on_device.sh leaves trtexec's outputs and log in the bundle; the host judges them."""
+    from tests.backends.test_device_logs import SUMMARY_THREE_PERCENTILES
+
+    out = _copy(built, tmp_path)
+    bundle = out / "bundle"
+    script = (bundle / "run_on_device.sh").read_text()
+    assert "--loadInputs=x:reference/inputs/000.bin,ids:reference/inputs/001.bin" in script
+    assert "--shapes=x:1x4,ids:1" in script and "--buildOnly" not in script and "--exportOutput=" in script
+    for name in ("run_on_device.sh", "trtexec.sh"):  # both parse as POSIX sh
+        assert subprocess.run(["sh", "-n", str(bundle / name)]).returncode == 0, name
+    index = json.loads((bundle / "reference" / "reference.json").read_text())
+    entry = index["outputs"][0]
+    expected = np.fromfile(bundle / "reference" / entry["file"], "<f4").reshape(entry["shape"])
+    (bundle / "trtexec-output.json").write_text(_trtexec_output({"y": expected + np.float32(shift)}))
+    (bundle / "trtexec.log").write_text("[I] Engine built.\n" + SUMMARY_THREE_PERCENTILES)
+    imported = run_cli("device", "import", str(out), str(bundle))
+    report = json.loads((out / "report.json").read_text())
+    if shift == 0.0:
+        assert imported.returncode == 0, imported.stderr
+        assert report["status"] == "verified-on-device" and report["device"]["latency"]["p99_ms"] == 4.32874
+    else:
+        assert imported.returncode == 1 and report["status"] == "failed-on-device"
+        assert report["device"]["stage"] == "verify"

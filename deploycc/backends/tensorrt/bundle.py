@@ -26,6 +26,8 @@ MODEL_NAME = "model.onnx"
 PLAN_NAME = "model.plan"
 TIMING_CACHE = "timing.cache"
 RUNNER = "run_on_device.py"
+TRTEXEC_RUNNER = "run_on_device.sh"
+TRTEXEC_OUTPUT, TRTEXEC_TIMES, TRTEXEC_LOG = "trtexec-output.json", "trtexec-times.json", "trtexec.log"
 BUNDLE_SCHEMA = 1  # bundle.json's layout; the runner refuses a newer one
 REFERENCE_DIR, REFERENCE_INDEX = "reference", "reference.json"
 REFERENCE_SCHEMA = 1
@@ -180,4 +182,31 @@ def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[s
                 "reference": "the original model on ONNX Runtime CPU",
                 "tolerances": {"atol": atol, "rtol": rtol, "min_cosine": min_cosine}, **index}
     (reference / REFERENCE_INDEX).write_text(json.dumps(document, indent=1) + "\n")
+    files.append(write_trtexec_runner(folder, index["inputs"], tensorrt_version))
     return [*files, f"{BUNDLE_DIR}/{REFERENCE_DIR}/{REFERENCE_INDEX}"]
+
+
+def write_trtexec_runner(folder: Path, inputs: list[dict[str, Any]], tensorrt_version: str) -> str:
+    """run_on_device.sh, for a board without TensorRT's Python bindings: trtexec builds the
+    engine as trtexec.sh does, runs it on the reference inputs (--loadInputs, at their shapes)
+    and times it, leaving its outputs (--exportOutput), times (--exportTimes) and log for
+    `deploycc device import OUTDIR bundle/` to judge on the host."""
+    build = json.loads((folder / BUNDLE_FILE).read_text())["trtexec"]
+    skip = trtexec_flags(tensorrt_version)["build_only"]
+    run = [flag for flag in build[1:] if flag != skip]
+    run.append("--loadInputs=" + ",".join(f"{e['name']}:{REFERENCE_DIR}/{e['file']}" for e in inputs))
+    shaped = [e for e in inputs if e["shape"]]  # a scalar input has no dims to give
+    if shaped:
+        run.append("--shapes=" + ",".join(f"{e['name']}:{_dims(e['shape'])}" for e in shaped))
+    run += [f"--exportOutput={TRTEXEC_OUTPUT}", f"--exportTimes={TRTEXEC_TIMES}"]
+    script = folder / TRTEXEC_RUNNER
+    script.write_text(
+        "#!/bin/sh\n# On a board without TensorRT's Python bindings: trtexec builds the engine, runs it on\n"
+        "# the reference inputs and times it. Bring this folder back and\n"
+        "# `deploycc device import OUTDIR bundle/`.\n"
+        "cd \"$(dirname \"$0\")\"\n"
+        "TRTEXEC=\"$(command -v trtexec || echo /usr/src/tensorrt/bin/trtexec)\"\n"
+        f"\"$TRTEXEC\" {shlex.join(run)} > {TRTEXEC_LOG} 2>&1\n"
+        "code=$?\necho \"trtexec exit $code (log: trtexec.log)\"\nexit $code\n")
+    script.chmod(0o755)
+    return f"{BUNDLE_DIR}/{TRTEXEC_RUNNER}"
