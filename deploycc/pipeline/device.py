@@ -60,6 +60,11 @@ def _markdown(result: dict[str, Any]) -> str:
                       f"GPU {power.get('gr3d_mean_percent')}% on average, "
                       f"RAM peak {power.get('ram_peak_mb')} MB"
                       + (f"; mean power {rails}" if rails else "") + "."]
+    nvml = result.get("nvml") or {}
+    if nvml.get("before") and nvml.get("after"):
+        before, after = nvml["before"], nvml["after"]
+        lines += ["", f"NVML: GPU memory {before['gpu_memory_used_kb']} kB before timing, "
+                      f"{after['gpu_memory_used_kb']} kB after; power {after.get('power_mw')} mW."]
     memory = result.get("memory") or {}
     if memory:
         lines += ["", f"Memory: peak RSS {memory.get('peak_rss_kb')} kB, "
@@ -157,7 +162,7 @@ def import_result(outdir: Path, result_file: Path) -> dict[str, Any]:
     if manifest is not None:
         manifest["status"] = result["status"]
         kept = ("engine", "engine_version", "host", "machine", "latency", "memory", "model_sha256",
-                "tegrastats_summary", "power_mode")
+                "tegrastats_summary", "power_mode", "nvml")
         manifest["device"] = {key: result.get(key) for key in kept}
         write_text_atomic(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     markdown = re.sub(r"\*\*Status: [^*]+\*\*", f"**Status: {result['status']}**", markdown, count=1)

@@ -231,3 +231,15 @@ def test_a_trtexec_run_folder_is_judged_on_import(built: Path, tmp_path: Path, s
     else:
         assert imported.returncode == 1 and report["status"] == "failed-on-device"
         assert report["device"]["stage"] == "verify"
+
+
+def test_nvml_samples_from_a_discrete_gpu_reach_the_report(built: Path, tmp_path: Path) -> None:
+    """On a GPU box the runner samples NVML before and after timing (none here: no GPU)."""
+    out = _copy(built, tmp_path)
+    code, result = _run_on_device(out / "bundle")
+    assert code == 0 and result["nvml"] is None
+    result["nvml"] = {"before": {"gpu_memory_used_kb": 1000, "power_mw": 60000},
+                      "after": {"gpu_memory_used_kb": 51000, "power_mw": 180000}}
+    (tmp_path / "gpu.json").write_text(json.dumps(result))
+    assert run_cli("device", "import", str(out), str(tmp_path / "gpu.json")).returncode == 0
+    assert "GPU memory 1000 kB before timing, 51000 kB after; power 180000 mW" in (out / "report.md").read_text()

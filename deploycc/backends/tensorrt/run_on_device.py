@@ -385,6 +385,24 @@ def stop_tegrastats(process):
     return [line for line in output.splitlines() if line.strip()][-600:]
 
 
+def nvml_sample():
+    """GPU 0's used memory (kB) and power draw (mW) through NVML (nvidia-ml-py), on a discrete GPU;
+    None where NVML is not there (a Jetson has no NVML: tegrastats covers it)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        sample = {"gpu_memory_used_kb": int(pynvml.nvmlDeviceGetMemoryInfo(handle).used) // 1024}
+        try:
+            sample["power_mw"] = int(pynvml.nvmlDeviceGetPowerUsage(handle))
+        except Exception:  # not every board reports power
+            sample["power_mw"] = None
+        return sample
+    except Exception:
+        return None
+
+
 def power_mode():
     """`nvpmodel -q`'s first line (the power mode, e.g. "NV Power Mode: MAXN"); None off Jetson."""
     import subprocess
@@ -468,10 +486,12 @@ def run(bundle, engine_name, iterations, warmup_seconds):
             return result, 1
         result["stage"] = "bench"
         sampler = start_tegrastats()
+        gpu_before = nvml_sample()
         try:
             result["latency"] = benchmark(engine, inputs, iterations, warmup_seconds)
         finally:
             result["tegrastats"] = stop_tegrastats(sampler)
+        result["nvml"] = {"before": gpu_before, "after": nvml_sample()} if gpu_before else None
         result["power_mode"] = power_mode()
     except Exception as error:  # every failure on the board is a result, with its stage
         result["reason"] = "{}: {}".format(type(error).__name__, str(error).strip().splitlines()[0]
