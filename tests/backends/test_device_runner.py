@@ -242,4 +242,5 @@ def test_nvml_samples_from_a_discrete_gpu_reach_the_report(built: Path, tmp_path
                       "after": {"gpu_memory_used_kb": 51000, "power_mw": 180000}}
     (tmp_path / "gpu.json").write_text(json.dumps(result))
     assert run_cli("device", "import", str(out), str(tmp_path / "gpu.json")).returncode == 0
-    assert "GPU memory 1000 kB before timing, 51000 kB after; power 180000 mW" in (out / "report.md").read_text()
+    text = (out / "report.md").read_text()
+    assert "GPU memory 1000 kB before timing, 51000 kB after; power 180000 mW" in text

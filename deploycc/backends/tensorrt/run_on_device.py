@@ -393,7 +393,7 @@ def nvml_sample():
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        sample = {"gpu_memory_used_kb": int(pynvml.nvmlDeviceGetMemoryInfo(handle).used) // 1024}
+        sample = {"gpu_memory_used_kb": int(pynvml.nvmlDeviceGetMemoryInfo(handle).used) // 1024}  # type: dict
         try:
             sample["power_mw"] = int(pynvml.nvmlDeviceGetPowerUsage(handle))
         except Exception:  # not every board reports power
