@@ -157,25 +157,34 @@ class _CudaMemory:
     def address(buffer):
         return int(buffer) if not hasattr(buffer, "value") else int(buffer.value or 0)
 
+    def free(self, buffer):
+        if self.cuda is not None:
+            buffer.free()
+        else:
+            self._check(self.lib.cudaFree(buffer), "cudaFree")
+
+    def _copy(self, destination, source, nbytes, kind):
+        """cudaMemcpyAsync; kind 1 is host to device, 2 device to host."""
+        import ctypes
+
+        self._check(self.lib.cudaMemcpyAsync(destination, source, ctypes.c_size_t(nbytes), kind, self.stream),
+                    "cudaMemcpyAsync")
+
     def to_device(self, buffer, array):
         if self.cuda is not None:
             self.cuda.memcpy_htod_async(buffer, array, self.stream)
-            return
-        import ctypes
+        else:
+            import ctypes
 
-        self._check(self.lib.cudaMemcpyAsync(buffer, array.ctypes.data_as(ctypes.c_void_p),
-                                             ctypes.c_size_t(array.nbytes), 1, self.stream),
-                    "cudaMemcpyAsync")
+            self._copy(buffer, array.ctypes.data_as(ctypes.c_void_p), array.nbytes, 1)
 
     def to_host(self, array, buffer):
         if self.cuda is not None:
             self.cuda.memcpy_dtoh_async(array, buffer, self.stream)
-            return
-        import ctypes
+        else:
+            import ctypes
 
-        self._check(self.lib.cudaMemcpyAsync(array.ctypes.data_as(ctypes.c_void_p), buffer,
-                                             ctypes.c_size_t(array.nbytes), 2, self.stream),
-                    "cudaMemcpyAsync")
+            self._copy(array.ctypes.data_as(ctypes.c_void_p), buffer, array.nbytes, 2)
 
     def handle(self):
         return self.stream.handle if self.cuda is not None else self.stream.value
@@ -234,6 +243,8 @@ class TrtEngine:
         self.context = self.engine.create_execution_context()
         self.memory = _CudaMemory()
         self.named = hasattr(self.engine, "num_io_tensors")
+        self.io = self._io()
+        self.buffers = {}  # name -> (device buffer, its size): kept across runs, grown when needed
 
     def _build(self, bundle, settings):
         trt = self.trt
@@ -288,10 +299,20 @@ class TrtEngine:
         return [(engine.get_binding_name(i), engine.binding_is_input(i),
                  trt.nptype(engine.get_binding_dtype(i))) for i in range(engine.num_bindings)]
 
+    def _buffer(self, name, nbytes):
+        """The device buffer of one tensor, reused from run to run (the timed loop allocates
+        nothing) and reallocated only when a larger one is needed."""
+        held = self.buffers.get(name)
+        if held is None or held[1] < nbytes:
+            if held is not None:
+                self.memory.free(held[0])
+            held = self.buffers[name] = (self.memory.alloc(nbytes), nbytes)
+        return held[0]
+
     def run(self, feeds):
         import numpy as np
 
-        io = self._io()
+        io = self.io
         buffers, outputs = {}, {}
         for index, (name, is_input, dtype) in enumerate(io):
             if not is_input:
@@ -301,7 +322,7 @@ class TrtEngine:
                 self.context.set_input_shape(name, array.shape)
             else:
                 self.context.set_binding_shape(index, array.shape)
-            buffers[name] = self.memory.alloc(array.nbytes)
+            buffers[name] = self._buffer(name, array.nbytes)
             self.memory.to_device(buffers[name], array)
         for index, (name, is_input, dtype) in enumerate(io):
             if is_input:
@@ -309,7 +330,7 @@ class TrtEngine:
             shape = self.context.get_tensor_shape(name) if self.named else \
                 self.context.get_binding_shape(index)
             outputs[name] = np.empty(tuple(shape), dtype=dtype)
-            buffers[name] = self.memory.alloc(outputs[name].nbytes)
+            buffers[name] = self._buffer(name, outputs[name].nbytes)
         if self.named:
             for name, _, _ in io:
                 self.context.set_tensor_address(name, self.memory.address(buffers[name]))
