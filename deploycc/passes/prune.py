@@ -26,6 +26,8 @@ from deploycc.errors import OptionError
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import onnx_ir as ir
 
 # Casts a -> b -> a that lose nothing: b holds every value of a exactly.
@@ -74,6 +76,23 @@ def _dtype(value: ir.Value | None) -> str | None:
     return None if value is None or value.dtype is None else value.dtype.name
 
 
+def reshape_keeps(wanted: Sequence[int | str], dims: Sequence[int | str | None], allowzero: bool) -> bool:
+    """Whether reshaping a tensor of `dims` to `wanted` leaves it as it is, dim by dim: 0 copies
+    the dim (without allowzero), an entry must equal a known dim (a number, or the same symbolic
+    dim), and one -1 is the one dim left when every other dim is kept."""
+    inferred = 0
+    for entry, dim in zip(wanted, dims, strict=True):
+        if entry == -1:
+            inferred += 1
+        elif entry == 0 and not allowzero:
+            continue
+        elif isinstance(entry, int) and entry <= 0:
+            return False
+        elif dim is None or "?" in str(dim) or str(entry) != str(dim):
+            return False
+    return inferred <= 1
+
+
 def passthrough_input(node: ir.Node) -> ir.Value | None:
     """The value this node merely forwards, or None when it computes something."""
     op = node.op_type
@@ -119,13 +138,8 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
         dims = _dims(x)
         if dims is None or wanted is None or wanted.size != len(dims):
             return None
-        # Dim by dim: 0 copies the dim (without allowzero), a number must equal a known dim, and
-        # one -1 is the one dim left when every other dim is kept.
-        allowzero = node.attributes.get_int("allowzero", 0)
-        kept = [(d == 0 and not allowzero) or (d > 0 and dim == d) for d, dim in zip(wanted.tolist(), dims,
-                                                                                   strict=True)]
-        inferred = [i for i, d in enumerate(wanted.tolist()) if d == -1]
-        return x if all(k or i in inferred for i, k in enumerate(kept)) and len(inferred) <= 1 else None
+        allowzero = bool(node.attributes.get_int("allowzero", 0))
+        return x if reshape_keeps(wanted.tolist(), dims, allowzero) else None
     if op == "Expand":
         wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
         dims = _dims(x)

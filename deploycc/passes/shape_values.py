@@ -281,16 +281,9 @@ def _reshape_keeps(node: ir.Node, trust: _Trust) -> bool:
     key = _content_key(content, 1) if content is not None else None
     if dims is None or key is None or len(key) - 1 != len(dims):
         return False
-    allowzero = node.attributes.get_int("allowzero") or 0
-    inferred = 0
-    for wanted, dim in zip(key[1:], dims, strict=True):
-        if wanted == -1:
-            inferred += 1
-        elif wanted == 0 and not allowzero:
-            continue
-        elif dim is None or "?" in str(dim) or str(wanted) != str(dim):
-            return False
-    return inferred <= 1
+    from deploycc.passes.prune import reshape_keeps
+
+    return reshape_keeps(list(key[1:]), dims, bool(node.attributes.get_int("allowzero")))
 
 
 # The shape arithmetic's types: integers, and the booleans an Equal on a shape gives (the -1 test
