@@ -802,3 +802,14 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def tar_folder(folder: Path) -> bytes:
+    """A folder as an uncompressed tar, under its own name (for ssh's stdin or a Ray object)."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.add(folder, arcname=folder.name)
+    return buffer.getvalue()

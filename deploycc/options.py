@@ -62,6 +62,9 @@ class BuildOptions:
     bench_iterations: int = 50
     force: bool = False
     engine_only: bool = False
+    # TensorRT: write the device bundle even where TensorRT is importable (the audit's Ray
+    # executor builds on the board, not on whichever node legalized the model).
+    bundle_only: bool = False
 
     def effective_precision(self, target: Target) -> str:
         return self.precision or target.precision.default

@@ -41,10 +41,15 @@ class CellSpec:
     inputs: str | None = None
     hints_sha256: str = ""
     partition: bool = False  # a model refused as a whole is tried with host segments
+    # The hardware stages run on a board (Ray executor) with this engine ("tensorrt", or
+    # "onnxruntime" standing in): this cell writes the device bundle even where TensorRT is
+    # importable, and the board's runner builds, verifies and times it.
+    device_engine: str | None = None
 
     def key(self, version: str) -> str:
         text = "|".join([self.model_sha256, self.target_hash, version, ",".join(self.stages),
-                         str(self.batch), self.hints_sha256] + (["partition"] if self.partition else []))
+                         str(self.batch), self.hints_sha256] + (["partition"] if self.partition else [])
+                         + ([f"on-device:{self.device_engine}"] if self.device_engine else []))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def needs_hardware(self, backend: str) -> bool:

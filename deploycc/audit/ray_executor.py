@@ -1,22 +1,33 @@
 """Audit cells as Ray tasks, for corpora one machine cannot hold and for stages that must run on
 the target hardware.
 
-Cells whose stages need the hardware (building and benchmarking TensorRT engines) ask for a Ray
-custom resource named after the target, so a Jetson that joined with
-`ray start --address=HEAD --resources='{"jetson-xavier": 1}'` receives exactly those cells;
-the rest run on any node. Each task still runs its cell in a child process with the timeout and
-memory limit, so a crash on a node fails that cell only. A cell asking for a resource no node in
-the cluster has is reported as "unschedulable" at once instead of waiting forever.
+A cell whose stages need the hardware (a TensorRT engine, built, verified and timed) runs in two
+tasks. The first, on any node, checks and legalizes the model and writes the device bundle (as
+`deploycc build` does where there is no TensorRT). The second asks for a Ray custom resource named
+after the target, so a board that joined with
+`ray start --address=HEAD --resources='{"jetson-xavier": 1}'` receives it; it runs the bundle's
+own run_on_device.py there, and the board's result.json is imported into the cell's build
+directory on the head as `deploycc device import` would. The on-board task is shipped by value
+and needs only the standard library, so the board needs Ray, numpy and TensorRT, not deploycc.
+
+Each cell still runs in a child process with the timeout and memory limit, so a crash on a node
+fails that cell only. A cell asking for a resource no node in the cluster has is reported as
+"unschedulable" at once instead of waiting forever.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.audit import device_task
 from deploycc.audit.cells import CellResult, CellSpec
-from deploycc.errors import OptionError
+from deploycc.errors import DeployccError, OptionError
+from deploycc.io import StagedDirectory, tar_folder
 from deploycc.taxonomy import CellStatus, Failure
 
 if TYPE_CHECKING:
@@ -24,14 +35,20 @@ if TYPE_CHECKING:
 
 
 def _run_remote(spec_data: dict[str, Any], timeout: float, memory: int | None, worker: list[str]) -> dict:
+    """A cell on any node; for a cell that wrote a device bundle, its build directory comes back
+    as a tar (the node that ran it need not be the head)."""
     from deploycc.audit.isolate import run_isolated
 
     spec_data["stages"] = tuple(spec_data["stages"])
-    return asdict(run_isolated(CellSpec(**spec_data), timeout=timeout, memory_limit=memory, worker=worker))
+    spec = CellSpec(**spec_data)
+    cell = run_isolated(spec, timeout=timeout, memory_limit=memory, worker=worker)
+    workdir = Path(spec.workdir)
+    bundled = spec.device_engine is not None and cell.status == CellStatus.LEGALIZED and \
+        (workdir / "bundle" / "run_on_device.py").is_file()
+    return {"cell": asdict(cell), "outputs": tar_folder(workdir) if bundled else None}
 
 
-def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions, backends: dict[str, str],
-            done: Callable[[str, CellResult], None]) -> None:
+def _connect(options: AuditOptions) -> Any:
     try:
         import ray
     except ImportError:
@@ -42,21 +59,80 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions, backends: 
         except Exception as error:
             raise OptionError(f"cannot connect to Ray at {options.ray_address or 'a local instance'}: "
                               f"{str(error).splitlines()[0]}") from None
+    # The on-board task travels by value: the board has Ray but not deploycc.
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(device_task)
+    return ray
+
+
+def _unschedulable(spec: CellSpec, resource: str) -> CellResult:
+    hint = f"a device joins with ray start --resources='{{\"{resource}\": 1}}'"
+    return CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage="schedule",
+                      category=Failure.UNSCHEDULABLE,
+                      message=f"no node in the Ray cluster offers the resource '{resource}' ({hint})")
+
+
+def _receive(outputs: bytes, workdir: Path) -> None:
+    """The build directory a node wrote, in place on this machine (whole, or as it was)."""
+    with StagedDirectory(workdir, force=True) as staged:
+        device_task.unpack(outputs, str(staged.staging), strip=workdir.name)
+
+
+def on_device_cell(prepared: CellResult, workdir: Path, outcome: dict[str, Any],
+                   stages: tuple[str, ...]) -> CellResult:
+    """The cell after its bundle ran on the board: the board's result imported into the build
+    directory, and the cell's status from it."""
+    from deploycc.pipeline.device import VERIFIED_ON_DEVICE, import_result
+
+    cell = dataclasses.replace(prepared, details=dict(prepared.details), stage="device")
+    host = str(outcome.get("host", "the device"))
+    cell.details["device_host"] = host
+    if "error" in outcome:
+        cell.status, cell.category = CellStatus.FAILED, Failure.BACKEND_CRASH
+        cell.message = f"on {host}: {outcome['error']}"
+        return cell
+    with tempfile.TemporaryDirectory(prefix="deploycc-device-") as folder:
+        result_file = Path(folder) / "result.json"
+        result_file.write_text(outcome["result"])
+        try:
+            report = import_result(workdir, result_file)
+        except DeployccError as error:
+            cell.status, cell.category = CellStatus.FAILED, Failure.BACKEND_ERROR
+            cell.message = f"the result from {host} was not imported: {error}"
+            return cell
+    device = report["device"]
+    engine = " ".join(str(part) for part in (device.get("engine"), device.get("engine_version")) if part)
+    cell.details.update(build_status=report["status"], summary=report["summary"], device_engine=engine)
+    if device["status"] == VERIFIED_ON_DEVICE:
+        latency = device.get("latency") or {}
+        benched = "bench" in stages and bool(latency)
+        cell.status = CellStatus.BENCHMARKED if benched else CellStatus.VERIFIED
+        cell.stage, cell.category, cell.message = "verify", None, f"verified on {host} with {engine}"
+        if latency.get("p50_ms") is not None:
+            cell.details["p50_ms"] = latency["p50_ms"]
+    else:
+        cell.status, cell.stage = CellStatus.FAILED, str(device.get("stage", "device"))
+        cell.category = Failure.NUMERIC_MISMATCH if cell.stage == "verify" else Failure.BACKEND_ERROR
+        cell.message = f"on {host} with {engine}: {device.get('reason', 'failed')}"
+    return cell
+
+
+def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions,
+            done: Callable[[str, CellResult], None]) -> None:
+    ray = _connect(options)
     available = ray.cluster_resources()
-    remote = ray.remote(_run_remote)
+    prepare = ray.remote(_run_remote)
+    on_board = ray.remote(device_task.run_bundle)
     memory = options.memory_limit_mb << 20 if options.memory_limit_mb else None
     futures: dict[Any, str] = {}
     specs = dict(cells)
+    prepared: dict[str, CellResult] = {}  # cells whose bundle is on a board now
     for key, spec in cells:
-        resources = {spec.target: 1} if spec.needs_hardware(backends.get(spec.target, "")) else {}
-        missing = [name for name in resources if available.get(name, 0) < 1]
-        if missing:
-            hint = f"a device joins with ray start --resources='{{\"{missing[0]}\": 1}}'"
-            message = f"no node in the Ray cluster offers the resource '{missing[0]}' ({hint})"
-            done(key, CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED,
-                                 stage="schedule", category=Failure.UNSCHEDULABLE, message=message))
+        if spec.device_engine and available.get(spec.target, 0) < 1:
+            done(key, _unschedulable(spec, spec.target))
             continue
-        task = remote.options(num_cpus=1, resources=resources)
+        task = prepare.options(num_cpus=1)
         futures[task.remote(asdict(spec), options.timeout, memory, list(options.worker))] = key
     while futures:
         ready, _ = ray.wait(list(futures), num_returns=1, timeout=options.timeout + 60)
@@ -69,5 +145,19 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions, backends: 
             return
         for future in ready:
             key = futures.pop(future)
-            data = ray.get(future)
-            done(key, CellResult(**data))
+            spec, data = specs[key], ray.get(future)
+            workdir = Path(spec.workdir)
+            if key in prepared:
+                done(key, on_device_cell(prepared.pop(key), workdir, data, spec.stages))
+                continue
+            cell = CellResult(**data["cell"])
+            if data["outputs"] is None:
+                done(key, cell)
+                continue
+            _receive(data["outputs"], workdir)
+            prepared[key] = cell
+            task = on_board.options(num_cpus=1, resources={spec.target: 1})
+            futures[task.remote(tar_folder(workdir / "bundle"), engine=spec.device_engine,
+                                iterations=options.device_iterations, timeout=options.timeout,
+                                python=options.device_python)] = key
+

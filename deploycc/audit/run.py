@@ -37,6 +37,12 @@ class AuditOptions:
     executor: str = "local"
     ray_address: str | None = None
     partition: bool = False  # refused models tried again with host segments (build stage)
+    # Ray executor, TensorRT cells: the runner on the board. "onnxruntime" stands ONNX Runtime in
+    # for TensorRT (a node without TensorRT checks the loop); python: the board's interpreter for
+    # the runner when not the Ray worker's own (the system Python that has JetPack's bindings).
+    device_engine: str = "tensorrt"
+    device_python: str | None = None
+    device_iterations: int = 200
     worker: Sequence[str] = WORKER  # the cell process; tests substitute one that really crashes
 
 
@@ -126,6 +132,9 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
             spec = CellSpec(model=str(model), model_sha256=digest, target=target.name,
                             target_hash=target.spec_hash, stages=tuple(options.stages), jetpack=jetpack,
                             batch=options.batch, partition=options.partition, **hints)
+            # On Ray, a TensorRT cell's engine is built, verified and timed by the runner on a board.
+            if options.executor == "ray" and spec.needs_hardware(target.backend.kind):
+                spec.device_engine = options.device_engine
             key = spec.key(version)
             spec.workdir = str(outdir / "builds" / key)
             cells.append((key, spec))
@@ -184,8 +193,7 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
     if options.executor == "ray":
         from deploycc.audit.ray_executor import run_ray
 
-        backends = {t.name: t.backend.kind for t in targets}
-        run_ray(pending, options, backends, done)
+        run_ray(pending, options, done)
     elif options.executor == "local":
         run_local(pending, options, done)
     else:

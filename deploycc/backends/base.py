@@ -64,6 +64,7 @@ class BuildRequest:
     timing_cache: Path | None = None
     cache_dir: Path | None = None
     threads: int | None = None  # runners: CPU threads (None: the backend's default)
+    bundle_only: bool = False  # backends that build on the device: the bundle, never the engine here
 
 
 @dataclass

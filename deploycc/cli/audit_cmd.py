@@ -26,11 +26,16 @@ from deploycc.cli import emit
 @click.option("--jetpack", help="Resolve Jetson targets at this JetPack release.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--ray-address", help="Ray cluster address (default: start or join a local one).")
+@click.option("--device-engine", type=click.Choice(["tensorrt", "onnxruntime"]), default="tensorrt",
+              show_default=True,
+              help="Ray: what the runner on a board runs TensorRT cells with (onnxruntime checks the loop "
+                   "on a node without TensorRT).")
+@click.option("--device-python", help="Ray: the board's Python for the runner (default: the Ray worker's).")
 @click.option("--json", "as_json", is_flag=True, help="Print audit.json instead of a summary.")
 def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str, stages: str, jobs: int,
                   timeout: float, memory_limit_mb: int | None, fresh: bool, batch: int | None,
                   partition: bool, jetpack: str | None, executor: str, ray_address: str | None,
-                  as_json: bool) -> None:
+                  device_engine: str, device_python: str | None, as_json: bool) -> None:
     """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran."""
     from deploycc import api
     from deploycc.audit.run import AuditOptions
@@ -38,7 +43,8 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
 
     options = AuditOptions(stages=tuple(s.strip() for s in stages.split(",") if s.strip()), jobs=jobs,
                            timeout=timeout, memory_limit_mb=memory_limit_mb, fresh=fresh, batch=batch,
-                           executor=executor, ray_address=ray_address, partition=partition)
+                           executor=executor, ray_address=ray_address, partition=partition,
+                           device_engine=device_engine, device_python=device_python)
     with console.progress_bar("auditing", quiet=as_json) as update:
         def progress(counts, total) -> None:
             update(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",

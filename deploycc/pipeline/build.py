@@ -116,7 +116,7 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
                 model=staging / LEGALIZED, outdir=staging, target=target, precision=precision,
                 artifact_format=options.artifact_format, dla_core=options.dla_core,
                 gpu_fallback=options.gpu_fallback, fail_on_fallback=options.fail_on_fallback,
-                workspace_mb=options.workspace_mb)
+                workspace_mb=options.workspace_mb, bundle_only=options.bundle_only)
             backend.prepare(request, options)
             try:
                 artifact = backend.build(request)

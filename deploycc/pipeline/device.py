@@ -60,6 +60,11 @@ def _markdown(result: dict[str, Any]) -> str:
                       f"GPU {power.get('gr3d_mean_percent')}% on average, "
                       f"RAM peak {power.get('ram_peak_mb')} MB"
                       + (f"; mean power {rails}" if rails else "") + "."]
+    clocks = result.get("clocks") or {}
+    if clocks.get("jetson_clocks") is not None:
+        lines += ["", "Clocks locked (jetson_clocks): timings are stable." if clocks["jetson_clocks"] else
+                      f"Clocks not locked (CPU {clocks.get('cpu_locked')}, GPU {clocks.get('gpu_locked')}, "
+                      f"GPU at {clocks.get('gpu_mhz')} MHz): run `sudo jetson_clocks` for stable timings."]
     nvml = result.get("nvml") or {}
     if nvml.get("before") and nvml.get("after"):
         before, after = nvml["before"], nvml["after"]
@@ -162,7 +167,7 @@ def import_result(outdir: Path, result_file: Path) -> dict[str, Any]:
     if manifest is not None:
         manifest["status"] = result["status"]
         kept = ("engine", "engine_version", "host", "machine", "latency", "memory", "model_sha256",
-                "tegrastats_summary", "power_mode", "nvml")
+                "tegrastats_summary", "power_mode", "clocks", "nvml")
         manifest["device"] = {key: result.get(key) for key in kept}
         write_text_atomic(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     markdown = re.sub(r"\*\*Status: [^*]+\*\*", f"**Status: {result['status']}**", markdown, count=1)

@@ -10,15 +10,14 @@ and TensorRT.
 
 from __future__ import annotations
 
-import io
 import shlex
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploycc.errors import DeployccError, OptionError
+from deploycc.io import tar_folder
 
 REMOTE_ROOT = "deploycc-bundles"
 CONNECT_TIMEOUT_S = 15
@@ -60,13 +59,6 @@ def _last_line(process: subprocess.CompletedProcess) -> str:
     return lines[-1].strip() if lines else f"exit {process.returncode}"
 
 
-def _tar(folder: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        archive.add(folder, arcname=folder.name)
-    return buffer.getvalue()
-
-
 def run_on_board(outdir: Path, remote: Remote, *, python: str = "python3", engine: str = "tensorrt",
                  iterations: int = 200, timeout: float = 3600) -> Path:
     """Copy OUTDIR/bundle to the board (a tar stream over ssh: the board needs only sh and tar),
@@ -78,7 +70,7 @@ def run_on_board(outdir: Path, remote: Remote, *, python: str = "python3", engin
                           hint="give the -o folder of `deploycc build` for a TensorRT target")
     folder = shlex.quote(f"{REMOTE_ROOT}/{outdir.resolve().name}")
     copied = remote.ssh(f"rm -rf {folder}/bundle && mkdir -p {folder} && tar -xf - -C {folder}",
-                        timeout=timeout, stdin=_tar(bundle))
+                        timeout=timeout, stdin=tar_folder(bundle))
     if copied.returncode == 255:  # ssh's own failure: the host was not reached
         raise OptionError(f"cannot reach {remote.host}: {_last_line(copied)}",
                           hint="check that `ssh HOST true` works without a password prompt (keys or agent)")

@@ -1,8 +1,10 @@
 """The Ray executor against a local Ray instance with a custom resource named after a target:
-hardware cells go where the resource is, a cell needing a resource no node has is reported."""
+hardware cells go where the resource is, a cell needing a resource no node has is reported, and a
+TensorRT cell's bundle runs through the board's own runner on the node with the resource."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import onnx
@@ -26,15 +28,35 @@ def local_cluster():
 def test_ray_executor_routes_hardware_cells_and_reports_unschedulable(local_cluster, tmp_path: Path) -> None:
     model = tmp_path / "cnn.onnx"
     onnx.save(small_cnn(), model)
-    options = AuditOptions(executor="ray", batch=1, timeout=300)
+    options = AuditOptions(executor="ray", batch=1, timeout=300, device_engine="onnxruntime",
+                           device_iterations=20)
     report = api.audit([model], ["ort-cpu", "jetson-xavier", "jetson-orin"], tmp_path / "ray", options)
     cells = {c.target: c for c in report.cells}
     assert cells["ort-cpu"].status == "verified"
-    # jetson-xavier has a node offering its resource: the cell ran (bundled: no TensorRT here)
+    # jetson-xavier has a node offering its resource: the bundle's runner ran there (ONNX Runtime
+    # standing in for TensorRT), and its result was imported into the cell's build directory
     xavier = cells["jetson-xavier"]
-    assert xavier.status == "legalized" and "pending on the device" in xavier.message
+    assert xavier.status == "verified", xavier.message
+    assert xavier.details["device_engine"].startswith("onnxruntime")
+    build = tmp_path / "ray" / "builds"
+    reports = [json.loads(p.read_text()) for p in build.glob("*/report.json")]
+    on_device = [r for r in reports if r.get("device")]
+    assert len(on_device) == 1 and on_device[0]["status"] == "verified-on-device"
+    assert on_device[0]["device"]["latency"]["iterations"] >= 1
     # no node offers jetson-orin: reported at once, not left waiting
     assert cells["jetson-orin"].category == "unschedulable" and "jetson-orin" in cells["jetson-orin"].message
     assert (tmp_path / "ray" / "audit.html").exists()
     local = api.audit([model], ["ort-cpu"], tmp_path / "ray", AuditOptions(batch=1, timeout=300))
     assert local.reused == 1  # both executors share the same store of finished cells
+
+
+def test_ray_executor_reports_a_board_without_tensorrt(local_cluster, tmp_path: Path) -> None:
+    """The node joined as a jetson-xavier but has no TensorRT: the cell fails there with the
+    runner's reason, as a backend error, never as a pending bundle or a crash of the audit."""
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)
+    report = api.audit([model], ["jetson-xavier"], tmp_path / "ray",
+                       AuditOptions(executor="ray", batch=1, timeout=300))
+    (cell,) = report.cells
+    assert cell.status == "failed" and cell.category == "backend-error", cell.message
+    assert "tensorrt" in cell.message.lower()

@@ -147,17 +147,22 @@ def test_the_runner_keeps_to_python_3_6() -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_the_runners_comparison_is_deploycc_s() -> None:
-    """The runner carries its own copy of the comparison (it cannot import deploycc on the board):
-    on the same arrays it must reach deploycc's verdicts."""
+def _runner_module():
     import importlib.util
-
-    from deploycc.verify.compare import compare
 
     spec = importlib.util.spec_from_file_location("run_on_device", RUNNER)
     assert spec is not None and spec.loader is not None
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
+    return runner
+
+
+def test_the_runners_comparison_is_deploycc_s() -> None:
+    """The runner carries its own copy of the comparison (it cannot import deploycc on the board):
+    on the same arrays it must reach deploycc's verdicts."""
+    from deploycc.verify.compare import compare
+
+    runner = _runner_module()
     rng = np.random.default_rng(0)
     expected = rng.standard_normal((4, 50)).astype(np.float32)
     cases = [expected + 1e-4, expected + 5e-2, -expected, np.where(expected > 2, np.nan, expected),
@@ -177,12 +182,43 @@ def test_tegrastats_lines_from_the_board_are_summarised_on_import(built: Path, t
     code, result = _run_on_device(out / "bundle")
     assert code == 0 and result["tegrastats"] is None  # no tegrastats on this machine
     busy = NANO_JP4.replace("GR3D_FREQ 0%@76", "GR3D_FREQ 90%@921")
-    result.update(tegrastats=[NANO_JP4, busy], power_mode="NV Power Mode: MAXN")
+    result.update(tegrastats=[NANO_JP4, busy], power_mode="NV Power Mode: MAXN",
+                  clocks={"cpu_locked": True, "gpu_locked": False, "gpu_mhz": 76.8, "jetson_clocks": False})
     (tmp_path / "board.json").write_text(json.dumps(result))
     assert run_cli("device", "import", str(out), str(tmp_path / "board.json")).returncode == 0
     device = json.loads((out / "manifest.json").read_text())["device"]
     assert device["tegrastats_summary"]["gr3d_mean_percent"] == 45.0
-    assert "tegrastats (2 samples, NV Power Mode: MAXN)" in (out / "report.md").read_text()
+    markdown = (out / "report.md").read_text()
+    assert "tegrastats (2 samples, NV Power Mode: MAXN)" in markdown
+    assert "Clocks not locked" in markdown and "GPU at 76.8 MHz" in markdown
+
+
+def _xavier_sysfs(root: Path, *, cpu_min: int, gpu_min: int) -> None:
+    """The files jetson_clocks writes, laid out as on an AGX Xavier (JetPack 5): 8 Carmel cores,
+    the Volta GPU's devfreq node 17000000.gv11b; frequencies in kHz (CPU) and Hz (GPU)."""
+    for cpu in range(8):
+        folder = root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "cpufreq"
+        folder.mkdir(parents=True)
+        (folder / "scaling_min_freq").write_text(f"{cpu_min}\n")
+        (folder / "scaling_max_freq").write_text("2265600\n")
+    gpu = root / "class" / "devfreq" / "17000000.gv11b"
+    gpu.mkdir(parents=True)
+    (gpu / "min_freq").write_text(f"{gpu_min}\n")
+    (gpu / "max_freq").write_text("1377000000\n")
+    (gpu / "cur_freq").write_text(f"{gpu_min}\n")
+    (root / "class" / "devfreq" / "2c00000.emc").mkdir()  # not the GPU: ignored
+
+
+def test_the_runner_tells_whether_jetson_clocks_locked_the_clocks(tmp_path: Path) -> None:
+    runner = _runner_module()
+    _xavier_sysfs(tmp_path / "locked", cpu_min=2265600, gpu_min=1377000000)
+    assert runner.clock_state(str(tmp_path / "locked")) == {
+        "cpu_locked": True, "gpu_locked": True, "gpu_mhz": 1377.0, "jetson_clocks": True}
+    _xavier_sysfs(tmp_path / "dvfs", cpu_min=115200, gpu_min=114750000)
+    state = runner.clock_state(str(tmp_path / "dvfs"))
+    assert state["jetson_clocks"] is False and state["gpu_mhz"] == 114.8
+    # off Jetson (no GPU devfreq node): unknown, not "unlocked"
+    assert runner.clock_state(str(tmp_path / "empty"))["jetson_clocks"] is None
 
 
 def test_a_bundle_newer_than_the_runner_is_refused(built: Path, tmp_path: Path) -> None:

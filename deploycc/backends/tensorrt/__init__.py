@@ -57,7 +57,7 @@ class TensorRTBackend(Backend):
         return facts
 
     def build(self, request: BuildRequest) -> Artifact:
-        if self.unavailable_reason() is not None:
+        if request.bundle_only or self.unavailable_reason() is not None:
             return bundle.write_bundle(request)
         from deploycc.backends.tensorrt.engine import build_plan
 

@@ -437,6 +437,48 @@ def power_mode():
     return lines[0] if lines else None
 
 
+# devfreq nodes of the Jetson GPUs: Nano 57000000.gpu, TX2 17000000.gp10b, Xavier 17000000.gv11b,
+# Orin 17000000.ga10b.
+GPU_DEVFREQ = (".gpu", ".gp10b", ".gv11b", ".ga10b")
+
+
+def read_number(path):
+    try:
+        with open(path) as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def clock_state(root="/sys"):
+    """Whether the clocks are locked, as jetson_clocks leaves them: it raises every CPU's
+    scaling_min_freq and the GPU's devfreq min_freq to their maxima. Read from sysfs, which needs
+    no root (`jetson_clocks --show` does). None where a part is not found (off Jetson)."""
+    import glob
+
+    cpus = []
+    for folder in sorted(glob.glob(os.path.join(root, "devices/system/cpu/cpu[0-9]*/cpufreq"))):
+        low = read_number(os.path.join(folder, "scaling_min_freq"))
+        high = read_number(os.path.join(folder, "scaling_max_freq"))
+        if low is not None and high is not None:
+            cpus.append(low == high)
+    gpu = None
+    gpu_mhz = None
+    for folder in sorted(glob.glob(os.path.join(root, "class/devfreq/*"))):
+        if not os.path.basename(folder).endswith(GPU_DEVFREQ):
+            continue
+        low = read_number(os.path.join(folder, "min_freq"))
+        high = read_number(os.path.join(folder, "max_freq"))
+        current = read_number(os.path.join(folder, "cur_freq"))
+        if low is not None and high is not None:
+            gpu = low == high
+            gpu_mhz = None if current is None else round(current / 1e6, 1)
+            break
+    cpu = all(cpus) if cpus else None
+    return {"cpu_locked": cpu, "gpu_locked": gpu, "gpu_mhz": gpu_mhz,
+            "jetson_clocks": None if gpu is None else bool(gpu and cpu)}
+
+
 def percentile(sorted_values, share):
     index = min(len(sorted_values) - 1, max(0, int(round(share * (len(sorted_values) - 1)))))
     return sorted_values[index]
@@ -514,6 +556,7 @@ def run(bundle, engine_name, iterations, warmup_seconds):
             result["tegrastats"] = stop_tegrastats(sampler)
         result["nvml"] = {"before": gpu_before, "after": nvml_sample()} if gpu_before else None
         result["power_mode"] = power_mode()
+        result["clocks"] = clock_state()
     except Exception as error:  # every failure on the board is a result, with its stage
         result["reason"] = "{}: {}".format(type(error).__name__, str(error).strip().splitlines()[0]
                                             if str(error).strip() else "")
