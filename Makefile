@@ -16,7 +16,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[dev,onnxsim,ray]'
+	$(BIN)/python -m pip install -q -e '.[dev,onnxsim,ray,int8]'
 	touch $@
 
 demo: $(VENV)/.installed
@@ -53,7 +53,7 @@ BENCH_VENV ?= .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]' torch==2.14.1 torchvision==0.29.1
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench,int8]' torch==2.14.1 torchvision==0.29.1
 	touch $@
 
 benchmarks: $(BENCH_VENV)/.installed

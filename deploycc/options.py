@@ -46,6 +46,18 @@ class LegalizeOptions:
 
 
 @dataclass
+class QuantizeOptions:
+    """`--precision int8`: the data it is calibrated and judged on, and the accuracy budget."""
+
+    calibration: Path | None = None  # a folder of .npz samples (keys = input names)
+    validation: Path | None = None  # None: a fifth of the calibration samples, set apart
+    max_drop: float = 0.01  # the metric may fall this much below the fp32 model's
+    metric: str = "auto"  # auto | top1 | cosine | sqnr | module:function
+    allow_fallback: bool = False  # a target without int8 builds its fallback precision instead
+    samples: list[dict] | None = None  # the API's iterable of samples, in place of a folder
+
+
+@dataclass
 class BuildOptions:
     """What `deploycc build` takes on top of the legalization options."""
 
@@ -65,6 +77,7 @@ class BuildOptions:
     # TensorRT: write the device bundle even where TensorRT is importable (the audit's Ray
     # executor builds on the board, not on whichever node legalized the model).
     bundle_only: bool = False
+    quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
 
     def effective_precision(self, target: Target) -> str:
         return self.precision or target.precision.default

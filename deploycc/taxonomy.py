@@ -45,7 +45,8 @@ class Failure(Name):
     DTYPE = "dtype"
     DYNAMIC_SHAPE = "dynamic-shape"
     NUMERIC_MISMATCH = "numeric-mismatch"
-    NEEDS_INPUTS = "needs-inputs"  # the original fails on drawn inputs: give --inputs
+    NEEDS_INPUTS = "needs-inputs"  # the original fails on drawn inputs (give --inputs), or no int8 samples
+    PRECISION = "precision"  # the target has no such precision (int8 on the Jetson Nano)
     BACKEND_ERROR = "backend-error"
     BACKEND_CRASH = "backend-crash"
     TIMEOUT = "timeout"

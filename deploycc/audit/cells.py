@@ -41,6 +41,10 @@ class CellSpec:
     inputs: str | None = None
     hints_sha256: str = ""
     partition: bool = False  # a model refused as a whole is tried with host segments
+    precision: str | None = None  # None: the target's default
+    calibration: str | None = None  # int8: the hints' folder of samples
+    max_drop: float = 0.01
+    metric: str = "auto"
     # The hardware stages run on a board (Ray executor) with this engine ("tensorrt", or
     # "onnxruntime" standing in): this cell writes the device bundle even where TensorRT is
     # importable, and the board's runner builds, verifies and times it.
@@ -49,7 +53,9 @@ class CellSpec:
     def key(self, version: str) -> str:
         text = "|".join([self.model_sha256, self.target_hash, version, ",".join(self.stages),
                          str(self.batch), self.hints_sha256] + (["partition"] if self.partition else [])
-                         + ([f"on-device:{self.device_engine}"] if self.device_engine else []))
+                         + ([f"on-device:{self.device_engine}"] if self.device_engine else [])
+                         + ([f"precision:{self.precision}:{self.max_drop}:{self.metric}"]
+                            if self.precision else []))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def needs_hardware(self, backend: str) -> bool:

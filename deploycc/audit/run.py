@@ -37,6 +37,9 @@ class AuditOptions:
     executor: str = "local"
     ray_address: str | None = None
     partition: bool = False  # refused models tried again with host segments (build stage)
+    precision: str | None = None  # None: each target's default; int8 calibrates on the hints' samples
+    max_drop: float = 0.01
+    metric: str = "auto"
     # Ray executor, TensorRT cells: the runner on the board. "onnxruntime" stands ONNX Runtime in
     # for TensorRT (a node without TensorRT checks the loop); python: the board's interpreter for
     # the runner when not the Ray worker's own (the system Python that has JetPack's bindings).
@@ -79,8 +82,9 @@ def hints_path(model: Path) -> Path:
 
 def read_hints(model: Path) -> dict[str, Any]:
     """MODEL.hints.json beside a model, when there is one: {"shapes": {input: [dims]}, "inputs":
-    "file.npz"} (the npz relative to the hints file). What a corpus knows of each model that its
-    signature does not say: a static size for every dynamic dim, and values the model takes."""
+    "file.npz", "calibration": "folder"} (paths relative to the hints file). What a corpus knows of
+    each model that its signature does not say: a static size for every dynamic dim, values the
+    model takes, and samples to calibrate int8 on (`--precision int8`)."""
     import hashlib
     import json
 
@@ -102,7 +106,15 @@ def read_hints(model: Path) -> dict[str, Any]:
         if not npz.is_file():
             raise OptionError(f"{path}: names inputs {inputs!r}, which does not exist")
         digest.update(npz.read_bytes())
+    calibration = data.get("calibration")
+    if calibration:
+        folder = path.parent / str(calibration)
+        if not folder.is_dir():
+            raise OptionError(f"{path}: names calibration data {calibration!r}, which is not a folder")
+        for sample in sorted(folder.glob("*.npz")):
+            digest.update(sample.read_bytes())
     return {"shapes": shapes, "inputs": str(path.parent / inputs) if inputs else None,
+            "calibration": str(path.parent / calibration) if calibration else None,
             "hints_sha256": digest.hexdigest()[:16]}
 
 
@@ -131,7 +143,8 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
         for target in targets:
             spec = CellSpec(model=str(model), model_sha256=digest, target=target.name,
                             target_hash=target.spec_hash, stages=tuple(options.stages), jetpack=jetpack,
-                            batch=options.batch, partition=options.partition, **hints)
+                            batch=options.batch, partition=options.partition, precision=options.precision,
+                            max_drop=options.max_drop, metric=options.metric, **hints)
             # On Ray, a TensorRT cell's engine is built, verified and timed by the runner on a board.
             if options.executor == "ray" and spec.needs_hardware(target.backend.kind):
                 spec.device_engine = options.device_engine

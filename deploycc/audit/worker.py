@@ -67,7 +67,7 @@ def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> 
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
     from deploycc.backends.registry import get_backend
-    from deploycc.options import BuildOptions, LegalizeOptions
+    from deploycc.options import BuildOptions, LegalizeOptions, QuantizeOptions
     from deploycc.pipeline.build import NEEDS_INPUTS, PENDING, VERIFIED, build
     from deploycc.pipeline.legalize import legalize
     from deploycc.targets.registry import resolve
@@ -100,9 +100,22 @@ def run_cell(spec: CellSpec) -> CellResult:
                                   inputs=Path(spec.inputs) if spec.inputs else None, sample_shapes=static)
         if "build" in stages:
             result.stage = "build"
+            quantize = QuantizeOptions(calibration=Path(spec.calibration) if spec.calibration else None,
+                                       max_drop=spec.max_drop, metric=spec.metric)
+            refused = target.precision.refusal(spec.precision) if spec.precision else None
+            if refused is not None:
+                result.status, result.category = CellStatus.FAILED, Failure.PRECISION
+                result.message = f"no {spec.precision} on {target.name}: {refused[0]} (use {refused[1]})"
+                return _timed(result, started)
+            if spec.precision == "int8" and quantize.calibration is None:
+                result.status, result.category = CellStatus.FAILED, Failure.NEEDS_INPUTS
+                result.message = ("no calibration samples for int8: name a folder of .npz samples as "
+                                  '"calibration" in the model\'s hints file')
+                return _timed(result, started)
             report = build(spec.model, target, Path(spec.workdir),
                            BuildOptions(legalize=options, bench="bench" in stages, force=True,
-                                        bundle_only=spec.device_engine is not None))
+                                        bundle_only=spec.device_engine is not None, precision=spec.precision,
+                                        quantize=quantize))
             result.details = {}
             if report.failure_category == Failure.DYNAMIC_SHAPE and not fix_axes and static:
                 # The backend cannot type the graph with its dims dynamic (OpenVINO on a rank that
@@ -110,11 +123,18 @@ def run_cell(spec: CellSpec) -> CellResult:
                 options.shapes = {name: list(dims) for name, dims in static.items()}
                 report = build(spec.model, target, Path(spec.workdir),
                                BuildOptions(legalize=options, bench="bench" in stages, force=True,
-                                            bundle_only=spec.device_engine is not None))
+                                            bundle_only=spec.device_engine is not None,
+                                            precision=spec.precision, quantize=quantize))
                 result.details["static_shapes"] = static
             legalized = report.legalize
             result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
             result.details.update({"build_status": report.status, "summary": report.summary})
+            if report.quantization is not None:
+                quantized = report.quantization
+                result.details["int8"] = {
+                    "decision": quantized.decision, "reason": quantized.reason, "metric": quantized.metric,
+                    "drop": quantized.drop, "within_budget": quantized.within_budget,
+                    "speedup": quantized.speedup, "kept_float": len(quantized.kept_float)}
             if report.status == VERIFIED:
                 benched = "bench" in stages and report.benchmark
                 result.status = CellStatus.BENCHMARKED if benched else CellStatus.VERIFIED
@@ -169,6 +189,10 @@ def run_cell(spec: CellSpec) -> CellResult:
         result.message = str(error).splitlines()[0] if str(error) else type(error).__name__
         result.regressed = bool(result.legal_as_exported) and result.category not in (
             Failure.OUT_OF_MEMORY, Failure.NEEDS_INPUTS, Failure.DYNAMIC_SHAPE)
+    return _timed(result, started)
+
+
+def _timed(result: CellResult, started: float) -> CellResult:
     result.seconds = round(time.perf_counter() - started, 3)
     return result
 

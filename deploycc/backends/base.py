@@ -65,6 +65,12 @@ class BuildRequest:
     cache_dir: Path | None = None
     threads: int | None = None  # runners: CPU threads (None: the backend's default)
     bundle_only: bool = False  # backends that build on the device: the bundle, never the engine here
+    # TensorRT INT8: the scales for implicit quantization (the DLA's); the GPU builds the Q/DQ model
+    calibration_cache: Path | None = None
+
+    @property
+    def implicit_int8(self) -> bool:
+        return self.precision == "int8" and self.dla_core is not None and self.calibration_cache is not None
 
 
 @dataclass

@@ -97,7 +97,7 @@ class OnnxRuntimeBackend(Backend):
     def build(self, request: BuildRequest) -> Artifact:
         import onnxruntime as ort
 
-        if request.precision not in ("fp32",):
+        if request.precision not in ("fp32", "int8"):  # int8: the model is a Q/DQ model (quantize/)
             raise BackendError(f"precision {request.precision} is not built for {request.target.name} yet: "
                                "ORT CPU runs the model in the precision it was exported in",
                                hint="export the model in that precision, or use --precision fp32")

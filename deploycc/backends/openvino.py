@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
-INFERENCE_PRECISION = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
+# int8: NNCF's model (quantize/), its float parts pinned to f32 as in an fp32 build
+INFERENCE_PRECISION = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "f32"}
 
 
 def default_cache_dir() -> Path:
@@ -168,15 +169,16 @@ class OpenVinoBackend(Backend):
         import openvino as ov
 
         if request.precision not in INFERENCE_PRECISION:
-            raise BackendError(f"precision {request.precision} needs quantization (NNCF), which "
-                               f"deploycc does not run yet", hint="use --precision fp32, fp16 or bf16")
+            raise BackendError(f"precision {request.precision} is not built for OpenVINO",
+                               hint="use --precision fp32, fp16, bf16 or int8")
         try:
             # Core.read_model runs the same ONNX frontend as convert_model, without the
             # convert_model telemetry process that calls out to the internet on every conversion.
             model = ov.Core().read_model(str(request.model))
         except Exception as error:
             raise _conversion_error(str(error)) from None
-        _stable_names(model, request.model)
+        if request.model.suffix == ".onnx":  # an IR (NNCF's int8 model) keeps its names
+            _stable_names(model, request.model)
         xml = request.outdir / "model.xml"
         # save_model compresses weights to fp16 by default; only do it when fp16 was asked for
         ov.save_model(model, str(xml), compress_to_fp16=request.precision == "fp16")

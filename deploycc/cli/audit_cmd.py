@@ -24,6 +24,12 @@ from deploycc.cli import emit
 @click.option("--partition", is_flag=True,
               help="Try each model refused as a whole again with host segments (counted apart).")
 @click.option("--jetpack", help="Resolve Jetson targets at this JetPack release.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
+              help="Build in this precision (default: each target's); int8 calibrates on the samples a "
+                   "model's hints file names as \"calibration\".")
+@click.option("--max-drop", type=float, default=0.01, show_default=True, help="int8: the accuracy budget.")
+@click.option("--metric", default="auto", show_default=True,
+              help="int8: top1, cosine, sqnr or module:function.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--ray-address", help="Ray cluster address (default: start or join a local one).")
 @click.option("--device-engine", type=click.Choice(["tensorrt", "onnxruntime"]), default="tensorrt",
@@ -34,7 +40,8 @@ from deploycc.cli import emit
 @click.option("--json", "as_json", is_flag=True, help="Print audit.json instead of a summary.")
 def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str, stages: str, jobs: int,
                   timeout: float, memory_limit_mb: int | None, fresh: bool, batch: int | None,
-                  partition: bool, jetpack: str | None, executor: str, ray_address: str | None,
+                  partition: bool, jetpack: str | None, precision: str | None, max_drop: float, metric: str,
+                  executor: str, ray_address: str | None,
                   device_engine: str, device_python: str | None, as_json: bool) -> None:
     """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran."""
     from deploycc import api
@@ -44,7 +51,8 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
     options = AuditOptions(stages=tuple(s.strip() for s in stages.split(",") if s.strip()), jobs=jobs,
                            timeout=timeout, memory_limit_mb=memory_limit_mb, fresh=fresh, batch=batch,
                            executor=executor, ray_address=ray_address, partition=partition,
-                           device_engine=device_engine, device_python=device_python)
+                           device_engine=device_engine, device_python=device_python, precision=precision,
+                           max_drop=max_drop, metric=metric)
     with console.progress_bar("auditing", quiet=as_json) as update:
         def progress(counts, total) -> None:
             update(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",

@@ -13,7 +13,7 @@ from deploycc import api
 from deploycc.cli import emit
 from deploycc.cli.legalize_cmd import options_from_flags, pipeline_options
 from deploycc.errors import OptionError
-from deploycc.options import BuildOptions
+from deploycc.options import BuildOptions, QuantizeOptions
 
 
 def parse_batch_range(text: str) -> tuple[int, int, int]:
@@ -49,6 +49,16 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
 @click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
               help="Engine precision (default: the target's).")
+@click.option("--calibration", type=click.Path(path_type=Path),
+              help="int8: a folder of .npz samples keyed by input name, to calibrate on.")
+@click.option("--validation", type=click.Path(path_type=Path),
+              help="int8: samples to judge accuracy on (default: a fifth of the calibration set).")
+@click.option("--max-drop", type=float, default=0.01, show_default=True,
+              help="int8: how far the metric may fall below the fp32 model's.")
+@click.option("--metric", default="auto", show_default=True,
+              help="int8: top1, cosine, sqnr, or module:function (auto: top1 for classifiers, else cosine).")
+@click.option("--allow-fallback", is_flag=True,
+              help="A target without the precision builds the one it suggests instead (reported).")
 @click.option("--format", "artifact_format", type=click.Choice(["onnx", "ort"]), default="onnx",
               show_default=True, help="ONNX Runtime artifact: optimized ONNX or ORT format.")
 @click.option("--fail-on-fallback", is_flag=True, help="Refuse when nodes leave the target's device/EP.")
@@ -71,7 +81,8 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of a summary.")
 @click.pass_context
 def build_command(ctx: click.Context, model: str, target: str, outdir: str | None, jetpack: str | None,
-                  precision: str | None, artifact_format: str, fail_on_fallback: bool,
+                  precision: str | None, calibration: Path | None, validation: Path | None, max_drop: float,
+                  metric: str, allow_fallback: bool, artifact_format: str, fail_on_fallback: bool,
                   batch_range: str | None,
                   shape_range: tuple[str, ...], dla_core: int | None, gpu_fallback: bool,
                   workspace_mb: int | None, no_bench: bool, force: bool, engine_only: bool, partition: bool,
@@ -89,7 +100,9 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         batch_range=parse_batch_range(batch_range) if batch_range else None,
         shape_ranges=dict(parse_shape_range(text) for text in shape_range), dla_core=dla_core,
         gpu_fallback=gpu_fallback, workspace_mb=workspace_mb, bench=not no_bench, force=force,
-        engine_only=engine_only)
+        engine_only=engine_only,
+        quantize=QuantizeOptions(calibration=calibration, validation=validation, max_drop=max_drop,
+                                 metric=metric, allow_fallback=allow_fallback))
     if outdir is None and not engine_only:
         raise OptionError("no output directory", hint="pass -o OUTDIR")
     report: Any

@@ -27,6 +27,7 @@ from deploycc.verify.runner import RunError
 if TYPE_CHECKING:
     from deploycc.bench.latency import LatencyStats
     from deploycc.pipeline.legalize import LegalizeReport
+    from deploycc.quantize import QuantizeReport
     from deploycc.targets.schema import Target
     from deploycc.verify.verification import Verification
 
@@ -53,6 +54,8 @@ class BuildReport(Result):
     failure_category: str | None = None  # the backend's own failure category, when it gave one
     files: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    quantization: QuantizeReport | None = None  # --precision int8: how it was quantized and judged
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -89,34 +92,63 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
 
     options = options or BuildOptions()
     source, outdir = Path(model), Path(outdir)
-    precision = options.effective_precision(target)
-    if precision not in target.precision.supported:
-        raise OptionError(f"{target.name} does not support precision {precision}",
-                          hint=f"supported: {', '.join(target.precision.supported)}")
+    precision, notes = _precision(options, target)
     if options.batch_range is not None:
         options.legalize.dynamic_batch = True
     backend = get_backend(target.backend.kind)
     seconds: dict[str, float] = {}
     step = _Clock(seconds, progress)
+    samples = None
+    if precision == "int8":
+        from deploycc.quantize import load_samples
+
+        samples = load_samples(source, options.quantize)  # bad data is refused before any work
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         staging = staged.staging
+        if samples is not None and options.legalize.inputs is None:
+            # Verification feeds a validation sample: an int8 model is calibrated for real data,
+            # and random inputs outside its ranges would judge the clipping, not the model.
+            import dataclasses
+
+            import numpy as np
+
+            np.savez(staging / "verify-inputs.npz", **samples.validation[0])  # type: ignore[arg-type]
+            options = dataclasses.replace(options, legalize=dataclasses.replace(
+                options.legalize, inputs=staging / "verify-inputs.npz"))
         step("legalize")
         legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
         artifact: Artifact | None = None
+        quantization = None
         verification = None
         benchmark = None
         status, stage, message = FAILED, "legalize", legalized.summary
         failure_category: str | None = None
         if legalized.verification is not None and legalized.verification.needs_inputs:
             status, stage = NEEDS_INPUTS, "verify"
+        engine_model = staging / LEGALIZED
+        if legalized.success and samples is not None:
+            from deploycc.quantize import quantize_for_target
+
+            step("quantize")
+            quantization = quantize_for_target(staging / LEGALIZED, target, options.quantize, samples,
+                                               staging)
+            if quantization.decision == "int8":
+                # The DLA takes implicit INT8 only: the fp32 model with the calibration cache.
+                if not (options.dla_core is not None and quantization.calibration_cache):
+                    engine_model = staging / quantization.model
+            else:
+                precision = quantization.decision
+                notes.append(f"built in {precision}: {quantization.reason}")
         if legalized.success:
             step("build")
             stage = "build"
             request = BuildRequest(
-                model=staging / LEGALIZED, outdir=staging, target=target, precision=precision,
+                model=engine_model, outdir=staging, target=target, precision=precision,
                 artifact_format=options.artifact_format, dla_core=options.dla_core,
                 gpu_fallback=options.gpu_fallback, fail_on_fallback=options.fail_on_fallback,
-                workspace_mb=options.workspace_mb, bundle_only=options.bundle_only)
+                workspace_mb=options.workspace_mb, bundle_only=options.bundle_only,
+                calibration_cache=staging / quantization.calibration_cache
+                if quantization is not None and quantization.calibration_cache else None)
             backend.prepare(request, options)
             try:
                 artifact = backend.build(request)
@@ -156,11 +188,28 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
             next_step=_next_step(status, stage, message, target),
             precision=precision, legalize=legalized, artifact=artifact, verification=verification,
             benchmark=benchmark, build_hash=manifest["build_hash"], failure_category=failure_category,
-            files=_listing(staging), seconds=seconds)
+            files=_listing(staging), seconds=seconds, quantization=quantization, notes=notes)
         step.stop()
         _write_reports(staging, report)
         staged.commit()
     return report
+
+
+def _precision(options: BuildOptions, target: Target) -> tuple[str, list[str]]:
+    """The precision to build in, and a note when a fallback was taken (`--allow-fallback`)."""
+    precision = options.effective_precision(target)
+    if precision in target.precision.supported:
+        return precision, []
+    refusal = target.precision.refusal(precision)
+    if refusal is not None and options.quantize.allow_fallback:
+        reason, instead = refusal
+        return instead, [f"built in {instead}, not {precision}: {reason}"]
+    if refusal is not None:
+        reason, instead = refusal
+        raise OptionError(f"{target.name} has no {precision}: {reason}",
+                          hint=f"use --precision {instead}, or --allow-fallback to build {instead} instead")
+    raise OptionError(f"{target.name} does not support precision {precision}",
+                      hint=f"supported: {', '.join(target.precision.supported)}")
 
 
 def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any, legalized: LegalizeReport,

@@ -342,6 +342,14 @@ def render_build(report: BuildReport) -> None:
             out.print(f"  [yellow]interface changed[/yellow]: {change}")
         for item in legalized.unresolved:
             out.print(f"  [red]still illegal[/red] {item.node} ({item.op}): {'; '.join(item.reasons)}")
+    quantized = report.quantization
+    if quantized is not None:
+        speed = f", {quantized.speedup}x fp32's speed" if quantized.speedup else ""
+        out.print(f"  int8: {quantized.metric} {quantized.int8_metric:.4f} vs fp32 "
+                  f"{quantized.fp32_metric:.4f} (budget {quantized.max_drop}){speed}, "
+                  f"{len(quantized.kept_float)} layer(s) kept in float")
+    for note in report.notes:
+        out.print(f"  [yellow]{note}[/yellow]")
     if report.artifact is not None:
         out.print(f"  artifact: {report.artifact.kind}: {', '.join(report.artifact.files)}")
         for note in report.artifact.notes:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from deploycc.pipeline.build import BuildReport
+    from deploycc.quantize import QuantizeReport
 
 
 def _ops(counts: dict[str, int]) -> str:
@@ -46,6 +47,10 @@ def build_markdown(report: BuildReport) -> str:
             lines += [f"- `{u.node}` ({u.op}): {'; '.join(u.reasons)}; {'; '.join(u.rules_tried)}"
                       for u in legalized.unresolved]
             lines.append("")
+    if report.quantization is not None:
+        lines += _quantization(report.quantization)
+    if report.notes:
+        lines += [f"- {note}" for note in report.notes] + [""]
     artifact = report.artifact
     if artifact is not None:
         lines += ["## Artifact", "", f"{artifact.kind}: " + ", ".join(f"`{f}`" for f in artifact.files), ""]
@@ -86,3 +91,33 @@ def build_markdown(report: BuildReport) -> str:
                   f"load {bench.load_ms:.1f} ms, first inference {bench.first_inference_ms:.3f} ms", ""]
     lines += ["## Files", ""] + [f"- `{name}`" for name in report.files] + [""]
     return "\n".join(lines)
+
+
+def _quantization(quantized: QuantizeReport) -> list[str]:
+    """--precision int8: what was quantized how, the metric fp32 vs int8, each step of the guard."""
+    speed = f", {quantized.speedup}x fp32's speed" if quantized.speedup else ""
+    lines = ["## INT8", "", f"**Built in {quantized.decision}**: {quantized.reason}.", "",
+             f"- method: {quantized.method}",
+             f"- samples: {quantized.calibration_samples} to calibrate, "
+             f"{quantized.validation_samples} to judge",
+             f"- {quantized.metric}: fp32 {quantized.fp32_metric:.4f}, int8 {quantized.int8_metric:.4f} "
+             f"(drop {quantized.drop:.4f}, budget {quantized.max_drop}){speed}"]
+    if quantized.fp32_latency_ms is not None and quantized.int8_latency_ms is not None:
+        lines.append(f"- p50 latency: fp32 {quantized.fp32_latency_ms} ms, "
+                     f"int8 {quantized.int8_latency_ms} ms")
+    for name, latency in quantized.default_precision_latency_ms.items():
+        lines.append(f"- {name} without INFERENCE_PRECISION_HINT (the CPU's default precision): {latency} ms")
+    if quantized.kept_float:
+        lines.append(f"- kept in float ({len(quantized.kept_float)}): "
+                     + ", ".join(f"`{name}`" for name in quantized.kept_float[:30]))
+    if quantized.calibration_cache:
+        lines.append(f"- TensorRT calibration cache: `{quantized.calibration_cache}`")
+    lines += [f"- {note}" for note in quantized.notes]
+    if len(quantized.steps) > 1:
+        lines += ["", "| step | kept in float | metric | drop | p50 ms | within budget |",
+                  "|---|---|---|---|---|---|"]
+        for index, step in enumerate(quantized.steps):
+            lines.append(f"| {index} | {len(step['kept_float'])} | {step['int8']:.4f} | {step['drop']:.4f} | "
+                         f"{step['latency_ms'] if step['latency_ms'] is not None else '-'} | "
+                         f"{'yes' if step['within_budget'] else 'no'} |")
+    return [*lines, ""]

@@ -381,6 +381,11 @@ def build_target(path: Path, jetpack: str | None) -> Target:
     if not supported_precisions:
         raise precision_r.fail("supported", "must list at least one precision")
     default_precision = precision_r.choice("default", supported_precisions)
+    refused = []
+    for refused_r in precision_r.tables("refused"):
+        refused_r.reject_unknown({"precision", "reason", "instead"})
+        refused.append((refused_r.choice("precision", PRECISIONS), refused_r.text("reason", required=True),
+                        refused_r.choice("instead", supported_precisions)))
     memory_r = top.table("memory") or Reader({}, path, "memory.")
     memory_r.reject_unknown(_keys(Memory))
 
@@ -423,7 +428,8 @@ def build_target(path: Path, jetpack: str | None) -> Target:
             notes=dtypes_r.strings("notes"),
         ),
         shapes=ShapePolicy(policy=shapes_r.choice("policy", SHAPE_POLICIES), note=shapes_r.text("note")),
-        precision=Precision(supported=supported_precisions, default=default_precision),
+        precision=Precision(supported=supported_precisions, default=default_precision,
+                            refused=tuple(refused)),
         memory=Memory(
             budget_mb=memory_r.integer("budget_mb"),
             workspace_mb=memory_r.integer("workspace_mb"),

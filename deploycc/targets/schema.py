@@ -171,6 +171,12 @@ class ShapePolicy:
 class Precision:
     supported: tuple[str, ...]
     default: str
+    # Why the target has no such precision, and what to use instead: (precision, reason, instead)
+    refused: tuple[tuple[str, str, str], ...] = ()
+
+    def refusal(self, precision: str) -> tuple[str, str] | None:
+        """(reason, the precision to use instead) for a precision the target declares it lacks."""
+        return next(((why, instead) for name, why, instead in self.refused if name == precision), None)
 
 
 @dataclass(frozen=True)

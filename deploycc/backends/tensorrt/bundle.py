@@ -25,6 +25,7 @@ BUNDLE_FILE = "bundle.json"
 MODEL_NAME = "model.onnx"
 PLAN_NAME = "model.plan"
 TIMING_CACHE = "timing.cache"
+CALIBRATION_CACHE = "calibration.cache"
 RUNNER = "run_on_device.py"
 TRTEXEC_RUNNER = "run_on_device.sh"
 TRTEXEC_OUTPUT, TRTEXEC_TIMES, TRTEXEC_LOG = "trtexec-output.json", "trtexec-times.json", "trtexec.log"
@@ -70,6 +71,8 @@ def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = P
         command.append("--fp16")
     elif request.precision == "int8":
         command += ["--int8", "--fp16"]
+        if request.implicit_int8:  # the DLA's implicit quantization reads the scales from the cache
+            command.append(f"--calib={CALIBRATION_CACHE}")
     if request.profiles:
         for flag, pick in (("--minShapes", "min"), ("--optShapes", "opt"), ("--maxShapes", "max")):
             shapes = ",".join(f"{p.input}:{_dims(getattr(p, pick))}" for p in request.profiles)
@@ -92,6 +95,7 @@ def settings(request: BuildRequest) -> dict[str, Any]:
         "profiles": [{"input": p.input, "min": p.min, "opt": p.opt, "max": p.max} for p in request.profiles],
         "dla_core": request.dla_core,
         "gpu_fallback": request.gpu_fallback,
+        "int8_calibration_cache": CALIBRATION_CACHE if request.implicit_int8 else None,
     }
 
 
@@ -106,6 +110,10 @@ def write_bundle(request: BuildRequest) -> Artifact:
         # The legalized model names its data file after itself; keep that name beside the copy.
         shutil.copyfile(data, folder / data.name)
         files.append(f"{BUNDLE_DIR}/{data.name}")
+    if request.precision == "int8" and request.calibration_cache is not None:
+        # shipped on the GPU too: `trtexec --calib` builds the fp32 model with it, to compare forms
+        shutil.copyfile(request.calibration_cache, folder / CALIBRATION_CACHE)
+        files.append(f"{BUNDLE_DIR}/{CALIBRATION_CACHE}")
     command = trtexec_command(request)
     build = settings(request)
     jetpack = f" --jetpack {build['jetpack']}" if build["jetpack"] else ""

@@ -56,9 +56,16 @@ def _configure(builder: Any, network: Any, request: BuildRequest, trt: Any) -> t
             config.max_workspace_size = workspace << 20
     if request.precision in ("fp16", "int8"):
         config.set_flag(trt.BuilderFlag.FP16)
+    calibrator = None
     if request.precision == "int8":
-        raise BackendError("int8 needs calibration data, which deploycc does not take yet",
-                           hint="use --precision fp16")
+        # A Q/DQ model is quantized explicitly; the DLA's implicit quantization reads the
+        # calibration cache deploycc computed (the same calibrator as the board's runner).
+        config.set_flag(trt.BuilderFlag.INT8)
+        if request.implicit_int8 and request.calibration_cache is not None:
+            from deploycc.backends.tensorrt.run_on_device import cache_calibrator
+
+            calibrator = cache_calibrator(trt, request.calibration_cache.read_bytes())
+            config.int8_calibrator = calibrator
     if request.dla_core is not None:
         config.default_device_type = trt.DeviceType.DLA
         config.DLA_core = request.dla_core

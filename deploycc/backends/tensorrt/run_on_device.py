@@ -202,6 +202,29 @@ def _release(version):
     return tuple(parts + [0] * (2 - len(parts)))
 
 
+def cache_calibrator(trt, cache):
+    """An IInt8EntropyCalibrator2 that hands TensorRT the bundle's calibration cache and has no
+    batches: TensorRT reads every tensor's scale from the cache and calibrates nothing."""
+
+    class CacheCalibrator(trt.IInt8EntropyCalibrator2):  # type: ignore[name-defined]
+        def __init__(self):
+            trt.IInt8EntropyCalibrator2.__init__(self)
+
+        def get_batch_size(self):
+            return 1
+
+        def get_batch(self, names):
+            return None
+
+        def read_calibration_cache(self):
+            return cache
+
+        def write_calibration_cache(self, cache_data):
+            return None
+
+    return CacheCalibrator()
+
+
 class TrtEngine:
     """A TensorRT engine built here from the bundle's ONNX model (or loaded from model.plan when
     it was built by this TensorRT on this device), driven through whichever API the installed
@@ -270,6 +293,11 @@ class TrtEngine:
             config.set_flag(trt.BuilderFlag.FP16)
         if precision == "int8":
             config.set_flag(trt.BuilderFlag.INT8)
+            if settings.get("int8_calibration_cache"):
+                # implicit quantization (the DLA's): the scales deploycc computed, no calibration here
+                with open(os.path.join(bundle, settings["int8_calibration_cache"]), "rb") as handle:
+                    self.calibrator = cache_calibrator(trt, handle.read())
+                config.int8_calibrator = self.calibrator
         if settings.get("profiles"):
             profile = builder.create_optimization_profile()
             for item in settings["profiles"]:

@@ -1,0 +1,40 @@
+"""The accuracy guard: quantize, judge on the validation samples, and while the metric drops more
+than the budget keep the most damaging layers in float, a growing number at a time (1, 2, 4 ...),
+until the budget holds or so many layers are float that quantization no longer pays off."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from deploycc.quantize.metrics import Score
+
+
+@dataclass
+class GuardStep:
+    kept_float: list[str]
+    score: Score
+    latency_ms: float | None
+    within_budget: bool
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"kept_float": self.kept_float, "metric": self.score.metric,
+                "fp32": round(self.score.fp32, 6), "int8": round(self.score.value, 6),
+                "drop": round(self.score.drop, 6), "detail": self.score.detail,
+                "latency_ms": self.latency_ms, "within_budget": self.within_budget}
+
+
+def greedy(ranking: Sequence[str], attempt: Callable[[list[str]], GuardStep], *,
+           max_float_share: float = 0.5) -> list[GuardStep]:
+    """Every attempt made, the first with nothing kept in float; the last is the one to keep
+    when it is within budget."""
+    steps = [attempt([])]
+    limit = min(len(ranking), max(2, int(len(ranking) * max_float_share)))
+    count = 1
+    while not steps[-1].within_budget and ranking and count <= limit:
+        steps.append(attempt(list(ranking[:count])))
+        if count == limit:
+            break
+        count = min(count * 2, limit)
+    return steps

@@ -1,0 +1,72 @@
+"""OpenVINO INT8 with NNCF on the OpenVINO model: `nncf.quantize` (its defaults: the performance
+preset, symmetric weights, the CPU's int8 kernels), and when the metric drops past the budget
+`nncf.quantize_with_accuracy_control`, NNCF's own guard, which ranks the quantized layers and
+returns them to float one group at a time until the budget holds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from deploycc.quantize.data import Sample
+from deploycc.quantize.ort_qdq import quiet
+
+Evaluate = Callable[[Any], tuple[float, list[float]]]
+
+
+def _nncf() -> Any:
+    import logging
+
+    import nncf
+
+    logging.getLogger("nncf").setLevel(logging.ERROR)  # its progress bars and INFO lines
+    return nncf
+
+
+def read(model: Path) -> Any:
+    import openvino as ov
+
+    return ov.Core().read_model(str(model))
+
+
+def model_type(model: Any) -> Any:
+    """NNCF's transformer scheme (no quantized Softmax inputs, SmoothQuant) where there is attention."""
+    nncf = _nncf()
+    types = {op.get_type_name() for op in model.get_ops()}
+    return nncf.ModelType.TRANSFORMER if "Softmax" in types and "MatMul" in types else None
+
+
+def quantize(model: Any, samples: Sequence[Sample], inputs: Sequence[str]) -> Any:
+    nncf = _nncf()
+    dataset = nncf.Dataset([{name: sample[name] for name in inputs} for sample in samples])
+    with quiet():
+        return nncf.quantize(model, dataset, subset_size=len(samples), model_type=model_type(model))
+
+
+def quantize_guarded(model: Any, samples: Sequence[Sample], validation: Sequence[Sample],
+                     inputs: Sequence[str], evaluate: Callable[[Any, list[int]], tuple[float, list[float]]],
+                     max_drop: float) -> Any:
+    """`evaluate(compiled model, sample indices)` -> (metric, per-sample metric)."""
+    nncf = _nncf()
+    calibration = nncf.Dataset([{name: sample[name] for name in inputs} for sample in samples])
+    validating = nncf.Dataset(list(range(len(validation))),
+                              lambda index: {name: validation[index][name] for name in inputs})
+    with quiet():
+        return nncf.quantize_with_accuracy_control(
+            model, calibration, validating, lambda compiled, indices: evaluate(compiled, list(indices)),
+            max_drop=max_drop, drop_type=nncf.DropType.ABSOLUTE, subset_size=len(samples),
+            model_type=model_type(model))
+
+
+def quantized_ops(model: Any) -> set[str]:
+    """The ops that take a FakeQuantize'd input: where the int8 kernels run."""
+    names = set()
+    for op in model.get_ordered_ops():
+        if op.get_type_name() == "FakeQuantize":
+            continue
+        for port in op.inputs():
+            if port.get_source_output().get_node().get_type_name() == "FakeQuantize":
+                names.add(op.get_friendly_name())
+                break
+    return names
