@@ -142,11 +142,17 @@ class QdqQuantizer:
         return output
 
 
+_SINK: Any = None
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """The quantizers' own progress prints and bars kept off deploycc's output (stdout may be
-    the JSON a caller parses)."""
-    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+    the JSON a caller parses). The sink stays open: a logging handler made in here keeps it."""
+    global _SINK
+    if _SINK is None:
+        _SINK = open(os.devnull, "w")
+    with contextlib.redirect_stdout(_SINK), contextlib.redirect_stderr(_SINK):
         yield
 
 
