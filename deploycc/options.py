@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
     from deploycc.targets.schema import Target
 
 MODES = ("full", "partial")
@@ -54,7 +56,9 @@ class QuantizeOptions:
     max_drop: float = 0.01  # the metric may fall this much below the fp32 model's
     metric: str = "auto"  # auto | top1 | cosine | sqnr | module:function
     allow_fallback: bool = False  # a target without int8 builds its fallback precision instead
-    samples: list[dict] | None = None  # the API's iterable of samples, in place of a folder
+    # The API's iterables of samples ({input name: array}), in place of the folders
+    samples: Iterable[Mapping[str, Any]] | None = None
+    validation_samples: Iterable[Mapping[str, Any]] | None = None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,10 +42,19 @@ def _float_outputs(outputs: Outputs) -> dict[str, np.ndarray]:
             if np.asarray(array).dtype.kind == "f"}
 
 
-def classifier_like(reference: Sequence[Outputs]) -> bool:
-    """Float outputs whose last axis holds 2 to 100,000 scores per row (logits, probabilities)."""
+# What computes class scores: a linear head (logits) or a softmax over them. An embedding ends in a
+# normalization (Div), a pooler in Tanh, a segmentation or detection map in Sigmoid over a map.
+SCORE_OPS = ("Gemm", "MatMul", "Add", "Softmax", "LogSoftmax")
+
+
+def classifier_like(reference: Sequence[Outputs], heads: Mapping[str, str] | None = None) -> bool:
+    """Every float output holds 2 to 100,000 scores per row (rank 2, or rank 3 for a sequence of
+    rows, as CTC and token classification give) and is made by a linear head or a softmax
+    (`heads`: output name -> the op that produces it)."""
     floats = _float_outputs(reference[0]) if reference else {}
-    return bool(floats) and all(a.ndim >= 1 and 2 <= a.shape[-1] <= 100_000 for a in floats.values())
+    return bool(floats) and all(
+        a.ndim in (2, 3) and 2 <= a.shape[-1] <= 100_000 and (heads is None or heads.get(name) in SCORE_OPS)
+        for name, a in floats.items())
 
 
 def top1(reference: Sequence[Outputs], actual: Sequence[Outputs]) -> float:
@@ -81,10 +90,10 @@ def sqnr_db(ratio: float) -> float:
     return math.inf if ratio == 0 else -10 * math.log10(ratio)
 
 
-def resolve(name: str, reference: Sequence[Outputs]) -> str:
+def resolve(name: str, reference: Sequence[Outputs], heads: Mapping[str, str] | None = None) -> str:
     """The metric `auto` stands for: top-1 agreement for classifier-like outputs, else cosine."""
     if name == "auto":
-        return "top1" if classifier_like(reference) else "cosine"
+        return "top1" if classifier_like(reference, heads) else "cosine"
     if name in BUILT_IN or ":" in name:
         return name
     raise OptionError(f"unknown metric {name!r}", hint="top1, cosine, sqnr, or module:function")

@@ -71,7 +71,8 @@ class QuantizeReport(Result):
 
 def load_samples(source: Path, options: QuantizeOptions) -> SampleSets:
     calibration = options.calibration if options.calibration is not None else options.samples
-    return load_sample_sets(source, calibration, options.validation)
+    validation = options.validation if options.validation is not None else options.validation_samples
+    return load_sample_sets(source, calibration, validation)
 
 
 def _feeds(sample: Sample, inputs: Sequence[str], dtypes: dict[str, np.dtype]) -> dict[str, np.ndarray]:
@@ -139,6 +140,21 @@ def _timed(runner: Runner, feeds: dict[str, np.ndarray]) -> float:
         runner.close()
 
 
+def output_heads(model: Path) -> dict[str, str]:
+    """Each graph output's producing op (a linear head or softmax makes class scores)."""
+    from deploycc import io
+
+    graph = io.load(model, check=False).model.graph
+    heads = {}
+    for value in graph.outputs:
+        producer = value.producer()
+        while producer is not None and producer.op_type == "Identity" and producer.inputs[0] is not None:
+            producer = producer.inputs[0].producer()
+        if producer is not None:
+            heads[value.name or ""] = producer.op_type
+    return heads
+
+
 def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, sets: SampleSets,
                         outdir: Path) -> QuantizeReport:
     """Quantize the legalized fp32 `model` for `target` into `outdir` (model.int8.onnx, or
@@ -154,7 +170,7 @@ def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, s
         context.reference = [reference_runner.run(feeds) for feeds in context.validation()]
     finally:
         reference_runner.close()
-    context.metric = metrics.resolve(options.metric, context.reference)
+    context.metric = metrics.resolve(options.metric, context.reference, output_heads(model))
     work = Path(tempfile.mkdtemp(prefix="deploycc-int8-"))
     try:
         if kind == "openvino":

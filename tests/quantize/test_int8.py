@@ -231,3 +231,57 @@ def test_bad_calibration_data_is_one_line_and_exit_2(cnn, tmp_path: Path, proble
                 "dtype": "is float64", "shape": "[1, 3, 16, 32]", "empty-folder": "no .npz files"}[problem]
     assert expected in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_users_metric_gets_the_labels_beside_the_samples(cnn, tmp_path: Path) -> None:
+    model, calibration = cnn
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model))
+    folder = tmp_path / "labelled"
+    folder.mkdir()
+    for index, file in enumerate(sorted(calibration.glob("*.npz"))):
+        image = np.load(file)["image"]
+        label = int(np.argmax(session.run(None, {"image": image})[0]))  # the fp32 model's own answer
+        np.savez(folder / f"{index:03d}.npz", image=image, label=np.array(label))
+    report = api.build(model, "ort-cpu", tmp_path / "out", BuildOptions(precision="int8", bench=False,
+        quantize=QuantizeOptions(calibration=folder, metric="tests.quantize.labels_metric:accuracy")))
+    quantized = report.quantization
+    assert quantized is not None and quantized.metric == "tests.quantize.labels_metric:accuracy"
+    assert quantized.fp32_metric == 1.0  # labelled with the fp32 model's own answers
+
+
+def test_audit_int8_calibrates_on_the_hints_samples(cnn, tmp_path: Path) -> None:
+    from deploycc.audit.run import AuditOptions
+
+    model, calibration = cnn
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, hints in (("with_data", {"shapes": {"image": [1, 3, 32, 32]}, "calibration": "cal"}),
+                        ("without_data", {"shapes": {"image": [1, 3, 32, 32]}})):
+        (corpus / f"{name}.onnx").write_bytes(model.read_bytes())
+        (corpus / f"{name}.hints.json").write_text(json.dumps(hints))
+    (corpus / "cal").symlink_to(calibration)
+    report = api.audit([corpus], ["ort-cpu", "jetson-nano"], tmp_path / "audit",
+                       AuditOptions(precision="int8", timeout=300))
+    cells = {(Path(c.model).stem, c.target): c for c in report.cells}
+    good = cells[("with_data", "ort-cpu")]
+    assert good.status == "verified", good.message
+    assert good.details["int8"]["within_budget"] is True and good.details["int8"]["metric"] == "top1"
+    assert cells[("without_data", "ort-cpu")].category == "needs-inputs"
+    nano = cells[("with_data", "jetson-nano")]
+    assert nano.category == "precision" and "compute capability 5.3" in nano.message
+
+
+def test_samples_come_from_python_iterables_through_the_api(tmp_path: Path) -> None:
+    model = tmp_path / "outlier.onnx"
+    onnx.save(_outlier_model(), model)
+    rng = np.random.default_rng(5)
+    samples = ({"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(12))
+    held = [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(5)]
+    report = api.build(model, "ort-cpu", tmp_path / "out", BuildOptions(
+        precision="int8", bench=False, quantize=QuantizeOptions(samples=samples, validation_samples=held,
+                                                                max_drop=1.0)))
+    quantized = report.quantization
+    assert quantized is not None and (quantized.calibration_samples, quantized.validation_samples) == (12, 5)
+    assert not quantized.notes or "set apart" not in quantized.notes[0]  # nothing split off: both given
