@@ -320,15 +320,21 @@ def run_model(name: str, work: Path, rounds: int) -> dict:
         artifact = out / report.artifact.files[0]
         peer = folder / (f"peer-{target}.onnx" if target == "ort-cpu" else f"peer-{target}.xml")
         started = time.perf_counter()
-        (_peer_ort if target == "ort-cpu" else _peer_nncf)(model, calibration, peer)
+        peer_error = None
+        try:
+            (_peer_ort if target == "ort-cpu" else _peer_nncf)(model, calibration, peer)
+        except Exception as error:  # the peer's own failure on a real model is a result too
+            last = str(error).strip().splitlines()[-1][:160] if str(error).strip() else ""
+            peer_error = f"{type(error).__name__}: {last}"
         peer_seconds = round(time.perf_counter() - started, 1)
-        paths = {"fp32": model, "deploycc": artifact, "peer": peer}
+        paths = {"fp32": model, "deploycc": artifact, **({} if peer_error else {"peer": peer})}
         scores = {}
-        for tool in ("deploycc", "peer"):
+        for tool in [t for t in ("deploycc", "peer") if t in paths]:
             runner = _runner(paths[tool], target)
             scores[tool] = round(_metric(metric, runner, validation, reference), 4)
             runner.close()
         row = {"status": report.status, "decision": quantized.decision, "reason": quantized.reason,
+               "peer_error": peer_error,
                "kept_float": len(quantized.kept_float), "guard_steps": len(quantized.steps),
                "metric": scores, "drop": {tool: round(1.0 - value, 4) for tool, value in scores.items()},
                "deploycc_s": seconds, "peer_s": peer_seconds,
@@ -351,20 +357,23 @@ def markdown(results: dict) -> str:
             latency = row["latency"]
 
             def ratio(tool: str, latency: dict = latency) -> str:
+                if f"{tool}_ci95" not in latency:
+                    return "failed"
                 low, high = latency[f"{tool}_ci95"]
                 return f"{latency[f'{tool}_ratio']:.2f} [{low:.2f}, {high:.2f}]"
 
+            peer_drop = f"{row['drop']['peer']:.4f}" if "peer" in row["drop"] else f"({row['peer_error']})"
             lines.append(f"| {name} | {result['metric']} | {target} | {latency['median_ms']['fp32']} | "
                          f"{ratio('deploycc')} | {ratio('peer')} | {row['drop']['deploycc']:.4f} | "
-                         f"{row['drop']['peer']:.4f} | {row['decision']}"
+                         f"{peer_drop} | {row['decision']}"
                          f"{' (' + str(row['kept_float']) + ' in float)' if row['kept_float'] else ''} |")
     lines += ["", "OpenVINO at the CPU's default precision (no INFERENCE_PRECISION_HINT), same models:", "",
               "| model | fp32 ms | deploycc int8/fp32 | peer int8/fp32 |", "|---|---|---|---|"]
     for name, result in results.items():
         row = (result.get("openvino-cpu") or {}).get("latency_default_precision")
         if row:
-            lines.append(f"| {name} | {row['median_ms']['fp32']} | {row['deploycc_ratio']:.2f} | "
-                         f"{row['peer_ratio']:.2f} |")
+            peer = f"{row['peer_ratio']:.2f}" if "peer_ratio" in row else "failed"
+            lines.append(f"| {name} | {row['median_ms']['fp32']} | {row['deploycc_ratio']:.2f} | {peer} |")
     return "\n".join(lines) + "\n"
 
 

@@ -106,15 +106,7 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         staging = staged.staging
         if samples is not None and options.legalize.inputs is None:
-            # Verification feeds a validation sample: an int8 model is calibrated for real data,
-            # and random inputs outside its ranges would judge the clipping, not the model.
-            import dataclasses
-
-            import numpy as np
-
-            np.savez(staging / "verify-inputs.npz", **samples.validation[0])  # type: ignore[arg-type]
-            options = dataclasses.replace(options, legalize=dataclasses.replace(
-                options.legalize, inputs=staging / "verify-inputs.npz"))
+            options = _verify_on_a_sample(options, samples.validation[0], staging)
         step("legalize")
         legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
         artifact: Artifact | None = None
@@ -132,13 +124,7 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
             step("quantize")
             quantization = quantize_for_target(staging / LEGALIZED, target, options.quantize, samples,
                                                staging)
-            if quantization.decision == "int8":
-                # The DLA takes implicit INT8 only: the fp32 model with the calibration cache.
-                if not (options.dla_core is not None and quantization.calibration_cache):
-                    engine_model = staging / quantization.model
-            else:
-                precision = quantization.decision
-                notes.append(f"built in {precision}: {quantization.reason}")
+            engine_model, precision = _engine_input(quantization, options, staging, notes)
         if legalized.success:
             step("build")
             stage = "build"
@@ -171,6 +157,9 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
                     stage = "build"
             except RunError as error:  # the reference run, when legalize did not verify
                 status, message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
+        for judged in (legalized.verification, verification):
+            if judged is not None and judged.inputs == str(staging / VERIFY_INPUTS):
+                judged.inputs = f"{VERIFY_INPUTS} (the first validation sample)"  # not the staging path
         step("manifest")
         environment = backend.environment() if backend.unavailable_reason() is None else \
             {"unavailable": backend.unavailable_reason() or ""}
@@ -193,6 +182,33 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
         _write_reports(staging, report)
         staged.commit()
     return report
+
+
+VERIFY_INPUTS = "verify-inputs.npz"
+
+
+def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: Path) -> BuildOptions:
+    """Verification feeds a validation sample: an int8 model is calibrated for real data, and
+    random inputs outside its ranges would judge the clipping, not the model."""
+    import dataclasses
+
+    import numpy as np
+
+    np.savez(staging / VERIFY_INPUTS, **sample)
+    return dataclasses.replace(options, legalize=dataclasses.replace(options.legalize,
+                                                                     inputs=staging / VERIFY_INPUTS))
+
+
+def _engine_input(quantized: QuantizeReport, options: BuildOptions, staging: Path,
+                  notes: list[str]) -> tuple[Path, str]:
+    """The model the backend builds from, and in which precision, after quantization."""
+    if quantized.decision != "int8":
+        notes.append(f"built in {quantized.decision}: {quantized.reason}")
+        return staging / LEGALIZED, quantized.decision
+    if options.dla_core is not None and quantized.calibration_cache:
+        # The DLA takes implicit INT8 only: the fp32 model with the calibration cache.
+        return staging / LEGALIZED, "int8"
+    return staging / quantized.model, "int8"
 
 
 def _precision(options: BuildOptions, target: Target) -> tuple[str, list[str]]:

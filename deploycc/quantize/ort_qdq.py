@@ -15,6 +15,7 @@ accuracy guard then quantizes again with nodes excluded, from the same ranges.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import tempfile
@@ -29,6 +30,9 @@ from deploycc.quantize.data import Sample
 
 # ops whose inputs TensorRT quantizes (its "Q/DQ placement" recommendations): the rest run in
 # float between them, or are fused by its optimizer
+TRANSFORMER_OPS = ("MatMul",)
+WIDE_RANGE = 1e6  # a float tensor reaching this cannot share an 8-bit scale with ordinary values
+RANGE_SAMPLES = 8
 TENSORRT_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
                 "Add", "Concat")
 
@@ -46,7 +50,33 @@ class QdqForm:
         activations = "u8" if self.unsigned_activations else "s8"
         symmetric = " symmetric" if self.symmetric_activations else ""
         reduced = ", reduce_range (7-bit weights: no VNNI)" if self.reduce_range else ""
-        return f"QDQ, {activations}{symmetric} activations, s8 symmetric per-channel weights{reduced}"
+        only = f", only {'/'.join(self.op_types)} quantized" if self.op_types == TRANSFORMER_OPS else ""
+        return f"QDQ, {activations}{symmetric} activations, s8 symmetric per-channel weights{reduced}{only}"
+
+    def for_transformer(self) -> QdqForm:
+        """Attention models: only the MatMuls' inputs are quantized. The residual stream carries
+        a few outlier channels (BERT's reach tens where the rest are near one); a per-tensor scale
+        on the residual Adds, or on MatMul+Add fused into Gemm with its output, rounds the other
+        channels away (all-MiniLM-L6-v2: cosine 0.85 with the Adds quantized, 0.996 without)."""
+        return dataclasses.replace(self, op_types=TRANSFORMER_OPS)
+
+
+def _spread(arrays: Sequence[np.ndarray]) -> float:
+    """max |x| over the 99.9th percentile of |x|: how much of an 8-bit per-tensor scale a few
+    outliers take from the ordinary values (BERT's FFN inputs: 8 to 12)."""
+    magnitudes = np.abs(np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays]))
+    if not magnitudes.size:
+        return 1.0
+    ordinary = float(np.percentile(magnitudes, 99.9))
+    return float(magnitudes.max() / ordinary) if ordinary > 0 else 1.0
+
+
+def has_attention(model: Path) -> bool:
+    """Softmax and MatMul in one graph: attention (NNCF's test for its transformer scheme too)."""
+    from deploycc import io
+
+    ops = {node.op_type for node in io.load(model, check=False).model.graph}
+    return {"Softmax", "MatMul"} <= ops
 
 
 def cpu_has_vnni() -> bool:
@@ -102,9 +132,48 @@ class QdqQuantizer:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.spread: dict[str, float] = {}
+        self.transformer = has_attention(self.model)
+        if self.transformer:
+            self.form = self.form.for_transformer()
         self.prepared = self._preprocess()
         self._cache = self.work / "ranges.json"
         self._caches = "calibration_cache_path" in inspect.signature(_quantize_static()).parameters
+        self.wide = self._wide_range_nodes()
+        if self.wide:
+            self.notes.append(f"{len(self.wide)} node(s) kept in float: their inputs reach "
+                              f"{WIDE_RANGE:.0e} or beyond (an attention mask filled with the float "
+                              "minimum), which no 8-bit scale holds beside ordinary values: "
+                              f"{', '.join(self.wide[:6])}" + (" ..." if len(self.wide) > 6 else ""))
+
+    def _wide_range_nodes(self) -> list[str]:
+        """The nodes that read a float tensor reaching WIDE_RANGE on the calibration samples: every
+        int8 step of that tensor would be wider than its ordinary values (BERT's additive mask
+        holds -3.4e38; quantizing the Add that applies it zeroes the attention scores)."""
+        from deploycc import io
+        from deploycc.quantize.sensitivity import run_outputs, with_outputs
+
+        probe = self.work / "ranges-probe.onnx"
+        try:
+            names = with_outputs(self.prepared, None, probe) | set(self.inputs)
+            values = run_outputs(probe, self.samples[:RANGE_SAMPLES], self.inputs, names)
+        except Exception as error:  # a model ORT cannot run with extra outputs: no such check
+            self.notes.append(f"no range check ({str(error).splitlines()[0][:100] if str(error) else error})")
+            return []
+        for name in self.inputs:
+            if np.asarray(self.samples[0][name]).dtype.kind == "f":
+                values[name] = [np.asarray(s[name], dtype=np.float64) for s in self.samples[:RANGE_SAMPLES]]
+        wide = {name for name, arrays in values.items()
+                if any(a.size and not (np.isfinite(a).all() and np.abs(a).max() < WIDE_RANGE)
+                       for a in arrays)}
+        graph = io.load(self.prepared, check=False).model.graph
+        for node in graph:  # how far each node's widest input reaches past its ordinary values
+            spreads = [_spread(values[v.name]) for v in node.inputs
+                       if v is not None and v.name in values and v.name not in wide]
+            if node.name and spreads:
+                self.spread[node.name] = max(spreads)
+        return sorted({node.name for node in graph for value in node.inputs
+                       if node.name and value is not None and value.name in wide})
 
     def _preprocess(self) -> Path:
         """ORT's pre-processing (symbolic shape inference, its basic graph optimizations), which the
@@ -113,7 +182,9 @@ class QdqQuantizer:
 
         out = self.work / "preprocessed.onnx"
         try:
-            quant_pre_process(str(self.model), str(out), skip_symbolic_shape=False)
+            # attention models: no MatMul+Add -> Gemm fusion, whose output would be quantized
+            quant_pre_process(str(self.model), str(out), skip_symbolic_shape=False,
+                              skip_optimization=self.transformer)
         except Exception as error:
             first = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
             self.notes.append(f"ORT's quantization pre-processing failed ({first}); quantized the model as "
@@ -137,7 +208,7 @@ class QdqQuantizer:
                 quant_format=QuantFormat.QDQ, op_types_to_quantize=list(self.form.op_types or []) or None,
                 per_channel=True, reduce_range=self.form.reduce_range,
                 activation_type=QuantType.QUInt8 if self.form.unsigned_activations else QuantType.QInt8,
-                weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
+                weight_type=QuantType.QInt8, nodes_to_exclude=sorted({*exclude, *self.wide}),
                 calibrate_method=CalibrationMethod.MinMax, extra_options=extra, **kwargs)
         return output
 
@@ -247,6 +318,8 @@ def tensorrt_form_problems(model: Any, opset_range: tuple[int, int]) -> list[str
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
         for consumer in consumers.get(node.output[0], []):
+            if list(consumer.input).index(node.output[0]) != 1:  # a bias, not the weight
+                continue
             wanted = _output_channel_axis(consumer, weight.ndim)
             if wanted is not None and (axis % weight.ndim != wanted or scale.size != weight.shape[wanted]):
                 problems.append(f"{where}: per-channel scales on axis {axis} of a {consumer.op_type} weight "

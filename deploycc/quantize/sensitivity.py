@@ -30,8 +30,9 @@ def fp32_name(name: str) -> str:
     return name[:-len(RENAMED)] if name.endswith(RENAMED) else name
 
 
-def _with_outputs(model: Path, names: set[str], out: Path) -> set[str]:
-    """The model with the named float tensors as extra graph outputs; the names it has."""
+def with_outputs(model: Path, names: set[str] | None, out: Path) -> set[str]:
+    """The model with the named float tensors (None: every float node output whose type is known)
+    as extra graph outputs; the names it has."""
     import onnx_ir as ir
 
     from deploycc import io
@@ -42,7 +43,8 @@ def _with_outputs(model: Path, names: set[str], out: Path) -> set[str]:
     found = set()
     for node in graph:
         for value in node.outputs:
-            if value.name in names and value.name not in present:
+            if (value.name in names if names is not None else value.type is not None) and \
+                    value.name not in present:
                 if value.type is None:
                     value.type = ir.TensorType(ir.DataType.FLOAT)
                 if value.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16):
@@ -50,10 +52,11 @@ def _with_outputs(model: Path, names: set[str], out: Path) -> set[str]:
                 graph.outputs.append(value)
                 found.add(value.name or "")
     io.save(loaded.model, out)
-    return found | (present & names)
+    return found | (present & names if names is not None else present)
 
 
-def _run(model: Path, samples: Sequence[Sample], inputs: Sequence[str], names: set[str]) -> dict[str, list]:
+def run_outputs(model: Path, samples: Sequence[Sample], inputs: Sequence[str],
+                names: set[str]) -> dict[str, list]:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
@@ -66,8 +69,13 @@ def _run(model: Path, samples: Sequence[Sample], inputs: Sequence[str], names: s
 
 
 def _sqnr(reference: list, actual: list) -> float:
-    signal = sum(float(np.sum(a ** 2)) for a in reference)
-    noise = sum(float(np.sum((a - b) ** 2)) for a, b in zip(reference, actual, strict=True))
+    """SQNR in dB over the finite entries (a mask's -inf or float minimum matches itself or is
+    left out: it is not a value quantization can keep)."""
+    signal = noise = 0.0
+    for a, b in zip(reference, actual, strict=True):
+        usable = np.isfinite(a) & np.isfinite(b) & (np.abs(a) < 1e30)
+        signal += float(np.sum(a[usable] ** 2))
+        noise += float(np.sum((a[usable] - b[usable]) ** 2))
     if noise == 0:
         return math.inf
     return 10 * math.log10(signal / noise) if signal else -math.inf
@@ -116,10 +124,10 @@ def rank_layers(fp32_model: Path, qdq_model: Path, candidates: Sequence[str], sa
     used = list(samples[:RANKING_SAMPLES])
     with tempfile.TemporaryDirectory(prefix="deploycc-rank-") as folder:
         fp32_path, qdq_path = Path(folder) / "fp32.onnx", Path(folder) / "qdq.onnx"
-        in_fp32 = _with_outputs(fp32_model, {fp32_name(n) for n in names}, fp32_path)
-        in_qdq = _with_outputs(qdq_model, names, qdq_path)
-        by_fp32_name = _run(fp32_path, used, inputs, in_fp32)
-        actual = _run(qdq_path, used, inputs, in_qdq)
+        in_fp32 = with_outputs(fp32_model, {fp32_name(n) for n in names}, fp32_path)
+        in_qdq = with_outputs(qdq_model, names, qdq_path)
+        by_fp32_name = run_outputs(fp32_path, used, inputs, in_fp32)
+        actual = run_outputs(qdq_path, used, inputs, in_qdq)
     for name in inputs:  # graph inputs: the same in both models
         by_fp32_name[name] = actual[name] = [np.asarray(sample[name], dtype=np.float64) for sample in used]
 
