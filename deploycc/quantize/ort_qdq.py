@@ -31,6 +31,7 @@ from deploycc.quantize.data import Sample
 # ops whose inputs TensorRT quantizes (its "Q/DQ placement" recommendations): the rest run in
 # float between them, or are fused by its optimizer
 TRANSFORMER_OPS = ("MatMul",)
+PER_CHANNEL_OPSET = 13
 WIDE_RANGE = 1e6  # a float tensor reaching this cannot share an 8-bit scale with ordinary values
 RANGE_SAMPLES = 8
 TENSORRT_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
@@ -181,16 +182,33 @@ class QdqQuantizer:
         from onnxruntime.quantization import quant_pre_process
 
         out = self.work / "preprocessed.onnx"
+        source = self._per_channel_opset()
         try:
             # attention models: no MatMul+Add -> Gemm fusion, whose output would be quantized
-            quant_pre_process(str(self.model), str(out), skip_symbolic_shape=False,
+            quant_pre_process(str(source), str(out), skip_symbolic_shape=False,
                               skip_optimization=self.transformer)
         except Exception as error:
             first = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
             self.notes.append(f"ORT's quantization pre-processing failed ({first}); quantized the model as "
                               "legalized")
-            return self.model
+            return source
         return out
+
+    def _per_channel_opset(self) -> Path:
+        """The model at opset 13 or newer: per-channel DequantizeLinear (its axis) arrived in 13,
+        and ORT's quantizer writes it into an older model regardless, which no runtime loads
+        (paddle2onnx's opset-11 PP-OCR detector)."""
+        from deploycc import io
+        from deploycc.passes.opset import convert_opset
+
+        loaded = io.load(self.model, check=False)
+        opset = loaded.model.opset_imports.get("", loaded.model.opset_imports.get("ai.onnx", 13))
+        if opset >= PER_CHANNEL_OPSET:
+            return self.model
+        converted = self.work / f"opset{PER_CHANNEL_OPSET}.onnx"
+        io.save(convert_opset(loaded.model, PER_CHANNEL_OPSET), converted)
+        self.notes.append(f"converted from opset {opset} to {PER_CHANNEL_OPSET} for per-channel weights")
+        return converted
 
     def quantize(self, output: Path, exclude: Sequence[str] = ()) -> Path:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
