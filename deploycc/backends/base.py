@@ -67,6 +67,7 @@ class BuildRequest:
     bundle_only: bool = False  # backends that build on the device: the bundle, never the engine here
     # TensorRT INT8: the scales for implicit quantization (the DLA's); the GPU builds the Q/DQ model
     calibration_cache: Path | None = None
+    fp32_model: Path | None = None  # INT8: the float model the Q/DQ one was made from
 
     @property
     def implicit_int8(self) -> bool:

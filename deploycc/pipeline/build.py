@@ -9,6 +9,7 @@ latency summary, and leave everything a deployment needs in one directory, writt
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -103,6 +104,9 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
         from deploycc.quantize import load_samples
 
         samples = load_samples(source, options.quantize)  # bad data is refused before any work
+        # read now: the manifest records the options, not the samples an API caller passed
+        options = dataclasses.replace(options, quantize=dataclasses.replace(
+            options.quantize, samples=None, validation_samples=None))
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         staging = staged.staging
         if samples is not None and options.legalize.inputs is None:
@@ -134,7 +138,8 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
                 gpu_fallback=options.gpu_fallback, fail_on_fallback=options.fail_on_fallback,
                 workspace_mb=options.workspace_mb, bundle_only=options.bundle_only,
                 calibration_cache=staging / quantization.calibration_cache
-                if quantization is not None and quantization.calibration_cache else None)
+                if quantization is not None and quantization.calibration_cache else None,
+                fp32_model=staging / LEGALIZED if quantization is not None else None)
             backend.prepare(request, options)
             try:
                 artifact = backend.build(request)
@@ -190,8 +195,6 @@ VERIFY_INPUTS = "verify-inputs.npz"
 def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: Path) -> BuildOptions:
     """Verification feeds a validation sample: an int8 model is calibrated for real data, and
     random inputs outside its ranges would judge the clipping, not the model."""
-    import dataclasses
-
     import numpy as np
 
     np.savez(staging / VERIFY_INPUTS, **sample)

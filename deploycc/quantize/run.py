@@ -4,8 +4,12 @@ does not pay off (slower, or not within budget with most layers still int8).
 
   ort-cpu       ONNX Runtime's quantize_static, Q/DQ in the x86 form (ort_qdq)
   openvino-cpu  NNCF on the OpenVINO model; NNCF's accuracy control as the guard
-  TensorRT      Q/DQ in the form TensorRT takes, plus TensorRT's own calibration cache for the
-                implicit quantization the DLA needs; the engine is built and timed on the device
+  TensorRT      Q/DQ in the form TensorRT takes, plus TensorRT's own calibration cache: the DLA
+                builds the fp32 model with it (implicit INT8, all it runs); on the GPU the board's
+                runner builds both forms, times them and keeps the faster
+                ONNX Runtime's quantizer, not NVIDIA's Model Optimizer: ModelOpt writes opset 19
+                or newer, which TensorRT 8.5's parser (JetPack 5, the Xavier) does not read;
+                ORT's writes any opset from 13, so one tool serves TensorRT 8.5 to 10.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ TOLERANCES: dict[str, tuple[float, float, float]] = {
     "bf16": (5e-2, 5e-2, 0.995),  # 8-bit mantissa: ~4e-3 per rounding, accumulated over layers
     "int8": (1e-1, 1e-1, 0.99),
 }
+# The share of elements that may lie beyond the tolerance, per precision. An int8 model is judged
+# by its accuracy budget and by cosine; element by element a few always flip (a text detector's
+# map: 0.85% of its pixels at the edges of words, where a logit near 0 crosses it). Polygraphy's
+# --check-error-stat lets a user judge by a statistic for the same reason.
+MISMATCH_SHARE: dict[str, float] = {"int8": 0.01}
 
 
 @dataclass
@@ -41,7 +46,7 @@ def _finite(value: float) -> float:
 
 
 def compare(name: str, expected: np.ndarray, actual: np.ndarray, *, atol: float, rtol: float,
-            min_cosine: float = 0.0) -> OutputComparison:
+            min_cosine: float = 0.0, mismatch_share: float = 0.0) -> OutputComparison:
     expected, actual = np.asarray(expected), np.asarray(actual)
     base = dict(name=name, shape=list(expected.shape), dtype=str(expected.dtype), atol=atol, rtol=rtol)
     if expected.shape != actual.shape:
@@ -76,11 +81,11 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, *, atol: float,
     # Cosine says whether the output points the right way; an output whose every element is within
     # atol of zero (a random-weight classifier quantized to nothing) has no direction to judge.
     negligible = ef.size == 0 or float(np.max(np.abs(ef))) <= atol
-    passed = mismatched == 0 and (cosine >= min_cosine or negligible)
+    passed = mismatched <= mismatch_share * diff.size and (cosine >= min_cosine or negligible)
     max_abs = _finite(diff.max()) if diff.size else 0.0
     max_rel = _finite(rel.max()) if rel.size else 0.0
     problem = ""
-    if mismatched:
+    if mismatched > mismatch_share * diff.size:
         worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), diff.shape)
         problem = (f"{mismatched} of {diff.size} elements differ beyond atol={atol} rtol={rtol}; "
                    f"worst at {list(map(int, worst))}: expected {e[worst]:.6g}, got {a[worst]:.6g}")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.verify.compare import TOLERANCES, OutputComparison, compare
+from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, OutputComparison, compare
 from deploycc.verify.inputs import MAX_DRAWN_ELEMENTS, SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
 from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, run_reference
 
@@ -159,11 +159,13 @@ def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], 
     tolerances. With `original` (its file and the feeds `expected` came from), a failing output is
     checked for ill-conditioning before it is called a mismatch."""
     atol, rtol, min_cosine = TOLERANCES[precision if precision in TOLERANCES else "int8"]
+    share = MISMATCH_SHARE.get(precision if precision in TOLERANCES else "int8", 0.0)
     result = Verification(passed=True, reference=reference, inputs=inputs, precision=precision)
     for name, array in actual.items():
         if name not in expected:
             continue
-        comparison = compare(name, expected[name], array, atol=atol, rtol=rtol, min_cosine=min_cosine)
+        comparison = compare(name, expected[name], array, atol=atol, rtol=rtol, min_cosine=min_cosine,
+                             mismatch_share=share)
         result.outputs.append(comparison)
         if not comparison.passed and result.passed:
             result.passed = False

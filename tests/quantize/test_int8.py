@@ -83,6 +83,10 @@ def test_tensorrt_int8_is_symmetric_per_channel_qdq_with_a_cache(cnn, tmp_path: 
     assert set(scales) <= {v for n in legalized.graph.node for v in n.output} | {"image"}
     settings = json.loads((tmp_path / "xavier" / "bundle" / "bundle.json").read_text())["settings"]
     assert settings["precision"] == "int8" and settings["int8_calibration_cache"] is None  # GPU: Q/DQ
+    # ... and the other form beside it, for the runner to time both on the GPU and keep the faster
+    assert settings["int8_implicit"] == {"model": "model.fp32.onnx", "cache": "calibration.cache"}
+    fp32 = onnx.load(tmp_path / "xavier" / "bundle" / "model.fp32.onnx")
+    assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in fp32.graph.node)
 
 
 def test_the_dla_builds_the_fp32_model_with_the_cache(cnn, tmp_path: Path) -> None:
@@ -93,6 +97,7 @@ def test_the_dla_builds_the_fp32_model_with_the_cache(cnn, tmp_path: Path) -> No
     assert report.status == "pending-on-device", report.summary
     bundle = json.loads((tmp_path / "dla" / "bundle" / "bundle.json").read_text())
     assert bundle["settings"]["int8_calibration_cache"] == "calibration.cache"
+    assert bundle["settings"]["int8_implicit"] is None  # the DLA has one form only
     assert "--calib=calibration.cache" in bundle["trtexec"] and "--useDLACore=0" in bundle["trtexec"]
     inside = onnx.load(tmp_path / "dla" / "bundle" / "model.onnx")
     assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in inside.graph.node)
@@ -155,7 +160,7 @@ def test_the_guard_keeps_the_damaging_layer_in_float_when_the_budget_demands_it(
     first, last = quantized.steps[0], quantized.steps[-1]
     assert not first["within_budget"] and first["drop"] > 0.001  # all-int8 breaks the budget
     assert last["within_budget"] and "second" in last["kept_float"]
-    assert quantized.kept_float == last["kept_float"]
+    assert set(quantized.kept_float) == set(last["kept_float"])
     # whichever precision it kept (int8 or fp32 where int8 is not faster here), it was verified
     assert report.status == "verified", report.summary
     assert "## INT8" in (tmp_path / "out" / "report.md").read_text()

@@ -26,6 +26,7 @@ MODEL_NAME = "model.onnx"
 PLAN_NAME = "model.plan"
 TIMING_CACHE = "timing.cache"
 CALIBRATION_CACHE = "calibration.cache"
+FP32_MODEL_NAME = "model.fp32.onnx"  # INT8 bundles for the GPU: the implicit form's model
 RUNNER = "run_on_device.py"
 TRTEXEC_RUNNER = "run_on_device.sh"
 TRTEXEC_OUTPUT, TRTEXEC_TIMES, TRTEXEC_LOG = "trtexec-output.json", "trtexec-times.json", "trtexec.log"
@@ -110,12 +111,21 @@ def write_bundle(request: BuildRequest) -> Artifact:
         # The legalized model names its data file after itself; keep that name beside the copy.
         shutil.copyfile(data, folder / data.name)
         files.append(f"{BUNDLE_DIR}/{data.name}")
+    implicit_alternative = None
     if request.precision == "int8" and request.calibration_cache is not None:
-        # shipped on the GPU too: `trtexec --calib` builds the fp32 model with it, to compare forms
         shutil.copyfile(request.calibration_cache, folder / CALIBRATION_CACHE)
         files.append(f"{BUNDLE_DIR}/{CALIBRATION_CACHE}")
+        if not request.implicit_int8 and request.fp32_model is not None:
+            # The GPU's other INT8 form: the runner builds and times both and keeps the faster.
+            shutil.copyfile(request.fp32_model, folder / FP32_MODEL_NAME)
+            files.append(f"{BUNDLE_DIR}/{FP32_MODEL_NAME}")
+            fp32_data = request.fp32_model.with_name(request.fp32_model.name + ".data")
+            if fp32_data.exists():
+                shutil.copyfile(fp32_data, folder / fp32_data.name)
+                files.append(f"{BUNDLE_DIR}/{fp32_data.name}")
+            implicit_alternative = {"model": FP32_MODEL_NAME, "cache": CALIBRATION_CACHE}
     command = trtexec_command(request)
-    build = settings(request)
+    build = {**settings(request), "int8_implicit": implicit_alternative}
     jetpack = f" --jetpack {build['jetpack']}" if build["jetpack"] else ""
     deploycc_command = f"deploycc build {BUNDLE_DIR} --engine-only --target {request.target.name}{jetpack}"
     (folder / BUNDLE_FILE).write_text(json.dumps({
@@ -167,7 +177,7 @@ def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[s
     """The board's reference: each array as raw little-endian bytes in its binding dtype (the
     same files work as `trtexec --loadInputs=name:file`), and an index with names, shapes,
     dtypes, files and sha256s, the tolerances of the precision and the model they belong to."""
-    from deploycc.verify.compare import TOLERANCES
+    from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES
 
     reference = folder / REFERENCE_DIR
     reference.mkdir(exist_ok=True)
@@ -188,7 +198,8 @@ def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[s
     document = {"schema": REFERENCE_SCHEMA, "model_sha256": _sha256(folder / MODEL_NAME),
                 "precision": precision, "tensorrt": tensorrt_version, "inputs_described": described,
                 "reference": "the original model on ONNX Runtime CPU",
-                "tolerances": {"atol": atol, "rtol": rtol, "min_cosine": min_cosine}, **index}
+                "tolerances": {"atol": atol, "rtol": rtol, "min_cosine": min_cosine,
+                               "mismatch_share": MISMATCH_SHARE.get(precision, 0.0)}, **index}
     (reference / REFERENCE_INDEX).write_text(json.dumps(document, indent=1) + "\n")
     files.append(write_trtexec_runner(folder, index["inputs"], tensorrt_version))
     return [*files, f"{BUNDLE_DIR}/{REFERENCE_DIR}/{REFERENCE_INDEX}"]

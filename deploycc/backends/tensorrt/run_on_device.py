@@ -54,7 +54,7 @@ def load_arrays(folder, entries):
     return arrays
 
 
-def compare(name, expected, actual, atol, rtol, min_cosine):
+def compare(name, expected, actual, atol, rtol, min_cosine, mismatch_share=0.0):
     """deploycc's comparison, copied (the board has no deploycc; a test keeps the two agreeing):
     every element within atol + rtol * |expected|, and the output pointing the reference's way
     (cosine), NaN and inf matching themselves."""
@@ -83,7 +83,8 @@ def compare(name, expected, actual, atol, rtol, min_cosine):
         (1.0 if np.array_equal(ef, af) else 0.0)
     negligible = ef.size == 0 or float(np.max(np.abs(ef))) <= atol
     mismatched = int(bad.sum())
-    row.update(passed=mismatched == 0 and (cosine >= min_cosine or negligible), mismatched=mismatched,
+    row.update(passed=mismatched <= mismatch_share * e.size and (cosine >= min_cosine or negligible),
+               mismatched=mismatched,
                max_abs_error=float(diff.max()) if diff.size else 0.0, cosine=cosine)
     if not row["passed"]:
         row["problem"] = (f"{mismatched} of {int(e.size)} elements beyond atol {atol} + rtol {rtol}, "
@@ -232,19 +233,25 @@ class TrtEngine:
 
     name = "tensorrt"
 
-    def __init__(self, bundle, settings):
+    def __init__(self, bundle, settings, form="explicit"):
+        """form: "implicit" builds the fp32 model the bundle carries for it with the calibration
+        cache (implicit INT8), the other form of an INT8 bundle for the GPU."""
         import tensorrt as trt
 
-        self.trt, self.version = trt, trt.__version__
+        self.trt, self.version, self.form = trt, trt.__version__, form
+        if form == "implicit":
+            implicit = settings["int8_implicit"]
+            settings = dict(settings, model=implicit["model"], int8_calibration_cache=implicit["cache"])
+        model_file = settings.get("model") or "model.onnx"
         wanted, have = _release(settings.get("tensorrt") or "0"), _release(trt.__version__)
         if have < wanted:
             raise RuntimeError("this board has TensorRT {}, the bundle was legalized for {} (the target's "
                                "table): rebuild the bundle for this JetPack".format(trt.__version__,
                                                                                      settings.get("tensorrt")))
         self.logger = trt.Logger(trt.Logger.WARNING)
-        plan_path = os.path.join(bundle, "model.plan")
+        plan_path = os.path.join(bundle, "model.plan" if form == "explicit" else "model.implicit.plan")
         stamp_path = plan_path + ".stamp"
-        model = sha256_of(os.path.join(bundle, "model.onnx"))
+        model = sha256_of(os.path.join(bundle, model_file))
         stamp = "{}|{}|{}".format(trt.__version__, platform.node(), model)
         plan = None
         if os.path.exists(plan_path) and os.path.exists(stamp_path):
@@ -278,7 +285,7 @@ class TrtEngine:
             flags = 1 << int(explicit)
         network = builder.create_network(flags)
         parser = trt.OnnxParser(network, self.logger)
-        if not parser.parse_from_file(os.path.join(bundle, "model.onnx")):
+        if not parser.parse_from_file(os.path.join(bundle, settings.get("model") or "model.onnx")):
             errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
             raise RuntimeError("the ONNX parser refused the model: " + "; ".join(errors))
         config = builder.create_builder_config()
@@ -532,6 +539,24 @@ def benchmark(engine, feeds, iterations, warmup_seconds):
             "throughput_per_s": round(1e3 / mean, 2) if mean > 0 else None}
 
 
+def faster_int8_form(explicit, bundle, settings, inputs, result):
+    """An INT8 bundle for the GPU carries both forms: the Q/DQ model (explicit) and the fp32 model
+    with the calibration cache (implicit). Which is faster depends on the GPU and the TensorRT
+    release, so both are built and timed here; the faster one is verified and benchmarked."""
+    timings = {"explicit": benchmark(explicit, inputs, 30, 0.5)["p50_ms"]}
+    try:
+        implicit = TrtEngine(bundle, settings, form="implicit")
+        timings["implicit"] = benchmark(implicit, inputs, 30, 0.5)["p50_ms"]
+    except Exception as error:  # the explicit form stands; say why the other did not
+        result["int8_forms"] = {"explicit_p50_ms": timings["explicit"], "chosen": "explicit",
+                                "implicit_error": "{}: {}".format(type(error).__name__, str(error)[:200])}
+        return explicit
+    chosen = "implicit" if timings["implicit"] < timings["explicit"] else "explicit"
+    result["int8_forms"] = {"explicit_p50_ms": timings["explicit"], "implicit_p50_ms": timings["implicit"],
+                            "chosen": chosen}
+    return implicit if chosen == "implicit" else explicit
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -561,13 +586,16 @@ def run(bundle, engine_name, iterations, warmup_seconds):
     try:
         result["stage"] = "build"
         engine = ENGINES[engine_name](bundle, settings)
+        if engine_name == "tensorrt" and settings.get("int8_implicit"):
+            engine = faster_int8_form(engine, bundle, settings, inputs, result)
         result["engine_version"] = engine.version
         result["build_seconds"] = round(getattr(engine, "build_seconds", 0.0), 3)
         result["stage"] = "run"
         actual = engine.run(inputs)
         result["stage"] = "verify"
         atol, rtol, min_cosine = (index["tolerances"][key] for key in ("atol", "rtol", "min_cosine"))
-        rows = [compare(name, array, actual.get(name, array[:0]), atol, rtol, min_cosine)
+        share = index["tolerances"].get("mismatch_share", 0.0)
+        rows = [compare(name, array, actual.get(name, array[:0]), atol, rtol, min_cosine, share)
                 for name, array in expected.items()]
         result["outputs"] = rows
         result["tolerances"] = index["tolerances"]
