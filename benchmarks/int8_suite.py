@@ -363,10 +363,12 @@ def markdown(results: dict) -> str:
                 return f"{latency[f'{tool}_ratio']:.2f} [{low:.2f}, {high:.2f}]"
 
             peer_drop = f"{row['drop']['peer']:.4f}" if "peer" in row["drop"] else f"({row['peer_error']})"
+            int8 = row["decision"] == "int8"
+            floats = f" ({row['kept_float']} in float)" if row["kept_float"] and int8 else ""
             lines.append(f"| {name} | {result['metric']} | {target} | {latency['median_ms']['fp32']} | "
                          f"{ratio('deploycc')} | {ratio('peer')} | {row['drop']['deploycc']:.4f} | "
                          f"{peer_drop} | {row['decision']}"
-                         f"{' (' + str(row['kept_float']) + ' in float)' if row['kept_float'] else ''} |")
+                         f"{floats} |")
     lines += ["", "OpenVINO at the CPU's default precision (no INFERENCE_PRECISION_HINT), same models:", "",
               "| model | fp32 ms | deploycc int8/fp32 | peer int8/fp32 |", "|---|---|---|---|"]
     for name, result in results.items():
