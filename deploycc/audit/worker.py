@@ -112,19 +112,19 @@ def run_cell(spec: CellSpec) -> CellResult:
                 result.message = ("no calibration samples for int8: name a folder of .npz samples as "
                                   '"calibration" in the model\'s hints file')
                 return _timed(result, started)
-            report = build(spec.model, target, Path(spec.workdir),
-                           BuildOptions(legalize=options, bench="bench" in stages, force=True,
-                                        bundle_only=spec.device_engine is not None, precision=spec.precision,
-                                        quantize=quantize))
+
+            def build_options() -> BuildOptions:  # options.shapes may change between the builds
+                return BuildOptions(legalize=options, bench="bench" in stages, force=True,
+                                    bundle_only=spec.device_engine is not None, precision=spec.precision,
+                                    quantize=quantize)
+
+            report = build(spec.model, target, Path(spec.workdir), build_options())
             result.details = {}
             if report.failure_category == Failure.DYNAMIC_SHAPE and not fix_axes and static:
                 # The backend cannot type the graph with its dims dynamic (OpenVINO on a rank that
                 # depends on the batch): do what its hint says, with the model's own hint shapes.
                 options.shapes = {name: list(dims) for name, dims in static.items()}
-                report = build(spec.model, target, Path(spec.workdir),
-                               BuildOptions(legalize=options, bench="bench" in stages, force=True,
-                                            bundle_only=spec.device_engine is not None,
-                                            precision=spec.precision, quantize=quantize))
+                report = build(spec.model, target, Path(spec.workdir), build_options())
                 result.details["static_shapes"] = static
             legalized = report.legalize
             result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
