@@ -26,10 +26,10 @@ class GuardStep:
 
 
 def greedy(ranking: Sequence[str], attempt: Callable[[list[str]], GuardStep], *,
-           max_float_share: float = 0.5) -> list[GuardStep]:
-    """Every attempt made, the first with nothing kept in float; the last is the one to keep
-    when it is within budget."""
-    steps = [attempt([])]
+           first: GuardStep | None = None, max_float_share: float = 0.5) -> list[GuardStep]:
+    """Every attempt made, the first with nothing kept in float (`first`, when it was made
+    already); the last is the one to keep when it is within budget."""
+    steps = [first if first is not None else attempt([])]
     limit = min(len(ranking), max(2, int(len(ranking) * max_float_share)))
     count = 1
     while not steps[-1].within_budget and ranking and count <= limit:

@@ -251,7 +251,7 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         by_sqnr = [name for name, _ in rank_layers(quantizer.prepared, attempts[0], candidates,
                                                    context.validation(), context.inputs)]
         ranking = _measured_ranking(context, quantizer, by_sqnr, candidates, first.score.value, work)
-    steps = [first, *greedy(ranking, attempt)[1:]] if ranking else [first]
+    steps = greedy(ranking, attempt, first=first) if ranking else [first]
     where = "ONNX Runtime stands in for TensorRT to judge it" if on_device else "timed on ONNX Runtime"
     report = _report(context, f"onnxruntime quantize_static: {quantizer.form.describe()} ({where})", steps,
                      fp32_ms)
