@@ -360,13 +360,9 @@ def main() -> None:
                  "`deploycc legalize --target ort-cpu`, dynamic axes as exported; every result run "
                  "on ONNX Runtime against the original. A result that fails or changes the outputs "
                  "counts as the model left as it was.\n\n" + table + f"{MARK_END}")
-        results_md = HERE / "RESULTS.md"
-        text = results_md.read_text()
-        if MARK_BEGIN in text:
-            text = text[:text.index(MARK_BEGIN)] + block + text[text.index(MARK_END) + len(MARK_END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
-        results_md.write_text(text)
+        from results_page import put_block
+
+        put_block(block, MARK_BEGIN, MARK_END)
     print(table)
 
 

@@ -119,14 +119,9 @@ def main() -> None:
                "again with host segments (`--partition`), counted apart. Rates are of the models ONNX "
                "Runtime runs as exported.\n\n")
     (results / "corpus-audit.md").write_text(heading + text + "\n")
-    page = HERE / "RESULTS.md"
-    old = page.read_text() if page.exists() else ""
-    block = f"{MARK_BEGIN}\n{heading}{text}\n{MARK_END}"
-    if MARK_BEGIN in old:
-        new = old[:old.index(MARK_BEGIN)] + block + old[old.index(MARK_END) + len(MARK_END):]
-    else:
-        new = old.rstrip() + "\n\n" + block + "\n"
-    page.write_text(new)
+    from results_page import put_block
+
+    put_block(f"{MARK_BEGIN}\n{heading}{text}\n{MARK_END}", MARK_BEGIN, MARK_END)
     for target, row in summary.items():
         print(f"{target}: {row['after_deploycc']}/{row['models']} ({row['rate']:.0%}), legal as exported "
               f"{row['legal_as_exported']}, regressed {row['regressed']}, {row['classes']}")

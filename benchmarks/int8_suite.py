@@ -414,13 +414,9 @@ def main() -> None:
                  "resampling whole rounds; OpenVINO pinned to f32. Drop: 1 - the metric against the "
                  "fp32 model on ONNX Runtime (top-1 agreement, or cosine). Peers: ONNX Runtime's "
                  "`quantize_static` and NNCF's `quantize` with their defaults.\n\n" + table + MARK_END)
-        results_md = HERE / "RESULTS.md"
-        text = results_md.read_text()
-        if MARK_BEGIN in text:
-            text = text[:text.index(MARK_BEGIN)] + block + text[text.index(MARK_END) + len(MARK_END):]
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
-        results_md.write_text(text)
+        from results_page import put_block
+
+        put_block(block, MARK_BEGIN, MARK_END)
     print(table)
 
 

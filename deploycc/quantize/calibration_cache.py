@@ -65,7 +65,7 @@ def entropy_scales(model: Path, samples: Sequence[Sample], inputs: Sequence[str]
     output from ONNX Runtime's entropy calibrator."""
     from onnxruntime.quantization import CalibrationMethod, create_calibrator
 
-    from deploycc.quantize.ort_qdq import _Reader, quiet
+    from deploycc.quantize.ort_qdq import SampleReader, quiet
 
     scales: dict[str, float] = {}
     for name in inputs:
@@ -77,7 +77,7 @@ def entropy_scales(model: Path, samples: Sequence[Sample], inputs: Sequence[str]
                                        calibrate_method=CalibrationMethod.Entropy,
                                        extra_options={"symmetric": True})
         with quiet():  # it prints its histogram search
-            calibrator.collect_data(_Reader(samples, inputs))
+            calibrator.collect_data(SampleReader(samples, inputs))
             ranges = calibrator.compute_data()
     for name, data in ranges.data.items():
         amax = max((float(np.max(np.abs(np.asarray(v)))) for v in data.range_value if np.asarray(v).size),

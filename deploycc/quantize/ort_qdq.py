@@ -99,7 +99,7 @@ def tensorrt_form() -> QdqForm:
                    quantize_bias=False, op_types=TENSORRT_OPS)
 
 
-class _Reader:
+class SampleReader:
     """ONNX Runtime's CalibrationDataReader protocol over the samples (model inputs only)."""
 
     def __init__(self, samples: Sequence[Sample], inputs: Sequence[str]) -> None:
@@ -222,7 +222,7 @@ class QdqQuantizer:
         kwargs: dict[str, Any] = {"calibration_cache_path": self._cache} if self._caches else {}
         with quiet():  # the calibrator prints its progress
             _quantize_static()(
-                str(self.prepared), str(output), _Reader(self.samples, self.inputs),
+                str(self.prepared), str(output), SampleReader(self.samples, self.inputs),
                 quant_format=QuantFormat.QDQ, op_types_to_quantize=list(self.form.op_types or []) or None,
                 per_channel=True, reduce_range=self.form.reduce_range,
                 activation_type=QuantType.QUInt8 if self.form.unsigned_activations else QuantType.QInt8,

@@ -14,6 +14,7 @@ does not pay off (slower, or not within budget with most layers still int8).
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -100,20 +101,25 @@ class _Context:
         default = self.target.precision.default
         return default if default != "int8" else "fp32"
 
+    @functools.cached_property
     def calibration(self) -> list[Sample]:
+        """The calibration samples as the legalized model takes them (its inputs, its dtypes)."""
         return [_feeds(s, self.inputs, self.dtypes) for s in self.sets.calibration]
 
+    @functools.cached_property
     def validation(self) -> list[Sample]:
+        """The validation samples as the legalized model takes them: converted once, judged on
+        by every step of the guard."""
         return [_feeds(s, self.inputs, self.dtypes) for s in self.sets.validation]
 
     def judge(self, runner: Runner, timed: bool) -> tuple[metrics.Score, float | None]:
         from deploycc.bench.latency import measure
 
-        outputs = [runner.run(feeds) for feeds in self.validation()]
+        outputs = [runner.run(feeds) for feeds in self.validation]
         score = metrics.score(self.metric, self.reference, outputs, self.sets.validation)
         if not timed:
             return score, None
-        return score, measure(runner, self.validation()[0], warmup=3, iterations=TIMED_RUNS).p50_ms
+        return score, measure(runner, self.validation[0], warmup=3, iterations=TIMED_RUNS).p50_ms
 
     def step(self, kept: list[str], score: metrics.Score, latency: float | None) -> GuardStep:
         return GuardStep(kept, score, None if latency is None else round(latency, 4),
@@ -171,7 +177,7 @@ def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, s
     context = _Context(model, target, options, sets, inputs, {n: s.dtype for n, s in signature.items()})
     reference_runner = _ort_runner(model)
     try:
-        context.reference = [reference_runner.run(feeds) for feeds in context.validation()]
+        context.reference = [reference_runner.run(feeds) for feeds in context.validation]
     finally:
         reference_runner.close()
     context.metric = metrics.resolve(options.metric, context.reference, output_heads(model))
@@ -229,9 +235,9 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
 
     on_device = context.target.backend.kind == "tensorrt"
     form = ort_qdq.tensorrt_form() if on_device else ort_qdq.x86_form()
-    calibration = context.calibration()
+    calibration = context.calibration
     quantizer = ort_qdq.QdqQuantizer(context.model, form, calibration, context.inputs, work=work)
-    fp32_ms = None if on_device else _timed(_ort_runner(context.model), context.validation()[0])
+    fp32_ms = None if on_device else _timed(_ort_runner(context.model), context.validation[0])
     attempts: dict[int, Path] = {}
 
     def attempt(kept: list[str]) -> GuardStep:
@@ -249,7 +255,7 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
     if not first.within_budget:
         candidates = ort_qdq.quantized_nodes(attempts[0], quantizer.form.op_types)
         by_sqnr = [name for name, _ in rank_layers(quantizer.prepared, attempts[0], candidates,
-                                                   context.validation(), context.inputs)]
+                                                   context.validation, context.inputs)]
         ranking = _measured_ranking(context, quantizer, by_sqnr, candidates, first.score.value, work)
     steps = greedy(ranking, attempt, first=first) if ranking else [first]
     where = "ONNX Runtime stands in for TensorRT to judge it" if on_device else "timed on ONNX Runtime"
@@ -293,7 +299,7 @@ def _measured_ranking(context: _Context, quantizer: Any, by_sqnr: list[str], can
     spread = sorted(candidates, key=lambda name: -quantizer.spread.get(name, 1.0))[:SHORTLIST_BY_SPREAD]
     shortlist = list(dict.fromkeys([*by_sqnr[:SHORTLIST_BY_SQNR], *spread]))
     subset = context.sets.validation[:RESTORE_SAMPLES]
-    feeds = context.validation()[:RESTORE_SAMPLES]
+    feeds = context.validation[:RESTORE_SAMPLES]
     reference = context.reference[:RESTORE_SAMPLES]
     gains = {}
     for index, name in enumerate(shortlist):
@@ -312,7 +318,7 @@ def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
 
     from deploycc.quantize import openvino_nncf
 
-    calibration, validation = context.calibration(), context.validation()
+    calibration, validation = context.calibration, context.validation
     feeds = validation[0]
     fp32_ms = _timed(_openvino_runner(context.model, pinned=True), feeds)
     source = openvino_nncf.read(context.model)

@@ -387,28 +387,26 @@ ENGINES = {"tensorrt": TrtEngine, "onnxruntime": OrtEngine}  # type: dict
 # --------------------------------------------------------------------------- measurements
 
 
-def peak_rss_kb():
-    """The process's high-water mark (VmHWM), in kB; None off Linux."""
+def proc_kb(path, field):
+    """A `Field:  N kB` line of a /proc file, as N; None where the file or the line is absent."""
     try:
-        with open("/proc/self/status") as handle:
+        with open(path) as handle:
             for line in handle:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except (OSError, ValueError):
         return None
     return None
+
+
+def peak_rss_kb():
+    """The process's high-water mark (VmHWM), in kB; None off Linux."""
+    return proc_kb("/proc/self/status", "VmHWM")
 
 
 def nvmap_kb():
     """NvMapMemUsed from /proc/meminfo: the GPU memory a Jetson has handed out, in kB."""
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("NvMapMemUsed:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
+    return proc_kb("/proc/meminfo", "NvMapMemUsed")
 
 
 def start_tegrastats():
