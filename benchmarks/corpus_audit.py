@@ -26,8 +26,9 @@ from deploycc import api  # noqa: E402
 from deploycc.audit.cells import HOST_SEGMENTS  # noqa: E402
 from deploycc.audit.run import AuditOptions  # noqa: E402
 
-TARGETS = ("ort-cpu", "openvino-cpu", "jetson-xavier", "jetson-nano")
-GOALS = {"ort-cpu": 0.97, "openvino-cpu": 0.93, "jetson-xavier": 0.90, "jetson-nano": 0.80}
+TARGETS = ("ort-cpu", "openvino-cpu", "jetson-xavier", "jetson-nano", "jetson-orin", "gpu-trt10")
+GOALS = {"ort-cpu": 0.97, "openvino-cpu": 0.93, "jetson-xavier": 0.90, "jetson-nano": 0.80,
+         "jetson-orin": 0.90, "gpu-trt10": 0.90}
 MARK_BEGIN, MARK_END = "<!-- corpus-audit:begin -->", "<!-- corpus-audit:end -->"
 # What counts as a success per target: a verified build where the engine is built here, the
 # legalized and verified bundle where TensorRT builds it on the device.

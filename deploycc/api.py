@@ -131,11 +131,13 @@ def _load_capabilities(paths: Sequence[str | Path]) -> dict[str, dict[str, str]]
 
 
 def probe(target: str, *, limit: int | None = None, names: list[str] | None = None, jobs: int = 1,
-          progress: Callable[[int, int], None] | None = None) -> ProbeReport:
-    """Run the ONNX conformance cases on `target`'s backend, as exported and legalized."""
+          progress: Callable[[int, int], None] | None = None,
+          finished: Callable[[str, list[Any], int, int], None] | None = None) -> ProbeReport:
+    """Run the ONNX conformance cases on `target`'s backend, as exported and legalized.
+    `finished(op, its case results, cases done, total)` as each op's cases are all done."""
     from deploycc.audit.probe import probe as run
 
-    return run(target, limit=limit, names=names, jobs=jobs, progress=progress)
+    return run(target, limit=limit, names=names, jobs=jobs, progress=progress, finished=finished)
 
 
 def legalize(
@@ -146,13 +148,22 @@ def legalize(
     *,
     jetpack: str | None = None,
     progress: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> LegalizeReport:
     """Rewrite `model` into one `target` accepts, prove every rewrite, verify, write atomically.
 
     Returns the report; `report.success` says whether the output was written (see `summary`).
+    An existing `output` is refused unless `force`, as `build` refuses an existing directory.
     """
     from deploycc.pipeline.legalize import legalize as run
 
+    if output is not None:
+        from deploycc.io import refuse_overwrite
+
+        source = Path(model)
+        refuse_overwrite(Path(output), (source, source.with_name(source.name + ".data")))
+        if Path(output).exists() and not force:
+            raise OptionError(f"{output}: already exists", hint="pass --force to replace it")
     resolved = target if not isinstance(target, str) else get_target(target, jetpack=jetpack)
     return run(model, resolved, options, output=output, progress=progress)
 
@@ -180,17 +191,20 @@ def build(
         return build_from_bundle(Path(model), None if outdir is None else Path(outdir), options,
                                  target=target if target is None or isinstance(target, str) else target.name,
                                  jetpack=jetpack, progress=progress)
-    if outdir is None:
-        raise OptionError("no output directory", hint="pass -o OUTDIR")
     chosen = "ort-cpu" if target is None else target
     resolved = get_target(chosen, jetpack=jetpack) if isinstance(chosen, str) else chosen
-    return run(model, resolved, outdir, options, progress=progress)
+    return run(model, resolved, outdir or default_outdir(model, resolved), options, progress=progress)
+
+
+def default_outdir(model: str | Path, target: Target) -> Path:
+    """Where `build` writes without -o: `<model stem>.<target>/` in the current directory."""
+    return Path(f"{Path(model).stem}.{target.name}")
 
 
 def build_partitioned(
     model: str | Path,
     target: str | Target,
-    outdir: str | Path,
+    outdir: str | Path | None,
     options: BuildOptions | None = None,
     *,
     jetpack: str | None = None,
@@ -204,7 +218,8 @@ def build_partitioned(
     from deploycc.pipeline.partition import build_partitioned as run
 
     resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
-    return run(model, resolved, outdir, options, min_segment_nodes=min_segment_nodes,
+    return run(model, resolved, outdir or default_outdir(model, resolved), options,
+               min_segment_nodes=min_segment_nodes,
                flops_per_byte=flops_per_byte, build_engines=build_engines)
 
 
@@ -231,8 +246,10 @@ def audit(
     *,
     jetpack: str | None = None,
     progress: Callable[[Any, int], None] | None = None,
+    finished: Callable[[Any, int, int], None] | None = None,
 ) -> AuditReport:
-    """Every (model, target) cell through the requested stages, isolated; reports in `outdir`."""
+    """Every (model, target) cell through the requested stages, isolated; reports in `outdir`.
+    `progress(counts, total)` as cells finish; `finished(cell, done, total)` with each cell run."""
     from deploycc.audit.run import audit as run
 
-    return run(paths, targets, outdir, options, jetpack=jetpack, progress=progress)
+    return run(paths, targets, outdir, options, jetpack=jetpack, progress=progress, finished=finished)

@@ -56,6 +56,7 @@ class QuantizeOptions:
     max_drop: float = 0.01  # the metric may fall this much below the fp32 model's
     metric: str = "auto"  # auto | top1 | cosine | sqnr | module:function
     allow_fallback: bool = False  # a target without int8 builds its fallback precision instead
+    require_int8: bool = False  # fail the build where the guard keeps float (not within budget, not faster)
     # The API's iterables of samples ({input name: array}), in place of the folders
     samples: Iterable[Mapping[str, Any]] | None = None
     validation_samples: Iterable[Mapping[str, Any]] | None = None

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
+
+
+def strict(value: Any) -> Any:
+    """JSON has no Infinity or NaN (JSON.parse and jq reject them): such floats are written as the
+    strings "inf", "-inf" and "nan", everything else as it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(item) for item in value]
+    return value
 
 
 class Result:
@@ -15,4 +28,4 @@ class Result:
         return dataclasses.asdict(self)  # type: ignore[arg-type]
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+        return json.dumps(strict(self.to_dict()), indent=indent, sort_keys=False, allow_nan=False)

@@ -1,7 +1,8 @@
 """Run a partitioned model: its segments in order, each on its own runner, the cut tensors
 handed from one to the next.
 
-    chain = Chain.load("out/segments")          # every segment on ONNX Runtime CPU
+    chain = Chain.load("out")                   # `build --partition -o out`: out/segments,
+                                                # every segment on ONNX Runtime CPU
     outputs = chain.run({"x": array})
     chain.seconds                                # per segment, of the last run
 
@@ -25,6 +26,19 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+PIPELINE_FILE, SEGMENTS_DIR = "pipeline.json", "segments"
+
+
+def segments_folder(folder: str | Path) -> Path | None:
+    """Where a partitioned model's pipeline.json is: `folder` itself (a segments/ folder) or the
+    segments/ of a `build --partition` output directory; None when neither holds one."""
+    folder = Path(folder)
+    for candidate in (folder, folder / SEGMENTS_DIR):
+        if (candidate / PIPELINE_FILE).is_file():
+            return candidate
+    return None
+
+
 @dataclass
 class Chain:
     folder: Path
@@ -34,12 +48,19 @@ class Chain:
 
     @classmethod
     def load(cls, folder: str | Path, runners: Mapping[int, Any] | None = None) -> Chain:
-        """The pipeline in `folder`; segments without a runner given run on ONNX Runtime CPU."""
-        folder = Path(folder)
+        """The pipeline in `folder` (a segments/ folder, or the partitioned build holding one);
+        segments without a runner given run on ONNX Runtime CPU."""
+        found = segments_folder(folder)
+        if found is None:
+            raise ModelInputError(f"{folder}: not a partitioned model: no {PIPELINE_FILE} in it or in "
+                                  f"its {SEGMENTS_DIR}/",
+                                  hint="give the -o folder of `build --partition`, or its segments/")
+        folder = found
         try:
-            pipeline = json.loads((folder / "pipeline.json").read_text())
+            pipeline = json.loads((folder / PIPELINE_FILE).read_text())
         except (OSError, ValueError) as error:
-            raise ModelInputError(f"{folder}: not a partitioned model ({error})") from None
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ModelInputError(f"{folder / PIPELINE_FILE}: not a readable pipeline ({reason})") from None
         from deploycc.backends.onnxruntime import OrtRunner
 
         given = dict(runners or {})
@@ -98,8 +119,8 @@ def load_built_chain(build_dir: Path, target: Any, precision: str, threads: int 
     from deploycc.backends.base import Artifact, BuildRequest
     from deploycc.backends.registry import get_backend
 
-    folder = build_dir / "segments"
-    pipeline = json.loads((folder / "pipeline.json").read_text())
+    folder = build_dir / SEGMENTS_DIR
+    pipeline = json.loads((folder / PIPELINE_FILE).read_text())
     backend = get_backend(target.backend.kind)
     runners = {}
     for segment in pipeline["segments"]:

@@ -93,8 +93,13 @@ def _judge_graphs(model: ir.Model, judge: ConversionTarget) -> list[NodeVerdict]
     return verdicts
 
 
+NO_RULE_NEXT = "no rule applies: --partition runs it on the host"
+
+
 def explain_fixes(model: ir.Model, target: Target) -> list[dict[str, str]]:
-    """For every illegal node, the catalog rule that would rewrite it, or why each declines."""
+    """For every illegal node, the rule the legalize pass would apply to it, or why each declines.
+    The pass's own decision, asked the same way (the target must accept what a rule writes, and
+    the rewrite must prove equal), so a rule named here is one legalize keeps."""
     from deploycc.rules.engine import decide
 
     judge = ConversionTarget(target)
@@ -105,19 +110,22 @@ def explain_fixes(model: ir.Model, target: Target) -> list[dict[str, str]]:
         for node in graph:
             if judge.judge(node, opsets, label).status != ILLEGAL:
                 continue
-            decision = decide(node, graph, opsets, apply=False, prove=False, graph_label=label)
+            decision = decide(node, graph, opsets, apply=False, graph_label=label,
+                              accepts=judge.accepts(opsets, label))
             fixes.append({"node": decision.node, "op": decision.op,
                           "fix": decision.rewrite.rule if decision.rewrite else "",
-                          "explanation": decision.explain()})
+                          "explanation": decision.explain() if decision.rewrite
+                          else f"{decision.explain()}; {NO_RULE_NEXT}"})
     return fixes
 
 
 def judge_model(model: ir.Model, target: Target, *, dla: bool = False,
-                probed: dict[str, str] | None = None) -> TargetVerdict:
-    """One target's verdict on an already loaded (and shape-inferred) model."""
+                probed: dict[str, str] | None = None, legalized: bool = False) -> TargetVerdict:
+    """One target's verdict on an already loaded (and shape-inferred) model; `legalized` for
+    legalize's result, which nothing converts afterwards (graph_findings)."""
     judge = ConversionTarget(target, dla=dla, probed=probed)
     verdicts = _judge_graphs(model, judge)
-    findings = graph_findings(model, target)
+    findings = graph_findings(model, target, legalized=legalized)
     counts = {"legal": 0, "conditional": 0, "illegal": 0}
     for verdict in verdicts:
         counts[verdict.status] += 1

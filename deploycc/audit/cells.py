@@ -39,6 +39,11 @@ class CellSpec:
     # From the model's hints file (MODEL.hints.json beside it): the static shape of every input,
     # applied where the target needs one or the audit fixes the batch, and inputs to verify on.
     shapes: dict[str, list[int | str]] = field(default_factory=dict)
+    # What the user said of the axes, as `build` takes it (the audit's flags, or the hints'
+    # "batch", "dynamic_batch" and "shape_ranges"): applied everywhere, before the hint shapes.
+    fixed: dict[str, list[int | str]] = field(default_factory=dict)  # --shape NAME:DIMS
+    batch_range: tuple[int, int, int] | None = None  # --dynamic-batch MIN:OPT:MAX
+    shape_ranges: dict[str, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
     inputs: str | None = None
     hints_sha256: str = ""
     partition: bool = False  # a model refused as a whole is tried with host segments
@@ -52,8 +57,9 @@ class CellSpec:
     device_engine: str | None = None
 
     def key(self, version: str) -> str:
+        axes = f"{sorted(self.fixed.items())}|{self.batch_range}|{sorted(self.shape_ranges.items())}"
         text = "|".join([self.model_sha256, self.target_hash, version, ",".join(self.stages),
-                         str(self.batch), self.hints_sha256] + (["partition"] if self.partition else [])
+                         str(self.batch), self.hints_sha256, axes] + (["partition"] if self.partition else [])
                          + ([f"on-device:{self.device_engine}"] if self.device_engine else [])
                          + ([f"precision:{self.precision}:{self.max_drop}:{self.metric}"]
                             if self.precision else []))

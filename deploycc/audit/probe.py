@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -160,26 +160,47 @@ def _run_chunk(chunk: list[str], target: str) -> list[CaseResult]:
     return [CaseResult(**row) for row in rows]
 
 
+def _op(case: Any) -> str:
+    """The op a case tests: its graph's last node, as `_describe` names it."""
+    nodes = case.model.graph.node
+    return nodes[-1].op_type if nodes else "?"
+
+
 def probe(target_name: str, *, limit: int | None = None, names: list[str] | None = None, jobs: int = 1,
-          progress: Callable[[int, int], None] | None = None) -> ProbeReport:
+          progress: Callable[[int, int], None] | None = None,
+          finished: Callable[[str, list[CaseResult], int, int], None] | None = None) -> ProbeReport:
+    """`progress(cases done, total)` as chunks finish; `finished(op, its results, cases done, total)`
+    once every chosen case of an op has finished (an op, not a case: a full run has ~1,900 cases
+    and ~200 ops; an expanded case counts under the op its graph ends with, so a few ops such as
+    Reshape finish only near the end)."""
     from deploycc.targets.registry import resolve
 
     started = time.perf_counter()
     target = resolve(target_name)
-    chosen = [c.name for c in all_cases()]
+    op_of = {c.name: _op(c) for c in all_cases()}
+    chosen = list(op_of)
     if names:
         chosen = [n for n in chosen if n in set(names)]
     if limit is not None:
         chosen = chosen[:limit]
     chunks = [chosen[start:start + CHUNK] for start in range(0, len(chosen), CHUNK)]
     done: dict[int, list[CaseResult]] = {}
+    waiting = Counter(op_of[name] for name in chosen)  # cases of each op not finished yet
+    of_op: dict[str, list[CaseResult]] = defaultdict(list)
     # each chunk is its own process, so threads are enough to keep `jobs` of them busy
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(_run_chunk, chunk, target.name): index for index, chunk in enumerate(chunks)}
         for future in as_completed(futures):
-            done[futures[future]] = future.result()
+            rows = done[futures[future]] = future.result()
+            count = sum(map(len, done.values()))
+            for row in rows:
+                op = op_of.get(row.case, row.op)
+                of_op[op].append(row)
+                waiting[op] -= 1
+                if waiting[op] == 0 and finished is not None:
+                    finished(op, of_op.pop(op), count, len(chosen))
             if progress is not None:
-                progress(sum(map(len, done.values())), len(chosen))
+                progress(count, len(chosen))
     results = [row for index in sorted(done) for row in done[index]]
     disagreements = []
     for r in results:

@@ -1,6 +1,8 @@
 """Audit reports: audit.json (every cell), audit.md, and a self-contained audit.html (inline
-CSS, no scripts, no network) with the model x target matrix coloured by status, the success
-rate per target as exported vs after deploycc, and the top failure causes with their models.
+CSS, no scripts, no network) with the model x target matrix coloured by status (each cell with
+its reason, and a link to its build's report.md relative to the page, so the folder can be moved),
+the success rate per target as exported vs after deploycc, and the top failure causes with their
+models.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import html
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from deploycc.audit.cells import HOST_SEGMENTS
 from deploycc.audit.records import TargetTally
@@ -34,14 +37,14 @@ def summarize(cells: list[CellResult], targets: list[str]
         by_target[cell.target].append(cell)
     summary = []
     for target in targets:
-        cells = by_target[target]
-        exported = sum(1 for c in cells if c.legal_as_exported)
-        succeeded = sum(1 for c in cells if c.succeeded)
-        total = len(cells) or 1
-        summary.append(TargetTally(target, len(cells), exported, succeeded,
-                                            round(exported / total, 4), round(succeeded / total, 4),
-                                            sum(1 for c in cells if c.regressed),
-                                            sum(1 for c in cells if c.status == HOST_SEGMENTS)))
+        mine = by_target[target]  # not `cells`: the causes below count every target's
+        exported = sum(1 for c in mine if c.legal_as_exported)
+        succeeded = sum(1 for c in mine if c.succeeded)
+        total = len(mine) or 1
+        summary.append(TargetTally(target, len(mine), exported, succeeded,
+                                   round(exported / total, 4), round(succeeded / total, 4),
+                                   sum(1 for c in mine if c.regressed),
+                                   sum(1 for c in mine if c.status == HOST_SEGMENTS)))
     causes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cell in cells:
         if cell.status == CellStatus.FAILED:
@@ -62,6 +65,12 @@ def _with_host(summary) -> str:
 
 def _label(path: str) -> str:
     return Path(path).name
+
+
+def _link(cell: CellResult) -> str | None:
+    """The cell's report.md as a URL relative to the audit's folder (None where no build wrote one)."""
+    path = cell.details.get("report")
+    return quote(str(path)) if path else None
 
 
 def markdown(report: AuditReport) -> str:
@@ -87,7 +96,9 @@ def markdown(report: AuditReport) -> str:
         for target in report.targets:
             cell = grid[(model, target)]
             text = cell.status if cell.status != CellStatus.FAILED else f"failed ({cell.category})"
-            row.append(f"**{text}, regressed**" if cell.regressed else text)
+            text = f"**{text}, regressed**" if cell.regressed else text
+            link = _link(cell)
+            row.append(f"[{text}]({link})" if link else text)
         lines.append(f"| {_label(model)} | " + " | ".join(row) + " |")
     if report.top_failures:
         lines += ["", "## Top failure causes", ""]
@@ -108,9 +119,11 @@ def page(report: AuditReport) -> str:
             cell = grid[(model, target)]
             text = cell.status if cell.status != CellStatus.FAILED else f"failed: {cell.category}"
             text += " (regressed)" if cell.regressed else ""
-            title = f"{cell.stage}: {cell.message}" if cell.message else cell.stage
-            cells.append(f'<td style="background:{COLOURS.get(cell.status, "#eee")}" title="{e(title)}">'
-                         f"{e(text)}</td>")
+            link = _link(cell)
+            shown = f'<a href="{e(link)}">{e(text)}</a>' if link else e(text)
+            # the reason as text on the page: a tooltip is invisible on a phone, a print or a search
+            why = f'<div class="why">at {e(cell.stage)}: {e(cell.message)}</div>' if cell.message else ""
+            cells.append(f'<td style="background:{COLOURS.get(cell.status, "#eee")}">{shown}{why}</td>')
         rows.append(f"<tr><th>{e(_label(model))}</th>{''.join(cells)}</tr>")
     rates = "".join(
         f"<tr><th>{e(s.target)}</th>"
@@ -129,6 +142,9 @@ body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
 th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; font-size: 14px; }}
 caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
+td {{ max-width: 28em; vertical-align: top; }}
+td a {{ color: inherit; }}
+.why {{ font-size: 12px; color: #444; overflow-wrap: anywhere; }}
 </style></head><body>
 <h1>deploycc audit</h1>
 <p>{len(report.models)} model(s) &times; {len(report.targets)} target(s),

@@ -2,20 +2,23 @@
 
 Every (model, target) cell runs in its own process (timeout, memory limit), in parallel
 (`--jobs`) or as Ray tasks (`--executor ray`); finished cells are stored by key and skipped on a
-rerun; reports are written to OUTDIR as they would be by any executor.
+rerun; a cell builds into OUTDIR/builds/<model stem>.<target>/, which audit.html links to; reports
+are written to OUTDIR as they would be by any executor.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.audit.cells import DEFAULT_STAGES, STAGES, CellResult, CellSpec
+from deploycc.audit.cells import DEFAULT_STAGES, HOST_SEGMENTS, STAGES, CellResult, CellSpec
 from deploycc.audit.isolate import WORKER, run_isolated
 from deploycc.audit.records import AuditReport
 from deploycc.audit.report import summarize, write_reports
@@ -34,6 +37,11 @@ class AuditOptions:
     memory_limit_mb: int | None = None
     fresh: bool = False
     batch: int | None = None
+    # The axes flags `build` takes, for every model (a model's hints may say otherwise): --shape
+    # (inputs a model lacks are skipped), --dynamic-batch MIN:OPT:MAX, --shape-range.
+    shapes: dict[str, list[int | str]] = field(default_factory=dict)
+    batch_range: tuple[int, int, int] | None = None
+    shape_ranges: dict[str, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
     executor: str = "local"
     ray_address: str | None = None
     partition: bool = False  # refused models tried again with host segments (build stage)
@@ -84,7 +92,9 @@ def read_hints(model: Path) -> dict[str, Any]:
     """MODEL.hints.json beside a model, when there is one: {"shapes": {input: [dims]}, "inputs":
     "file.npz", "calibration": "folder"} (paths relative to the hints file). What a corpus knows of
     each model that its signature does not say: a static size for every dynamic dim, values the
-    model takes, and samples to calibrate int8 on (`--precision int8`)."""
+    model takes, and samples to calibrate int8 on (`--precision int8`). The axes flags of `build`
+    may be given per model too: "batch": N, "dynamic_batch": [MIN, OPT, MAX], "shape_ranges":
+    {input: [[min dims], [opt dims], [max dims]]}."""
     import hashlib
     import json
 
@@ -96,6 +106,7 @@ def read_hints(model: Path) -> dict[str, Any]:
         data = json.loads(raw)
         shapes = {str(name): [d if isinstance(d, int) else str(d) for d in dims]
                   for name, dims in (data.get("shapes") or {}).items()}
+        axes = _hinted_axes(data)
     except (ValueError, AttributeError, TypeError) as error:
         raise OptionError(f"{path}: not a hints file ({error})",
                           hint='expected {"shapes": {"x": [1, 3, 224, 224]}, "inputs": "x.npz"}') from None
@@ -115,7 +126,29 @@ def read_hints(model: Path) -> dict[str, Any]:
             digest.update(sample.read_bytes())
     return {"shapes": shapes, "inputs": str(path.parent / inputs) if inputs else None,
             "calibration": str(path.parent / calibration) if calibration else None,
-            "hints_sha256": digest.hexdigest()[:16]}
+            "hints_sha256": digest.hexdigest()[:16], **axes}
+
+
+def _hinted_axes(data: dict[str, Any]) -> dict[str, Any]:
+    """A hints file's own axes flags ("batch", "dynamic_batch", "shape_ranges"), checked as the
+    command line checks them; a malformed one is a ValueError."""
+    axes: dict[str, Any] = {}
+    if data.get("batch") is not None:
+        if not isinstance(data["batch"], int) or data["batch"] < 1:
+            raise ValueError(f"batch must be a positive integer, not {data['batch']!r}")
+        axes["batch"] = data["batch"]
+    if data.get("dynamic_batch") is not None:
+        low, opt, high = (int(n) for n in data["dynamic_batch"])
+        if not 1 <= low <= opt <= high:
+            raise ValueError("dynamic_batch must be [MIN, OPT, MAX] with 1 <= MIN <= OPT <= MAX")
+        axes["batch_range"] = (low, opt, high)
+    ranges = {}
+    for name, bounds in (data.get("shape_ranges") or {}).items():
+        low_dims, opt_dims, high_dims = ([int(d) for d in dims] for dims in bounds)
+        ranges[str(name)] = (low_dims, opt_dims, high_dims)
+    if ranges:
+        axes["shape_ranges"] = ranges
+    return axes
 
 
 def resolve_targets(names: Sequence[str], jetpack: str | None) -> list[Target]:
@@ -136,22 +169,71 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
     if unknown:
         raise OptionError(f"unknown stage {unknown[0]!r}", hint=f"stages: {', '.join(STAGES)}")
     version = _version()
+    folders = cell_folders(models, targets)
     cells = []
     for model in models:
         digest = sha256_file(model)
         hints = read_hints(model)
         for target in targets:
+            axes = {"batch": options.batch, "fixed": dict(options.shapes), "batch_range": options.batch_range,
+                    "shape_ranges": dict(options.shape_ranges)}
             spec = CellSpec(model=str(model), model_sha256=digest, target=target.name,
                             target_hash=target.spec_hash, stages=tuple(options.stages), jetpack=jetpack,
-                            batch=options.batch, partition=options.partition, precision=options.precision,
-                            max_drop=options.max_drop, metric=options.metric, **hints)
+                            partition=options.partition, precision=options.precision,
+                            max_drop=options.max_drop, metric=options.metric, **{**axes, **hints})
             # On Ray, a TensorRT cell's engine is built, verified and timed by the runner on a board.
             if options.executor == "ray" and spec.needs_hardware(target.backend.kind):
                 spec.device_engine = options.device_engine
             key = spec.key(version)
-            spec.workdir = str(outdir / "builds" / key)
+            spec.workdir = str(outdir / BUILDS / folders[(model, target.name)])
             cells.append((key, spec))
     return cells
+
+
+BUILDS = "builds"  # under OUTDIR: one build folder per cell
+
+
+def cell_folders(models: list[Path], targets: list[Target]) -> dict[tuple[Path, str], str]:
+    """The build folder of each cell, named `<model stem>.<target>` so a person finds it (and
+    audit.html can link to it). Two models of the same stem in different folders each get a short
+    hash of their path appended, so cells never share a folder; names are compared case-folded,
+    as a case-insensitive file system would."""
+    import hashlib
+
+    names = {(model, target.name): f"{model.name.removesuffix('.onnx')}.{target.name}"
+             for model in models for target in targets}
+    taken = Counter(name.casefold() for name in names.values())
+    return {(model, target): name if taken[name.casefold()] == 1 else
+            f"{name}.{hashlib.sha256(str(model).encode()).hexdigest()[:8]}"
+            for (model, target), name in names.items()}
+
+
+def _own_report(spec: CellSpec, result: CellResult, outdir: Path) -> dict[str, str]:
+    """The report.md the cell's build wrote, relative to OUTDIR (where audit.html is, so the folder
+    can be moved), with its sha256: the host-segments build's for a cell deployed that way."""
+    from deploycc.io import sha256_file
+
+    workdir = Path(spec.workdir)
+    candidates = [workdir / "partition" / "report.md"] if result.status == HOST_SEGMENTS else []
+    for candidate in [*candidates, workdir / "report.md"]:
+        if candidate.is_file():
+            return {"report": candidate.relative_to(outdir).as_posix(),
+                    "report_sha256": sha256_file(candidate)}
+    return {}
+
+
+def _drop_stale_report(result: CellResult, outdir: Path) -> None:
+    """A cell reused from an earlier run links its report only while the folder still holds it: a
+    run with other options (another key) builds into the same `<model>.<target>` folder."""
+    from deploycc.io import sha256_file
+
+    link = result.details.get("report")
+    if link is None:
+        return
+    path = outdir / str(link)
+    if not path.is_file() or sha256_file(path) != result.details.get("report_sha256"):
+        result.details.pop("report", None)
+        result.details.pop("report_sha256", None)
 
 
 def _version() -> str:
@@ -175,8 +257,10 @@ def run_local(cells: list[tuple[str, CellSpec]], options: AuditOptions,
 
 def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str | Path,
           options: AuditOptions | None = None, *, jetpack: str | None = None,
-          progress: Callable[[Counter[str], int], None] | None = None) -> AuditReport:
-
+          progress: Callable[[Counter[str], int], None] | None = None,
+          finished: Callable[[CellResult, int, int], None] | None = None) -> AuditReport:
+    """`progress(counts by status, total)` as cells finish; `finished(cell, done, total)` with each
+    cell that ran (not those reused)."""
     options = options or AuditOptions()
     started = time.perf_counter()
     out = Path(outdir)
@@ -184,25 +268,33 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
     targets = resolve_targets(target_names, jetpack)
     store = CellStore(out / "cells")
     cells = plan(models, targets, options, out, jetpack)
+    specs: dict[str, CellSpec] = {}
+    for key, spec in cells:  # copies of a model (the same bytes) share a key: run once, shown for each
+        specs.setdefault(key, spec)
     results: dict[str, CellResult] = {}
     pending = []
-    for key, spec in cells:
+    for key, spec in specs.items():
         cached = None if options.fresh else store.get(key)
         if cached is not None:
             results[key] = cached
         else:
             pending.append((key, spec))
+            # a cell run again starts with no folder, so a report.md found there after it is its own
+            shutil.rmtree(spec.workdir, ignore_errors=True)
     counts: Counter[str] = Counter(r.status for r in results.values())
 
     def done(key: str, result: CellResult) -> None:
+        result.details.update(_own_report(specs[key], result, out))
         store.put(key, result)
         results[key] = result
         counts[result.status] += 1
+        if finished is not None:
+            finished(result, sum(counts.values()), len(specs))
         if progress is not None:
-            progress(counts, len(cells))
+            progress(counts, len(specs))
 
     if progress is not None:
-        progress(counts, len(cells))
+        progress(counts, len(specs))
     if options.executor == "ray":
         from deploycc.audit.ray_executor import run_ray
 
@@ -211,7 +303,9 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
         run_local(pending, options, done)
     else:
         raise OptionError(f"unknown executor {options.executor!r}", hint="local or ray")
-    ordered = [results[key] for key, _ in cells]
+    for result in results.values():
+        _drop_stale_report(result, out)
+    ordered = [dataclasses.replace(results[key], model=spec.model) for key, spec in cells]  # a copy's path
     names = [t.name for t in targets]
     summary, top_failures = summarize(ordered, names)
     report = AuditReport(outdir=str(out), models=[str(m) for m in models], targets=names,

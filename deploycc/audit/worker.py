@@ -8,6 +8,7 @@ cell's result as JSON.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from dataclasses import asdict
@@ -64,10 +65,55 @@ def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> 
         result.message = f"{report.summary} (refused as a whole: {result.message})"
 
 
+def _input_names(model: str) -> set[str]:
+    """The names of a model's graph inputs (initializers excluded)."""
+    from deploycc import io
+
+    graph = io.load(model, check=False).model.graph
+    return {v.name or "" for v in graph.inputs if v.name not in graph.initializers}
+
+
+def _legalize_options(spec: CellSpec, target, inputs: set[str]):
+    """The cell's axes, as `build` takes them: the user's (flags, or the hints' own "batch",
+    "dynamic_batch", "shape_ranges") first; the hints' static shapes where the target builds
+    engines for fixed shapes (TensorRT) or the batch is fixed, else only as the sizes to draw; and
+    what neither says, the target's shape policy (`build` applies it)."""
+    from deploycc.backends.registry import get_backend
+    from deploycc.options import LegalizeOptions
+
+    fixed = {name: list(dims) for name, dims in spec.fixed.items() if name in inputs}  # --shape
+    hinted = {name: list(dims) for name, dims in spec.shapes.items()
+              if name in inputs and name not in fixed and name not in spec.shape_ranges}
+    if spec.batch_range:  # the batch keeps a profile: hint shapes fix every other dim only
+        hinted = {name: ["dynamic", *dims[1:]] if dims else dims for name, dims in hinted.items()}
+    fix_axes = spec.batch is not None or get_backend(target.backend.kind).fixed_shape_engines or \
+        target.shapes.policy == "static"
+    static = {name: [int(d) for d in dims] for name, dims in spec.shapes.items()
+              if all(isinstance(d, int) for d in dims) and name in inputs}
+    return LegalizeOptions(batch=spec.batch, verify="verify" in spec.stages,
+                           shapes={**(hinted if fix_axes else {}), **fixed},
+                           inputs=Path(spec.inputs) if spec.inputs else None, sample_shapes=static)
+
+
+# What a build's messages tell a user to type, in the words of the audit, which takes no model's
+# inputs on its command line: they go in the model's hints file.
+AUDIT_WORDS = (
+    (re.compile(r"(give inputs the model takes: )?--inputs( data\.npz)?( \(one array per input name\))?"),
+     'an .npz of inputs named as "inputs" in MODEL.hints.json'),
+    (re.compile(r"--sample-shape NAME:DIMS|--sample-shape"), '"shapes" in MODEL.hints.json'),
+)
+
+
+def in_audit_words(text: str) -> str:
+    """A build's message with every flag `audit` does not take put as the audit's way to say it."""
+    for pattern, words in AUDIT_WORDS:
+        text = pattern.sub(words, text)
+    return text
+
+
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
-    from deploycc.backends.registry import get_backend
-    from deploycc.options import BuildOptions, LegalizeOptions, QuantizeOptions
+    from deploycc.options import BuildOptions, QuantizeOptions
     from deploycc.pipeline.build import NEEDS_INPUTS, PENDING, VERIFIED, build
     from deploycc.pipeline.legalize import legalize
     from deploycc.targets.registry import resolve
@@ -91,13 +137,7 @@ def run_cell(spec: CellSpec) -> CellResult:
                     else Failure.DTYPE
                 result.message = "; ".join(f.message for f in findings)
         stages = spec.stages
-        fix_axes = spec.batch is not None or get_backend(target.backend.kind).fixed_shape_engines or \
-            target.shapes.policy == "static"
-        static = {name: [int(d) for d in dims] for name, dims in spec.shapes.items()
-                  if all(isinstance(d, int) for d in dims)}
-        options = LegalizeOptions(batch=spec.batch, verify="verify" in stages,
-                                  shapes=dict(spec.shapes) if fix_axes else {},
-                                  inputs=Path(spec.inputs) if spec.inputs else None, sample_shapes=static)
+        options = _legalize_options(spec, target, _input_names(spec.model))
         if "build" in stages:
             result.stage = "build"
             quantize = QuantizeOptions(calibration=Path(spec.calibration) if spec.calibration else None,
@@ -113,28 +153,25 @@ def run_cell(spec: CellSpec) -> CellResult:
                                   '"calibration" in the model\'s hints file')
                 return _timed(result, started)
 
-            def build_options() -> BuildOptions:  # options.shapes may change between the builds
-                return BuildOptions(legalize=options, bench="bench" in stages, force=True,
-                                    bundle_only=spec.device_engine is not None, precision=spec.precision,
-                                    quantize=quantize)
-
-            report = build(spec.model, target, Path(spec.workdir), build_options())
+            report = build(spec.model, target, Path(spec.workdir), BuildOptions(
+                legalize=options, bench="bench" in stages, force=True,
+                bundle_only=spec.device_engine is not None, precision=spec.precision, quantize=quantize,
+                batch_range=tuple(spec.batch_range) if spec.batch_range else None,  # type: ignore[arg-type]
+                shape_ranges={name: (list(low), list(opt), list(high))
+                              for name, (low, opt, high) in spec.shape_ranges.items()}))
             result.details = {}
-            if report.failure_category == Failure.DYNAMIC_SHAPE and not fix_axes and static:
-                # The backend cannot type the graph with its dims dynamic (OpenVINO on a rank that
-                # depends on the batch): do what its hint says, with the model's own hint shapes.
-                options.shapes = {name: list(dims) for name, dims in static.items()}
-                report = build(spec.model, target, Path(spec.workdir), build_options())
-                result.details["static_shapes"] = static
             legalized = report.legalize
             result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
             result.details.update({"build_status": report.status, "summary": report.summary})
+            if report.shapes is not None and report.shapes.inputs:
+                result.details["shapes"] = report.shapes.line()
             if report.quantization is not None:
                 quantized = report.quantization
                 result.details["int8"] = {
                     "decision": quantized.decision, "reason": quantized.reason, "metric": quantized.metric,
                     "drop": quantized.drop, "within_budget": quantized.within_budget,
-                    "speedup": quantized.speedup, "kept_float": len(quantized.kept_float)}
+                    "faster": quantized.faster, "speed": quantized.speed_text,
+                    "kept_float": len(quantized.kept_float)}
             if report.status == VERIFIED:
                 benched = "bench" in stages and report.benchmark
                 result.status = CellStatus.BENCHMARKED if benched else CellStatus.VERIFIED
@@ -153,7 +190,7 @@ def run_cell(spec: CellSpec) -> CellResult:
                 ran = report.verification is not None
                 if report.stage == "verify" and ran:
                     result.category = Failure.NUMERIC_MISMATCH
-                elif report.stage == "build":
+                elif report.stage in ("build", "verify"):  # built, and then refused the inputs
                     result.category = report.failure_category or Failure.BACKEND_ERROR
                 else:
                     result.category = result.category or Failure.UNSUPPORTED_OP
@@ -194,6 +231,7 @@ def run_cell(spec: CellSpec) -> CellResult:
 
 def _timed(result: CellResult, started: float) -> CellResult:
     result.seconds = round(time.perf_counter() - started, 3)
+    result.message = in_audit_words(result.message)
     return result
 
 

@@ -180,8 +180,11 @@ class OpenVinoBackend(Backend):
         if request.model.suffix == ".onnx":  # an IR (NNCF's int8 model) keeps its names
             _stable_names(model, request.model)
         xml = request.outdir / "model.xml"
-        # save_model compresses weights to fp16 by default; only do it when fp16 was asked for
-        ov.save_model(model, str(xml), compress_to_fp16=request.precision == "fp16")
+        # The int8 IR arrives written under the artifact's names: it is the artifact as it is
+        # (saving it again would write over the weights file read_model has just mapped).
+        if request.model.resolve() != xml.resolve():
+            # save_model compresses weights to fp16 by default; only do it when fp16 was asked for
+            ov.save_model(model, str(xml), compress_to_fp16=request.precision == "fp16")
         device = request.target.device.kind
         placement = self.placement(model, device)
         if placement.unsupported:

@@ -7,7 +7,7 @@ driven warm-up, memory, batch sweeps and comparisons on top.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +31,7 @@ class LatencyStats:
     p99_ms: float
     max_ms: float
     throughput_per_s: float
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # what was timed, every time
 
 
 def summarize(seconds: np.ndarray, warmup: int, load_seconds: float, first_seconds: float) -> LatencyStats:
@@ -61,4 +62,6 @@ def measure(runner: Runner, feeds: dict[str, np.ndarray], *, warmup: int = 5,
         started = time.perf_counter()
         runner.run(feeds)
         samples[i] = time.perf_counter() - started
-    return summarize(samples, warmup, runner.load_seconds, first)
+    stats = summarize(samples, warmup, runner.load_seconds, first)
+    stats.input_shapes = {name: list(np.shape(array)) for name, array in feeds.items()}
+    return stats

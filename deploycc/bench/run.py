@@ -19,6 +19,7 @@ import numpy as np
 
 from deploycc.bench.latency import LatencyStats, summarize
 from deploycc.bench.memory import MemoryReport, RssPeak, Tegrastats, nvml_process_memory
+from deploycc.bench.shared_inputs import shared_dims, signature
 from deploycc.errors import OptionError
 from deploycc.results import Result
 
@@ -57,6 +58,7 @@ class BatchResult:
     batch: int
     latency: LatencyStats
     items_per_s: float
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # the shapes timed at this batch
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Comparison:
     ratio_of_medians: float  # this / other: below 1.0 this one is faster
     ci95: tuple[float, float]
     bootstrap_samples: int
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # both timed on these arrays
 
 
 @dataclass
@@ -203,13 +206,27 @@ def _model_subject(path: Path, target: Target) -> Subject:
     return Subject(str(path), "model", target, f"{kind} (model as-is)", path, make, backend.environment())
 
 
-def bench_feeds(onnx: Path, batch: int | None, seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs following the model's signature; `batch` sets a dynamic dim 0."""
-    from deploycc import io
+def bench_feeds(onnx: Path, batch: int | None, seed: int,
+                fixed: dict[str, list[int | None]] | None = None) -> dict[str, np.ndarray]:
+    """Seeded inputs following the model's signature; `batch` sets a dynamic dim 0, and `fixed`
+    the sizes another subject needs (None where it leaves the dim free)."""
     from deploycc.verify.inputs import generate
 
-    graph = io.load(onnx, check=False).model.graph
-    return generate([v for v in graph.inputs if v.name not in graph.initializers], seed=seed, batch=batch)
+    values = signature(onnx)
+    feeds = generate(values, seed=seed, batch=batch)
+    if not fixed:
+        return feeds
+    # Free dims keep the size drawn for them; generate() then redraws at the merged shapes.
+    shapes = {name: [int(got) if want is None else want
+                     for want, got in zip(fixed[name], array.shape, strict=True)]
+              for name, array in feeds.items() if name in fixed}
+    if all(list(feeds[name].shape) == dims for name, dims in shapes.items()):
+        return feeds
+    return generate(values, seed=seed, batch=batch, shapes=shapes)
+
+
+def shapes_of(feeds: dict[str, np.ndarray]) -> dict[str, list[int]]:
+    return {name: list(array.shape) for name, array in feeds.items()}
 
 
 def warm_up(runner: Runner, feeds: dict[str, np.ndarray], options: BenchOptions) -> Warmup:
@@ -301,7 +318,7 @@ def compare(a: Runner, b: Runner, feeds: dict[str, np.ndarray], pairs: int, othe
                       median_ms=round(float(np.median(first)) * 1e3, 4),
                       other_median_ms=round(float(np.median(second)) * 1e3, 4),
                       ratio_of_medians=round(float(np.median(first) / np.median(second)), 4),
-                      ci95=(low, high), bootstrap_samples=2000)
+                      ci95=(low, high), bootstrap_samples=2000, input_shapes=shapes_of(feeds))
 
 
 def bench(path: str | Path, target: Target | None = None, options: BenchOptions | None = None, *,
@@ -313,7 +330,12 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
     if options.streams < 1 or (options.iterations is not None and options.iterations < 1):
         raise OptionError("--streams and --iterations must be at least 1")
     subject = open_subject(Path(path), target)
-    feeds = bench_feeds(subject.onnx, None, options.seed)
+    other: Subject | None = None
+    fixed: dict[str, list[int | None]] | None = None
+    if options.compare_to is not None:  # opened first: every timing runs on inputs both accept
+        other = open_subject(options.compare_to, subject.target if options.compare_to.is_file() else None)
+        fixed = shared_dims(signature(subject.onnx), signature(other.onnx), subject.label, other.label)
+    feeds = bench_feeds(subject.onnx, None, options.seed, fixed)
 
     def report_progress(stage: str) -> Callable[[int, int], None]:
         return lambda done, total: progress(stage, done, total) if progress else None
@@ -337,11 +359,10 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
                 warm_up(runner, batch_feeds, BenchOptions(warmup=3))
                 stats = summarize(timed(runner, batch_feeds, options, report_progress(f"batch {batch}")),
                                   3, 0.0, 0.0)
-                batches.append(BatchResult(batch, stats, round(batch * 1e3 / stats.mean_ms, 2)))
+                batches.append(BatchResult(batch, stats, round(batch * 1e3 / stats.mean_ms, 2),
+                                           shapes_of(batch_feeds)))
             comparison = None
-            if options.compare_to is not None:
-                other_target = subject.target if options.compare_to.is_file() else None
-                other = open_subject(options.compare_to, other_target)
+            if other is not None:
                 other_runner = other.make_runner(options.threads)
                 try:
                     warm_up(other_runner, feeds, BenchOptions(warmup=max(5, warm.iterations // 2)))
@@ -373,7 +394,7 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
     return BenchReport(
         subject=subject.label, kind=subject.kind, target=subject.target.name,
         backend=subject.target.backend.kind, artifact=subject.artifact,
-        input_shapes={k: list(v.shape) for k, v in feeds.items()}, load_ms=latency.load_ms,
+        input_shapes=shapes_of(feeds), load_ms=latency.load_ms,
         first_inference_ms=latency.first_inference_ms, warmup=warm, latency=latency, batches=batches,
         throughput=stream_result, memory=memory, roofline=roofline, conditions=facts, warnings=warnings,
         comparison=comparison, segments_ms=segments_ms)

@@ -21,6 +21,12 @@ from deploycc.cli import emit
 @click.option("--memory-limit", "memory_limit_mb", type=int, help="MiB of address space per cell.")
 @click.option("--fresh", is_flag=True, help="Ignore results from earlier runs.")
 @click.option("--batch", type=int, help="Fix dynamic batch dims to N before legalizing.")
+@click.option("--dynamic-batch", "batch_range", metavar="MIN:OPT:MAX",
+              help="Keep the batch dynamic; TensorRT profiles use this range.")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME:DIMS",
+              help="Fix an input's dims, e.g. input:1x3x224x224 (models without that input: unchanged).")
+@click.option("--shape-range", multiple=True, metavar="NAME:MIN:OPT:MAX",
+              help="A TensorRT profile for one input, dims as 1x3x224x224.")
 @click.option("--partition", is_flag=True,
               help="Try each model refused as a whole again with host segments (counted apart).")
 @click.option("--jetpack", help="Resolve Jetson targets at this JetPack release.")
@@ -40,23 +46,39 @@ from deploycc.cli import emit
 @click.option("--json", "as_json", is_flag=True, help="Print audit.json instead of a summary.")
 def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str, stages: str, jobs: int,
                   timeout: float, memory_limit_mb: int | None, fresh: bool, batch: int | None,
+                  batch_range: str | None, shapes: tuple[str, ...], shape_range: tuple[str, ...],
                   partition: bool, jetpack: str | None, precision: str | None, max_drop: float, metric: str,
                   executor: str, ray_address: str | None,
                   device_engine: str, device_python: str | None, as_json: bool) -> None:
     """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran."""
+    from pathlib import Path
+
     from deploycc import api
     from deploycc.audit.run import AuditOptions
+    from deploycc.cli.build_cmd import parse_batch_range, parse_shape_range
+    from deploycc.passes.axes import parse_shape
     from deploycc.report import console
+    from deploycc.taxonomy import CellStatus
 
     options = AuditOptions(stages=tuple(s.strip() for s in stages.split(",") if s.strip()), jobs=jobs,
                            timeout=timeout, memory_limit_mb=memory_limit_mb, fresh=fresh, batch=batch,
                            executor=executor, ray_address=ray_address, partition=partition,
                            device_engine=device_engine, device_python=device_python, precision=precision,
-                           max_drop=max_drop, metric=metric)
+                           max_drop=max_drop, metric=metric,
+                           batch_range=parse_batch_range(batch_range) if batch_range else None,
+                           shapes=dict(parse_shape(text) for text in shapes),
+                           shape_ranges=dict(parse_shape_range(text) for text in shape_range))
     with console.progress_bar("auditing", quiet=as_json) as update:
         def progress(counts, total) -> None:
             update(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",
                    sum(counts.values()), total)
 
-        report = api.audit(list(paths), list(targets), outdir, options, jetpack=jetpack, progress=progress)
+        def finished(cell, done, total) -> None:  # a line per cell where the bar is silent (a pipe, a log)
+            outcome = f"failed ({cell.category}) at {cell.stage}" if cell.status == CellStatus.FAILED \
+                else cell.status
+            update.line(f"[{done}/{total}] {Path(cell.model).name} @ {cell.target}: {outcome}"
+                        f"{', regressed' if cell.regressed else ''}, {cell.seconds:.1f} s")
+
+        report = api.audit(list(paths), list(targets), outdir, options, jetpack=jetpack, progress=progress,
+                           finished=finished)
     emit(report, as_json, console.render_audit)

@@ -45,7 +45,8 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
 @click.option("-t", "--target", default="ort-cpu", show_default=True, help="Target name, alias or .toml.")
 @click.option("-o", "--output", "outdir", type=click.Path(path_type=str),
-              help="Output directory (refused if it exists, unless --force).")
+              help="Output directory (default: MODEL's stem.TARGET here; refused if it exists, "
+                   "unless --force).")
 @click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
               help="Engine precision (default: the target's).")
@@ -59,6 +60,8 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
               help="int8: top1, cosine, sqnr, or module:function (auto: top1 for classifiers, else cosine).")
 @click.option("--allow-fallback", is_flag=True,
               help="A target without the precision builds the one it suggests instead (reported).")
+@click.option("--require-int8", is_flag=True,
+              help="int8: fail (exit 1) rather than build in float when the guard keeps float.")
 @click.option("--format", "artifact_format", type=click.Choice(["onnx", "ort"]), default="onnx",
               show_default=True, help="ONNX Runtime artifact: optimized ONNX or ORT format.")
 @click.option("--fail-on-fallback", is_flag=True, help="Refuse when nodes leave the target's device/EP.")
@@ -82,8 +85,8 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
 @click.pass_context
 def build_command(ctx: click.Context, model: str, target: str, outdir: str | None, jetpack: str | None,
                   precision: str | None, calibration: Path | None, validation: Path | None, max_drop: float,
-                  metric: str, allow_fallback: bool, artifact_format: str, fail_on_fallback: bool,
-                  batch_range: str | None,
+                  metric: str, allow_fallback: bool, require_int8: bool, artifact_format: str,
+                  fail_on_fallback: bool, batch_range: str | None,
                   shape_range: tuple[str, ...], dla_core: int | None, gpu_fallback: bool,
                   workspace_mb: int | None, no_bench: bool, force: bool, engine_only: bool, partition: bool,
                   min_segment_nodes: int, as_json: bool, **flags) -> None:
@@ -102,9 +105,11 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         gpu_fallback=gpu_fallback, workspace_mb=workspace_mb, bench=not no_bench, force=force,
         engine_only=engine_only,
         quantize=QuantizeOptions(calibration=calibration, validation=validation, max_drop=max_drop,
-                                 metric=metric, allow_fallback=allow_fallback))
+                                 metric=metric, allow_fallback=allow_fallback, require_int8=require_int8))
     if outdir is None and not engine_only:
-        raise OptionError("no output directory", hint="pass -o OUTDIR")
+        outdir = str(api.default_outdir(model, api.get_target(target, jetpack=jetpack)))
+        if not as_json:
+            click.echo(f"deploycc: writing {outdir}/ (no -o given)", err=True)
     report: Any
     partition = partition or (not engine_only and flags.get("mode") is None
                               and api.get_target(target, jetpack=jetpack).mode == "partition")
@@ -112,8 +117,8 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         if engine_only:
             raise OptionError("--partition and --engine-only do not go together")
         with console.progress_status("building segments", quiet=as_json):
-            report = api.build_partitioned(model, target, Path(outdir or ""), options, jetpack=jetpack,
-                                           min_segment_nodes=min_segment_nodes)
+            report = api.build_partitioned(model, target, Path(outdir) if outdir else None, options,
+                                           jetpack=jetpack, min_segment_nodes=min_segment_nodes)
         render: Callable[[Any], None] = console.render_partition
     else:
         with console.progress_status("building", quiet=as_json) as update:

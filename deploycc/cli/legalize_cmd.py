@@ -98,7 +98,9 @@ def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
 @click.command("legalize")
 @click.argument("model", type=click.Path(dir_okay=True, path_type=str))
 @click.option("-t", "--target", default="ort-cpu", show_default=True, help="Target name, alias or .toml.")
-@click.option("-o", "--output", type=click.Path(path_type=str), help="Where to write the legalized model.")
+@click.option("-o", "--output", type=click.Path(path_type=str),
+              help="Where to write the legalized model (refused if it exists, unless --force).")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
 @pipeline_options
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
@@ -107,7 +109,7 @@ def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
               help="Write device and host segments into the OUTPUT directory, verified on ONNX Runtime.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of tables.")
 @click.pass_context
-def legalize_command(ctx: click.Context, model: str, target: str, output: str | None,
+def legalize_command(ctx: click.Context, model: str, target: str, output: str | None, force: bool,
                      jetpack: str | None, report_path: str | None, partition: bool, as_json: bool,
                      **flags) -> None:
     """Rewrite MODEL into one TARGET accepts, proving every rewrite; write it atomically.
@@ -126,13 +128,14 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
             raise OptionError("--partition writes a directory", hint="pass -o OUTDIR")
         with console.progress_status("partitioning", quiet=as_json):
             split = api.build_partitioned(model, target, Path(output),
-                                          BuildOptions(legalize=options, bench=False), jetpack=jetpack,
+                                          BuildOptions(legalize=options, bench=False, force=force),
+                                          jetpack=jetpack,
                                           build_engines=False)
         emit(split, as_json, console.render_partition)
         ctx.exit(split.exit_code)
     status = console.progress_status("legalizing", quiet=as_json)
     with status as update:
-        report = api.legalize(model, target, output, options, jetpack=jetpack, progress=update)
+        report = api.legalize(model, target, output, options, jetpack=jetpack, progress=update, force=force)
     if report_path:
         from deploycc.io import write_text_atomic
 

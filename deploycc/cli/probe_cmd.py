@@ -35,8 +35,16 @@ def probe_command(target: str, output: str | None, limit: int | None, cases: tup
         raise OptionError(f"probe runs the cases on the backend itself; {resolved.name} needs TensorRT on "
                           "the device", hint="run deploycc probe on the device")
     with console.progress_bar(f"probing {resolved.name}", quiet=as_json) as update:
+        def finished(op: str, results: list, done: int, total: int) -> None:
+            # off a terminal, where the bar is silent: a line per op (a full run has ~1,900 cases)
+            failing = [r.case for r in results if r.legalized != "pass"]
+            more = f", +{len(failing) - 3}" if len(failing) > 3 else ""
+            update.line(f"[{done}/{total}] {op}: {sum(r.raw == 'pass' for r in results)}/{len(results)} "
+                        f"pass as exported, {len(results) - len(failing)}/{len(results)} after deploycc"
+                        + (f" (failing after deploycc: {', '.join(failing[:3])}{more})" if failing else ""))
+
         report = api.probe(resolved.name, limit=limit, names=list(cases) or None, jobs=jobs,
-                           progress=lambda done, total: update("cases", done, total))
+                           progress=lambda done, total: update("cases", done, total), finished=finished)
     if output:
         write_text_atomic(Path(output), json.dumps(capability_table(report), indent=1, sort_keys=True) + "\n")
     if report_path:

@@ -12,9 +12,10 @@ import click
 def rules_command(as_json: bool) -> None:
     """List every rewrite rule: name, family, the op it replaces, opsets, and its math (whole-graph
     rules too, run before the node rules: their op is what they narrow or the whole graph)."""
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    from deploycc.report.console import print_table
     from deploycc.rules.base import GraphRule, Rule
     from deploycc.rules.catalog import all_rules, graph_rules
 
@@ -32,5 +33,5 @@ def rules_command(as_json: bool) -> None:
     for column in ("name", "family", "op", "opsets", "summary"):
         table.add_column(column)
     for row in rows:
-        table.add_row(*row.values())
-    Console().print(table)
+        table.add_row(*map(escape, row.values()))  # a summary's weight[leaf] is math, not markup
+    print_table(table)

@@ -16,21 +16,17 @@ import click
               help="Write the outputs here (.npz), atomically.")
 @click.pass_context
 def run_command(ctx: click.Context, folder: Path, inputs: Path, output: Path | None) -> None:
-    """Run the segments in FOLDER (a build's `segments/`, from `build --partition`) in order, each
-    on ONNX Runtime CPU, and print each output's shape and each segment's time.
+    """Run the segments in FOLDER (the output directory of `build --partition`, or its `segments/`)
+    in order, each on ONNX Runtime CPU, and print each output's shape and each segment's time.
 
     Exit code 0 when it ran, 2 on bad input.
     """
     import numpy as np
 
-    from deploycc.errors import ModelInputError
     from deploycc.runtime import Chain
+    from deploycc.verify.inputs import load_npz
 
-    try:
-        with np.load(inputs, allow_pickle=False) as archive:
-            feeds = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError) as error:
-        raise ModelInputError(f"{inputs}: not an .npz of arrays ({error})") from None
+    feeds = load_npz(inputs)
     chain = Chain.load(folder)
     try:
         outputs = chain.run(feeds)

@@ -9,6 +9,7 @@ can group them (`op | count | reason | nodes`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,11 @@ class ConversionTarget:
         self.product = f"{self.table.product} {self.table.product_version}".strip()
 
     # ----------------------------------------------------------------- the judgment
+
+    def accepts(self, model_opsets: dict[str, int], graph: str = "main") -> Callable[[ir.Node], bool]:
+        """What a rule asks of the node it would write (compute-wider's op in the wider type): that
+        this target does not refuse it. The legalize pass and `check --explain` ask the same."""
+        return lambda node: self.judge(node, model_opsets, graph).status != ILLEGAL
 
     def judge(self, node: ir.Node, model_opsets: dict[str, int], graph: str = "main") -> NodeVerdict:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain

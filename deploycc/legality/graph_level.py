@@ -28,18 +28,23 @@ class GraphFinding:
     message: str
 
 
-def graph_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
+def graph_findings(model: ir.Model, target: Target, *, legalized: bool = False) -> list[GraphFinding]:
+    """`legalized`: the model is legalize's result, so an opset outside the range is no longer
+    something legalize will convert but a model the target refuses."""
     from deploycc.backends.registry import get_backend
 
     findings: list[GraphFinding] = []
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     if opset is not None and not target.opset.contains(opset):
-        direction = "down" if opset > target.opset.max else "up"
-        findings.append(GraphFinding(
-            "note", "opset",
-            f"model opset {opset} is outside {target.name}'s range "
-            f"{target.opset.min}..{target.opset.max}; legalize converts it {direction} to "
-            f"{target.opset.preferred}"))
+        outside = (f"model opset {opset} is outside {target.name}'s range "
+                   f"{target.opset.min}..{target.opset.max}")
+        if legalized:
+            findings.append(GraphFinding("illegal", Refusal.OPSET, outside))
+        else:
+            direction = "down" if opset > target.opset.max else "up"
+            findings.append(GraphFinding(
+                "note", Refusal.OPSET,
+                f"{outside}; legalize converts it {direction} to {target.opset.preferred}"))
     graph = model.graph
     dynamic_inputs = []
     for value in graph.inputs:

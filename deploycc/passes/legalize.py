@@ -71,8 +71,7 @@ class LegalizePass(Pass):
                 if verdict.status != ILLEGAL and not expand:
                     continue
                 decision = decide(node, graph, opsets, prove=state.options.prove, graph_label=label,
-                                  accepts=lambda candidate, label=label: judge.judge(  # type: ignore[misc]
-                                      candidate, opsets, label).status != ILLEGAL)
+                                  accepts=judge.accepts(opsets, label))
                 if decision.rewrite is not None:
                     state.rewrites.append(decision.rewrite)
                     changed = True

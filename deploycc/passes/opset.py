@@ -14,6 +14,7 @@ the rule catalog rewrites them first, and an op no rule can rewrite is named wit
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from deploycc.errors import DeployccError
@@ -21,6 +22,7 @@ from deploycc.passes.base import Pass, PassOutcome, PipelineState
 from deploycc.taxonomy import Refusal
 
 if TYPE_CHECKING:
+    import onnx
     import onnx_ir as ir
 
 
@@ -144,7 +146,12 @@ class OpsetPass(Pass):
         notes: list[str] = []
         if wanted < current:
             fired, blocked = _rewrite_unborn(state, wanted)
-            notes.extend(f"rewrote before converting down: {item}" for item in fired)
+            if fired:  # one note, not one per node: "gelu ×3, mish ×1" (each item is "node: rule")
+                counts: dict[str, int] = {}
+                for rule in (item.rsplit(": ", 1)[-1] for item in fired):
+                    counts[rule] = counts.get(rule, 0) + 1
+                notes.append("rewrote before converting down: "
+                             + ", ".join(f"{rule} ×{count}" for rule, count in counts.items()))
             if blocked:
                 raise OpsetConversionError(
                     f"cannot convert opset {current} -> {wanted}: no adapter or rule for "
@@ -235,6 +242,8 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
         graph.inputs.clear()
         graph.inputs.extend(original_inputs)
     converted = onnx.version_converter.convert_version(proto, version)
+    read, defined = _names(converted.graph)
+    _convert_bodies(converted, converted.graph, current, version, _Scope(), read | defined)
     result = from_proto(converted)
     if MAP_TYPES in model.meta:
         result.meta[MAP_TYPES] = model.meta[MAP_TYPES]
@@ -250,6 +259,120 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
             value.const_value = tensors[value.name]
             new_graph.register_initializer(value)
     return result
+
+
+@dataclass
+class _Scope:
+    """What a body sees of the graphs around it: each value's type, and the constants (small
+    initializers, Constant nodes) that adapters read axes, splits and pads from."""
+
+    types: dict[str, onnx.TypeProto] = field(default_factory=dict)
+    constants: dict[str, onnx.TensorProto] = field(default_factory=dict)
+
+    def inside(self, graph: onnx.GraphProto) -> _Scope:
+        scope = _Scope(dict(self.types), dict(self.constants))
+        for info in (*graph.input, *graph.output, *graph.value_info):
+            if info.HasField("type"):
+                scope.types[info.name] = info.type
+        for tensor in graph.initializer:
+            scope.constants[tensor.name] = tensor
+        for node in graph.node:  # held back or not, onnx's adapters read a Constant by its op type
+            if node.op_type == "Constant" and len(node.output) == 1:
+                value = next((a.t for a in node.attribute if a.name == "value"), None)
+                if value is not None:
+                    scope.constants[node.output[0]] = value
+        return scope
+
+
+def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    import onnx
+
+    bodies: list[onnx.GraphProto] = []
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            bodies.append(attribute.g)
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            bodies.extend(attribute.graphs)
+    return bodies
+
+
+def _names(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
+    """(names read, names defined) by a graph and every body nested in it."""
+    read: set[str] = set()
+    defined = {info.name for info in graph.input} | {tensor.name for tensor in graph.initializer}
+    for node in graph.node:
+        read.update(node.input)
+        defined.update(node.output)
+        for body in _bodies(node):
+            inner_read, inner_defined = _names(body)
+            read |= inner_read
+            defined |= inner_defined
+    read.update(info.name for info in graph.output)
+    return read, defined
+
+
+def _convert_bodies(model: onnx.ModelProto, graph: onnx.GraphProto, source: int, version: int,
+                    outer: _Scope, taken: set[str]) -> None:
+    """onnx's converter converts the nodes of the main graph only: an If, Loop or Scan body keeps
+    its ops at the source opset (ReduceMean-18 with its axes input under ReduceMean-13, an
+    invalid model). Each body is converted as a model of its own, outer values as its inputs and
+    outer constants as its initializers (the adapters read axes from those), and its nodes are
+    put back; then the bodies nested in it, the same way. `taken`: every name in the model, as
+    each conversion names the values it adds from the same counter (_v_6 twice: not SSA)."""
+    import onnx
+
+    scope = outer.inside(graph)
+    for node in graph.node:
+        for body in _bodies(node):
+            if not any(inner.domain in ("", "ai.onnx") for inner in body.node):
+                _convert_bodies(model, body, source, version, scope, taken)  # all held back
+                continue
+            read, defined = _names(body)
+            captured = sorted(name for name in read - defined if name)  # "" is an absent input
+            alone = onnx.ModelProto(ir_version=model.ir_version, producer_name="deploycc")
+            alone.opset_import.extend(model.opset_import)
+            for opset in alone.opset_import:
+                if opset.domain in ("", "ai.onnx"):
+                    opset.version = source
+            alone.graph.CopyFrom(body)
+            for name in captured:
+                info = alone.graph.input.add(name=name)
+                if name in scope.types:
+                    info.type.CopyFrom(scope.types[name])
+                if name in scope.constants:
+                    tensor = alone.graph.initializer.add()
+                    tensor.CopyFrom(scope.constants[name])
+                    tensor.name = name  # a Constant node's tensor is often unnamed
+            converted = onnx.version_converter.convert_version(alone, version).graph
+            _rename_added(converted, defined | set(captured), taken)
+            outer_names = set(captured)
+            del body.node[:]
+            body.node.extend(converted.node)
+            del body.initializer[:]
+            body.initializer.extend(t for t in converted.initializer if t.name not in outer_names)
+            _convert_bodies(model, body, source, version, scope, taken)
+
+
+def _rename_added(graph: onnx.GraphProto, known: set[str], taken: set[str]) -> None:
+    """Give the values a conversion added (not in `known`) names no other graph uses."""
+    renamed: dict[str, str] = {}
+    added = [name for node in graph.node for name in node.output if name and name not in known]
+    added += [tensor.name for tensor in graph.initializer if tensor.name not in known]
+    for name in added:
+        fresh, count = name, 0
+        while fresh in taken:
+            count += 1
+            fresh = f"{name}_{count}"
+        taken.add(fresh)
+        if fresh != name:
+            renamed[name] = fresh
+    if not renamed:
+        return
+    for node in graph.node:  # the added values are read in this graph only: bodies inside it are as they were
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+        node.output[:] = [renamed.get(name, name) for name in node.output]
+    for tensor in graph.initializer:
+        tensor.name = renamed.get(tensor.name, tensor.name)
 
 
 def drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:

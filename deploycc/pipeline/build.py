@@ -22,12 +22,12 @@ from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
 from deploycc.options import BuildOptions
 from deploycc.results import Result
 from deploycc.taxonomy import BuildStatus
-from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
 from deploycc.verify.runner import RunError
 
 if TYPE_CHECKING:
     from deploycc.bench.latency import LatencyStats
     from deploycc.pipeline.legalize import LegalizeReport
+    from deploycc.pipeline.shape_policy import ShapePlan
     from deploycc.quantize import QuantizeReport
     from deploycc.targets.schema import Target
     from deploycc.verify.verification import Verification
@@ -57,6 +57,7 @@ class BuildReport(Result):
     seconds: dict[str, float] = field(default_factory=dict)
     quantization: QuantizeReport | None = None  # --precision int8: how it was quantized and judged
     notes: list[str] = field(default_factory=list)
+    shapes: ShapePlan | None = None  # what each input is built for, verified and timed at
 
     @property
     def exit_code(self) -> int:
@@ -77,9 +78,11 @@ def _next_step(status: str, stage: str, message: str, target: Target) -> str:
     if status == NEEDS_INPUTS:
         return "give inputs the model takes: --inputs data.npz (one array per input name)"
     return {
-        "legalize": "see the illegal nodes below: `deploycc check --explain` names the rule each needs; "
-                    "a missing rule or a different target/opset is the way forward",
+        "legalize": "no rule rewrites the illegal nodes below (`deploycc check --explain` says why each "
+                    "declines): --partition runs them on the host, or choose a different target/opset",
         "build": f"the {target.backend.kind} build failed: {message}",
+        "quantize": "see the INT8 section of report.md: a larger --max-drop, samples closer to what the "
+                    "model will see, or no --require-int8 to build in float",
         "verify": "the engine differs from the original beyond the precision's tolerance: try a higher "
                   "precision (--precision fp32) or inspect the output named above",
     }.get(stage, message)
@@ -89,13 +92,13 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
           *, progress: Callable[[str], None] | None = None) -> BuildReport:
     from deploycc import io
     from deploycc.backends.registry import get_backend
-    from deploycc.pipeline.legalize import legalize
+    from deploycc.pipeline.shape_policy import plan_shapes
+    from deploycc.quantize import check_ready
 
     options = options or BuildOptions()
     source, outdir = Path(model), Path(outdir)
     precision, notes = _precision(options, target)
-    if options.batch_range is not None:
-        options.legalize.dynamic_batch = True
+    check_ready(target, precision, options.quantize)  # a tool missing, --require-int8 unmet: before any work
     backend = get_backend(target.backend.kind)
     seconds: dict[str, float] = {}
     step = _Clock(seconds, progress)
@@ -107,86 +110,182 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
         # read now: the manifest records the options, not the samples an API caller passed
         options = dataclasses.replace(options, quantize=dataclasses.replace(
             options.quantize, samples=None, validation_samples=None))
+    step("shapes")
+    shapes, options = plan_shapes(source, target, options)
+    notes += shapes.notes
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         staging = staged.staging
         if samples is not None and options.legalize.inputs is None:
             options = _verify_on_a_sample(options, samples.validation[0], staging)
-        step("legalize")
-        legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
-        artifact: Artifact | None = None
-        quantization = None
-        verification = None
-        benchmark = None
-        status, stage, message = FAILED, "legalize", legalized.summary
-        failure_category: str | None = None
-        if legalized.verification is not None and legalized.verification.needs_inputs:
-            status, stage = NEEDS_INPUTS, "verify"
-        engine_model = staging / LEGALIZED
-        if legalized.success and samples is not None:
-            from deploycc.quantize import quantize_for_target
-
-            step("quantize")
-            quantization = quantize_for_target(staging / LEGALIZED, target, options.quantize, samples,
-                                               staging)
-            engine_model, precision = _engine_input(quantization, options, staging, notes)
-        if legalized.success:
-            step("build")
-            stage = "build"
-            request = BuildRequest(
-                model=engine_model, outdir=staging, target=target, precision=precision,
-                artifact_format=options.artifact_format, dla_core=options.dla_core,
-                gpu_fallback=options.gpu_fallback, fail_on_fallback=options.fail_on_fallback,
-                workspace_mb=options.workspace_mb, bundle_only=options.bundle_only,
-                calibration_cache=staging / quantization.calibration_cache
-                if quantization is not None and quantization.calibration_cache else None,
-                fp32_model=staging / LEGALIZED if quantization is not None else None)
-            backend.prepare(request, options)
-            try:
-                artifact = backend.build(request)
-                if artifact.pending_on_device:
-                    status, stage, message = PENDING, "done", artifact.notes[0]
-                    _add_reference(source, staging, artifact, backend, legalized, options, precision)
-                else:
-                    step("verify")
-                    stage = "verify"
-                    verification, benchmark = _verify_and_bench(source, staging, artifact, backend,
-                                                                request, legalized, options, step)
-                    if verification.passed:
-                        status, stage, message = VERIFIED, "done", "verified"
-                    else:
-                        status, message = FAILED, f"verification failed: {verification.problem}"
-            except (BackendError, BackendUnavailable) as error:
-                message = str(error)
-                failure_category = getattr(error, "category", None)
-                if getattr(error, "stage", None) == "load":  # the engine built but does not load
-                    stage = "build"
-            except RunError as error:  # the reference run, when legalize did not verify
-                status, message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
-        for judged in (legalized.verification, verification):
-            if judged is not None and judged.inputs == str(staging / VERIFY_INPUTS):
-                judged.inputs = f"{VERIFY_INPUTS} (the first validation sample)"  # not the staging path
+        done = _stages(source, target, options, staging, backend, step, precision, samples, notes)
+        static = _fixed_at_samples(options, done)
+        if static is not None:
+            # The backend cannot type the graph with these dims dynamic (OpenVINO, a rank that
+            # follows the batch): what its hint says, at the sizes verification drew.
+            _empty(staging)
+            notes.append(f"{target.backend.kind} could not build with dynamic dims ({done.message}); "
+                         f"built with them fixed at the verified sizes")
+            options = static
+            shapes, _ = plan_shapes(source, target, options)
+            done = _stages(source, target, options, staging, backend, step, precision, samples, notes)
+        legalized, artifact, verification = done.legalized, done.artifact, done.verification
+        _keep_inputs(source, staging, options, done)
         step("manifest")
         environment = backend.environment() if backend.unavailable_reason() is None else \
             {"unavailable": backend.unavailable_reason() or ""}
         from deploycc.pipeline.manifest import build_manifest
 
         manifest = build_manifest(model=source, target=target, options=options, legalized=legalized,
-                                  artifact=artifact, outdir=staging, status=status, environment=environment)
+                                  artifact=artifact, outdir=staging, status=done.status,
+                                  environment=environment)
         manifest_text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         (staging / "manifest.json").write_text(manifest_text)
         if artifact is not None and artifact.kind == "device-bundle":
             (staging / "bundle" / "manifest.json").write_text(manifest_text)
         report = BuildReport(
-            model=str(source), target=target.name, outdir=str(outdir), status=status, stage=stage,
-            summary=_summary(status, message, target, artifact),
-            next_step=_next_step(status, stage, message, target),
-            precision=precision, legalize=legalized, artifact=artifact, verification=verification,
-            benchmark=benchmark, build_hash=manifest["build_hash"], failure_category=failure_category,
-            files=_listing(staging), seconds=seconds, quantization=quantization, notes=notes)
+            model=str(source), target=target.name, outdir=str(outdir), status=done.status, stage=done.stage,
+            summary=_summary(done.status, done.message, target, artifact),
+            next_step=_next_step(done.status, done.stage, done.message, target),
+            precision=done.precision, legalize=legalized, artifact=artifact, verification=verification,
+            benchmark=done.benchmark, build_hash=manifest["build_hash"],
+            failure_category=done.failure_category, files=_listing(staging), seconds=seconds,
+            quantization=done.quantization, notes=notes, shapes=shapes)
         step.stop()
         _write_reports(staging, report)
         staged.commit()
     return report
+
+
+@dataclass
+class _Done:
+    """What the stages inside the staging folder came to."""
+
+    legalized: LegalizeReport
+    status: str
+    stage: str
+    message: str
+    precision: str
+    artifact: Artifact | None = None
+    quantization: QuantizeReport | None = None
+    verification: Verification | None = None
+    benchmark: LatencyStats | None = None
+    failure_category: str | None = None
+    feeds: dict[str, Any] | None = None  # the inputs the engine was verified on
+
+
+def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, backend: Any, step: _Clock,
+            precision: str, samples: Any, notes: list[str]) -> _Done:
+    """Legalize, quantize, build, verify and bench, into the staging folder."""
+    from deploycc.pipeline.legalize import legalize
+
+    step("legalize")
+    legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
+    done = _Done(legalized, FAILED, "legalize", legalized.summary, precision)
+    if legalized.verification is not None and legalized.verification.needs_inputs:
+        done.status, done.stage = NEEDS_INPUTS, "verify"
+    engine_model = staging / LEGALIZED
+    quantization = None
+    if legalized.success and samples is not None:
+        from deploycc.quantize import quantize_for_target
+
+        step("quantize")
+        quantization = done.quantization = quantize_for_target(staging / LEGALIZED, target, options.quantize,
+                                                               samples, staging)
+        if options.quantize.require_int8 and quantization.decision != "int8":
+            done.stage = "quantize"
+            done.message = f"--require-int8: the guard kept {quantization.decision}: {quantization.reason}"
+        else:
+            engine_model, done.precision = _engine_input(quantization, options, staging, notes)
+    if not legalized.success or done.stage == "quantize":
+        return done
+    step("build")
+    done.stage = "build"
+    request = BuildRequest(
+        model=engine_model, outdir=staging, target=target, precision=done.precision,
+        artifact_format=options.artifact_format, dla_core=options.dla_core,
+        gpu_fallback=options.gpu_fallback, fail_on_fallback=options.fail_on_fallback,
+        workspace_mb=options.workspace_mb, bundle_only=options.bundle_only,
+        calibration_cache=staging / quantization.calibration_cache
+        if quantization is not None and quantization.calibration_cache else None,
+        fp32_model=staging / LEGALIZED if quantization is not None else None)
+    backend.prepare(request, options)
+    try:
+        done.artifact = artifact = backend.build(request)
+        if artifact.pending_on_device:
+            done.status, done.stage, done.message = PENDING, "done", artifact.notes[0]
+            done.feeds = _add_reference(source, staging, artifact, backend, legalized, options,
+                                        done.precision)
+        else:
+            step("verify")
+            done.stage = "verify"
+            done.verification, done.benchmark, done.feeds = _verify_and_bench(
+                source, staging, artifact, backend, request, legalized, options, step)
+            if done.verification.passed:
+                done.status, done.stage, done.message = VERIFIED, "done", "verified"
+            elif done.verification.needs_inputs:
+                done.status, done.message = NEEDS_INPUTS, done.verification.problem
+            else:
+                done.message = f"verification failed: {done.verification.problem}"
+    except (BackendError, BackendUnavailable) as error:
+        done.message = str(error)
+        done.failure_category = getattr(error, "category", None)
+        if getattr(error, "stage", None) == "load":  # the engine built but does not load
+            done.stage = "build"
+        elif getattr(error, "stage", None) == "run":  # it loaded and refused the inputs: not a mismatch
+            done.failure_category = done.failure_category or "backend-error"
+            done.message = f"the engine could not run inputs the original model takes: {error}"
+    except RunError as error:  # the reference run, when legalize did not verify
+        done.status, done.message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
+    for judged in (legalized.verification, done.verification):
+        if judged is not None and judged.inputs == str(staging / VERIFY_INPUTS):
+            judged.inputs = f"{VERIFY_INPUTS} (the first validation sample)"  # not the staging path
+    return done
+
+
+def _fixed_at_samples(options: BuildOptions, done: _Done) -> BuildOptions | None:
+    """Options with every dynamic dim fixed at the size verification drew, when the backend could
+    not build the graph with them dynamic and some are; else None."""
+    from deploycc.taxonomy import Failure
+
+    drawn = done.legalized.verification
+    if done.failure_category != Failure.DYNAMIC_SHAPE or drawn is None or not drawn.shapes:
+        return None
+    fixed: dict[str, list[int | str]] = {name: list(dims) for name, dims in drawn.shapes.items()}
+    if all(options.legalize.shapes.get(name) == dims for name, dims in fixed.items()):
+        return None
+    legalize = dataclasses.replace(options.legalize, shapes={**options.legalize.shapes, **fixed}, batch=None)
+    return dataclasses.replace(options, legalize=legalize, shape_ranges={})
+
+
+def _empty(folder: Path) -> None:
+    import shutil
+
+    for path in folder.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done) -> None:
+    """verify-inputs.npz, whatever the outcome: the inputs the engine (or, when it was not reached,
+    legalization's verification) ran on, so a failure can be reproduced; the reports name it."""
+    import numpy as np
+
+    from deploycc.verify.verification import signature_feeds
+
+    target, feeds, legalized = staging / VERIFY_INPUTS, done.feeds, done.legalized
+    drawn = legalized.verification
+    if options.legalize.inputs is not None or (feeds is None and drawn is None):
+        return  # the user's own file (named in the report), or nothing was drawn
+    if feeds is None:
+        graph_file = staging / LEGALIZED if (staging / LEGALIZED).exists() else source
+        try:
+            feeds, _, _ = signature_feeds(graph_file, options.legalize, legalized.fed_layouts,
+                                          drawn.shapes if drawn is not None else None)
+        except Exception:  # the inputs could not be drawn at all: nothing to keep
+            return
+    np.savez(target, **feeds)
+    for judged in (drawn, done.verification):
+        if judged is not None:
+            judged.inputs_file = VERIFY_INPUTS
 
 
 VERIFY_INPUTS = "verify-inputs.npz"
@@ -232,21 +331,22 @@ def _precision(options: BuildOptions, target: Target) -> tuple[str, list[str]]:
 
 
 def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any, legalized: LegalizeReport,
-                   options: BuildOptions, precision: str) -> None:
+                   options: BuildOptions, precision: str) -> dict[str, Any]:
     """The inputs verification drew and the original's outputs on them, for the device to judge
-    its engine by; a model ORT cannot run on them leaves the bundle without (said in a note)."""
+    its engine by; a model ORT cannot run on them leaves the bundle without (said in a note).
+    Returns the inputs."""
     from deploycc.verify.verification import reference_outputs, signature_feeds
 
     drawn = legalized.verification
-    size = drawn.symbolic_size if drawn else SYMBOLIC_DIM_SIZE
     feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
-                                                       legalized.fed_layouts, size)
+                                                       legalized.fed_layouts, drawn.shapes if drawn else None)
     try:
         expected, _ = reference_outputs(source, original_feeds)
     except RunError as error:
         artifact.notes.append(f"no reference data for the device: {error}")
-        return
+        return feeds
     backend.add_reference(artifact, staging, feeds, expected, precision, described)
+    return feeds
 
 
 def _listing(staging: Path) -> list[str]:
@@ -264,35 +364,60 @@ def _write_reports(staging: Path, report: BuildReport) -> None:
 
 def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: Any,
                       request: BuildRequest, legalized: LegalizeReport, options: BuildOptions,
-                      step: _Clock) -> tuple[Verification, LatencyStats | None]:
+                      step: _Clock) -> tuple[Verification, LatencyStats | None, dict[str, Any]]:
+    """The engine against the original on the inputs legalization verified on; when the engine
+    refuses them (OpenVINO's pooling refuses a width the original takes), the next sizes both
+    take. Returns the verification, the latency summary and the inputs."""
+    from deploycc import io
     from deploycc.bench.latency import measure
-    from deploycc.verify.verification import compare_all, reference_outputs, signature_feeds
+    from deploycc.verify.verification import (
+        attempts_for,
+        compare_all,
+        drawn_shapes,
+        reference_outputs,
+        signature_feeds,
+    )
 
     drawn = legalized.verification
-    size = drawn.symbolic_size if drawn else SYMBOLIC_DIM_SIZE
-    # Larger symbolic dims while the engine rejects the drawn ones (OpenVINO's pooling refuses a
-    # width the original takes): a smaller size says nothing about the engine.
-    sizes = [s for s in SYMBOLIC_SIZE_LADDER if s >= size] if options.legalize.inputs is None else [size]
+    candidates: list[dict[str, list[int]] | None] = [drawn.shapes if drawn and drawn.shapes else None]
+    if options.legalize.inputs is None:
+        model = io.load(staging / LEGALIZED, check=False).model
+        plain = dataclasses.replace(options.legalize, sample_shapes={})
+        first = (drawn.attempt if drawn else 0) + 1
+        later = range(first, attempts_for(model.graph, plain, model.metadata_props))
+        candidates += [drawn_shapes(model.graph, plain, k, model.metadata_props) for k in later]
     runner = backend.load(artifact, staging, request)
     try:
-        for size in sizes:
+        refused: BackendError | None = None
+        for shapes in candidates:
             feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
-                                                               legalized.fed_layouts, size)
+                                                               legalized.fed_layouts, shapes)
             try:
                 actual = runner.run(feeds)
-                break
             except BackendError as error:
-                if error.stage != "run" or size == sizes[-1]:
+                if error.stage != "run":
                     raise
-        expected, reference = reference_outputs(source, original_feeds)
+                refused = refused or error
+                continue
+            try:
+                expected, reference = reference_outputs(source, original_feeds)
+            except RunError as error:
+                if error.stage != "run" or shapes is candidates[0]:
+                    raise
+                continue  # the engine's fallback size is one the original refuses
+            break
+        else:
+            assert refused is not None
+            raise refused
         verification = compare_all(expected, actual, reference=reference, inputs=described,
                                    precision=verification_precision(legalized, request.precision),
                                    original=(source, original_feeds))
+        verification.shapes = {name: list(array.shape) for name, array in feeds.items()}
         benchmark = None
         if options.bench and verification.passed:
             step("bench")
             benchmark = measure(runner, feeds, iterations=options.bench_iterations)
-        return verification, benchmark
+        return verification, benchmark, feeds
     finally:
         runner.close()
 

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from deploycc.errors import OptionError
+from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
 from deploycc.io import write_text_atomic
 
 VERIFIED_ON_DEVICE, FAILED_ON_DEVICE = "verified-on-device", "failed-on-device"
@@ -72,9 +72,43 @@ def _markdown(result: dict[str, Any]) -> str:
                       f"{after['gpu_memory_used_kb']} kB after; power {after.get('power_mw')} mW."]
     memory = result.get("memory") or {}
     if memory:
-        lines += ["", f"Memory: peak RSS {memory.get('peak_rss_kb')} kB, "
-                      f"NvMap delta {memory.get('nvmap_delta_kb')} kB."]
+        rss, nvmap = memory.get("peak_rss_kb"), memory.get("nvmap_delta_kb")
+        rss_text = f"{rss} kB" if rss is not None else "n/a (not measured off Linux)"
+        nvmap_text = (f"{nvmap} kB" if nvmap is not None else
+                      "n/a (no NvMapMemUsed in the board's /proc/meminfo: not a Jetson)")
+        lines += ["", f"Memory: peak RSS {rss_text}, NvMap delta {nvmap_text}."]
     return "\n".join(lines) + "\n"
+
+
+def _summary(result: dict[str, Any]) -> str:
+    if result["status"] != VERIFIED_ON_DEVICE:
+        return f"failed on the device at stage {result['stage']}: {result.get('reason', '')}"
+    engine = f"{result['engine']} {result.get('engine_version') or ''}".strip()
+    p50 = (result.get("latency") or {}).get("p50_ms")
+    return f"verified on the device with {engine}" + (f", p50 {p50} ms" if p50 is not None else "")
+
+
+def _next_step(result: dict[str, Any], precision: str | None) -> str:
+    """What to do after the board's run: the engine to deploy, or the way past the stage that failed
+    (the stages are run_on_device.py's: read, build, run, verify, bench)."""
+    again = "copy bundle/ to the device and run `python3 run_on_device.py` there again"
+    if result["status"] == VERIFIED_ON_DEVICE:
+        if not str(result["engine"]).startswith("tensorrt"):
+            return (f"{result['engine']} stood in for TensorRT: run `python3 run_on_device.py` on the board "
+                    "without --engine to build and verify the TensorRT engine itself, then import its result")
+        return ("deploy model.plan from the bundle folder on the device (a plan runs only on the TensorRT "
+                "and the board that built it); its latency and memory are under 'On the device' in report.md")
+    higher = "fp32" if precision in ("fp16", "int8") else None
+    return {
+        "read": f"the board could not read the bundle: {again}, with every file of bundle/",
+        "build": "TensorRT could not build the engine on the device: rebuild for the board's JetPack "
+                 f"(--jetpack) or with --partition (what TensorRT refuses runs on the host), then {again}",
+        "run": f"the engine was built but did not run on the device: see the reason above, then {again}",
+        "verify": "the engine's outputs on the device differ from the reference beyond the tolerance: "
+                  + (f"rebuild with --precision {higher}" if higher else "inspect the output named above")
+                  + f", then {again}",
+        "bench": f"the engine was verified but could not be timed on the device: {again}",
+    }.get(result["stage"], f"see the reason above, then {again}")
 
 
 def result_from_trtexec(folder: Path) -> dict[str, Any]:
@@ -155,10 +189,9 @@ def import_result(outdir: Path, result_file: Path) -> dict[str, Any]:
 
         result["tegrastats_summary"] = summarize_tegrastats(result["tegrastats"])
     report = _read_json(report_path, "build report")
-    report.update(status=result["status"], stage=result["stage"], device=result,
-                  summary=(f"verified on the device with {result['engine']}"
-                           if result["status"] == VERIFIED_ON_DEVICE else
-                           f"failed on the device at stage {result['stage']}: {result.get('reason', '')}"))
+    report.update(status=result["status"], stage=result["stage"], device=result, summary=_summary(result),
+                  next_step=_next_step(result, report.get("precision")),
+                  exit_code=EXIT_OK if result["status"] == VERIFIED_ON_DEVICE else EXIT_FINDINGS)
     manifest_path = outdir / "manifest.json"
     manifest = _read_json(manifest_path, "manifest") if manifest_path.is_file() else None
     markdown = (outdir / "report.md").read_text() if (outdir / "report.md").is_file() else ""
@@ -170,7 +203,11 @@ def import_result(outdir: Path, result_file: Path) -> dict[str, Any]:
                 "tegrastats_summary", "power_mode", "clocks", "nvml")
         manifest["device"] = {key: result.get(key) for key in kept}
         write_text_atomic(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    markdown = re.sub(r"\*\*Status: [^*]+\*\*", f"**Status: {result['status']}**", markdown, count=1)
+    # The build's status line and next step, as the device left them (lambdas: no escapes in replacements).
+    status_line = f"**Status: {result['status']}** (stage reached: {result['stage']}). {report['summary']}"
+    markdown = re.sub(r"^\*\*Status: [^*]+\*\*.*$", lambda _: status_line, markdown, count=1, flags=re.M)
+    markdown = re.sub(r"^- next step: .*$", lambda _: f"- next step: {report['next_step']}", markdown,
+                      count=1, flags=re.M)
     marker = markdown.find("\n## On the device")
     kept_markdown = markdown[:marker] if marker >= 0 else markdown  # a second import replaces the first
     write_text_atomic(outdir / "report.md", kept_markdown + _markdown(result))

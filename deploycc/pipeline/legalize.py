@@ -134,7 +134,9 @@ def _attempt(path: str | Path, target: Target, options: LegalizeOptions,
         return _Attempt(None, [], None, None, error)
     if progress is not None:
         progress("final check")
-    return _Attempt(state, records, loaded, judge_model(state.model, target))
+    # Every attempt, the model as exported too, is judged as a result: an opset left outside
+    # the target's range is illegal, not a note that legalize will convert it.
+    return _Attempt(state, records, loaded, judge_model(state.model, target, legalized=True))
 
 
 def _as_exported(options: LegalizeOptions) -> LegalizeOptions:
@@ -178,8 +180,8 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
                 set_aside = set_aside or _first_line(attempt.error)
                 continue
             assert attempt.loaded is not None and attempt.final is not None
-            if number > 0 and not attempt.final.legal and mode == "full":
-                as_exported = f"{attempt.final.counts.get('illegal', 0)} node(s) illegal as exported"
+            if number > 0 and not attempt.final.legal and (mode == "full" or _opset_refused(attempt.final)):
+                as_exported = "; ".join(_problems(attempt.final))
                 break  # not legal as exported either: the first attempt's report stands
             if output is not None:
                 io.refuse_overwrite(Path(output), (attempt.loaded.path, *(
@@ -249,8 +251,8 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
     """Verify the attempt's model and move it to `output` when it is legal (or mode partial)."""
     state, loaded, final = attempt.state, attempt.loaded, attempt.final
     assert state is not None and loaded is not None and final is not None
-    success = final.legal or mode == "partial"
-    reason = "" if success else f"{final.counts.get('illegal', 0)} node(s) were still illegal"
+    success = final.legal or (mode == "partial" and not _opset_refused(final))
+    reason = "" if success else "; ".join(_problems(final))
     verification = None
     files: list[Path] = []
     staged = staging / (Path(output).name if output else "legalized.onnx")
@@ -283,15 +285,27 @@ def _publish(staged: Path, output: Path) -> list[Path]:
     return [output, *moved]
 
 
-def _summary(legal: bool, mode: str, verification: Verification | None, final: TargetVerdict,
-             target: Target, output: str | Path | None) -> str:
+def _opset_refused(final: TargetVerdict) -> bool:
+    """The opset is outside the target's range: the target refuses the whole model, so partial
+    mode has no node to leave for it to fall back on."""
+    from deploycc.taxonomy import Refusal
+
+    return any(f.severity == "illegal" and f.category == Refusal.OPSET for f in final.graph_findings)
+
+
+def _problems(final: TargetVerdict) -> list[str]:
     illegal = final.counts.get("illegal", 0)
     findings = [f.message for f in final.graph_findings if f.severity == "illegal"]
-    problems = "; ".join(([f"{illegal} node(s) still illegal"] if illegal else []) + findings)
+    return ([f"{illegal} node(s) still illegal"] if illegal else []) + findings
+
+
+def _summary(legal: bool, mode: str, verification: Verification | None, final: TargetVerdict,
+             target: Target, output: str | Path | None) -> str:
+    problems = "; ".join(_problems(final))
     if verification is not None and not verification.passed:
         return f"verification failed: {verification.problem}"
-    if not legal and mode == "full":
-        return f"{problems} on {target.name}; not written (mode full)"
+    if not legal and (mode == "full" or _opset_refused(final)):
+        return f"{problems} on {target.name}; not written (mode {mode})"
     where = f"written to {output}" if output else "not written (no -o)"
     if not legal:
         return f"{problems}: left for {target.name} to fall back on (mode partial); {where}"

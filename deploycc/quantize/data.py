@@ -57,14 +57,9 @@ def _read_folder(folder: Path, what: str) -> list[tuple[str, Sample]]:
     if not files:
         raise OptionError(f"{folder}: no .npz files in the {what} folder",
                           hint="save each sample with numpy.savez(path, **{input_name: array})")
-    samples = []
-    for file in files:
-        try:
-            with np.load(file, allow_pickle=False) as archive:
-                samples.append((file.name, {name: archive[name] for name in archive.files}))
-        except (OSError, ValueError) as error:
-            raise OptionError(f"{file}: cannot read: {str(error).splitlines()[0]}") from None
-    return samples
+    from deploycc.verify.inputs import load_npz
+
+    return [(file.name, load_npz(file)) for file in files]
 
 
 def _checked(origin: str, sample: Mapping[str, Any], signature: dict[str, Signature]) -> list[Sample]:

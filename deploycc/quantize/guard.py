@@ -14,7 +14,6 @@ from deploycc.quantize.metrics import Score
 class GuardStep:
     kept_float: list[str]
     score: Score
-    latency_ms: float | None
     within_budget: bool
     notes: list[str] = field(default_factory=list)
 
@@ -22,7 +21,7 @@ class GuardStep:
         return {"kept_float": self.kept_float, "metric": self.score.metric,
                 "fp32": round(self.score.fp32, 6), "int8": round(self.score.value, 6),
                 "drop": round(self.score.drop, 6), "detail": self.score.detail,
-                "latency_ms": self.latency_ms, "within_budget": self.within_budget}
+                "within_budget": self.within_budget}
 
 
 def greedy(ranking: Sequence[str], attempt: Callable[[list[str]], GuardStep], *,

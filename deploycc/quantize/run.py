@@ -1,6 +1,7 @@
 """INT8 for one target: calibrate, quantize with the backend's own tool, judge the metric on the
 validation samples, keep layers in float while the budget is not met, and keep fp32 where int8
-does not pay off (slower, or not within budget with most layers still int8).
+does not pay off (not within budget with most layers still int8, or not faster beyond noise when
+the two are timed in interleaved rounds). --require-int8 makes that a failed build instead.
 
   ort-cpu       ONNX Runtime's quantize_static, Q/DQ in the x86 form (ort_qdq)
   openvino-cpu  NNCF on the OpenVINO model; NNCF's accuracy control as the guard
@@ -17,7 +18,8 @@ from __future__ import annotations
 import functools
 import shutil
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,12 +34,20 @@ from deploycc.results import Result
 
 if TYPE_CHECKING:
     from deploycc.backends.base import Runner
+    from deploycc.bench.run import Comparison
     from deploycc.options import QuantizeOptions
     from deploycc.targets.schema import Target
 
-INT8_ONNX, INT8_XML, CALIBRATION_CACHE = "model.int8.onnx", "model.int8.xml", "calibration.cache"
-TIMED_RUNS = 30
+INT8_ONNX, CALIBRATION_CACHE = "model.int8.onnx", "calibration.cache"
+# OpenVINO's int8 IR is written under the artifact's own names: the backend takes it as it is,
+# where a second name would leave two byte-identical copies in the output directory
+OPENVINO_IR = "model.xml"
 BACKENDS = ("onnxruntime", "openvino", "tensorrt")
+# int8 against fp32: warm-up runs each, then interleaved pairs (bench --compare-to's A/B), as many
+# as fit in about RACE_SECONDS within these bounds. On a busy 2-core machine 50 pairs of a 0.4 ms
+# model left an interval reaching 1.01 around a ratio of 0.4; 400 pairs of it take 0.2 s.
+RACE_WARMUP, RACE_SECONDS, RACE_PAIRS = 5, 2.0, (100, 400)
+NNCF_MISSING = "needs NNCF: pip install 'deploycc[int8]'"
 
 
 @dataclass
@@ -58,20 +68,62 @@ class QuantizeReport(Result):
     validation_samples: int
     kept_float: list[str] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
+    # the medians of the interleaved race below (None where nothing was timed here: TensorRT, or
+    # no int8 model within the budget)
     fp32_latency_ms: float | None = None
     int8_latency_ms: float | None = None
+    # int8 (this) against fp32 (other), timed in interleaved rounds: the latency ratio of medians
+    # with its 95% bootstrap interval; the speed verdict comes from the interval, not the point
+    speed: Comparison | None = None
     # OpenVINO: the same two models compiled without INFERENCE_PRECISION_HINT (the CPU's default,
-    # bf16 where it has bf16 units), beside the f32-pinned figures above
+    # bf16 where it has bf16 units), beside the f32-pinned figures above: medians of a second race
     default_precision_latency_ms: dict[str, float] = field(default_factory=dict)
     model: str = ""  # the int8 model in the output directory ("" when fp32 is kept)
     calibration_cache: str | None = None
+    required: bool = False  # --require-int8: anything but int8 fails the build
     notes: list[str] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
+        """fp32's median latency over int8's in the interleaved race (a point: `faster` decides)."""
         if self.fp32_latency_ms and self.int8_latency_ms:
             return round(self.fp32_latency_ms / self.int8_latency_ms, 3)
         return None
+
+    @property
+    def faster(self) -> bool | None:
+        """int8 faster than fp32 beyond noise: the whole interval of the latency ratio below 1
+        (None where it was not timed)."""
+        return None if self.speed is None else self.speed.ci95[1] < 1.0
+
+    @property
+    def speed_text(self) -> str:
+        """The race's verdict in words, with the interval; no point ratio where it straddles 1."""
+        if self.speed is None:
+            return ""
+        low, high = self.speed.ci95
+        interval = f"95% CI {low:.2f}-{high:.2f}, {self.speed.pairs} interleaved pairs"
+        if high < 1.0:
+            return f"int8 at {self.speed.ratio_of_medians:.2f}x fp32's latency ({interval})"
+        if low > 1.0:
+            return f"int8 slower: {self.speed.ratio_of_medians:.2f}x fp32's latency ({interval})"
+        return f"not faster beyond noise (int8/fp32 latency {interval})"
+
+
+def check_ready(target: Target, precision: str, options: QuantizeOptions) -> None:
+    """Refuse, before any work, an int8 request this machine or these options cannot honour:
+    --require-int8 on a build that is not int8, and OpenVINO without NNCF (an optional extra;
+    quantizing without it would only fall back to fp32 and call that a result)."""
+    if options.require_int8 and precision != "int8":
+        if options.allow_fallback:
+            raise OptionError(f"--require-int8, but this build is {precision}: --require-int8 and "
+                              "--allow-fallback ask for opposite things")
+        raise OptionError(f"--require-int8, but this build is {precision}: add --precision int8")
+    if precision == "int8" and target.backend.kind == "openvino":
+        try:
+            import nncf  # noqa: F401
+        except ImportError:
+            raise OptionError(f"int8 on {target.name} {NNCF_MISSING}") from None
 
 
 def load_samples(source: Path, options: QuantizeOptions) -> SampleSets:
@@ -112,18 +164,11 @@ class _Context:
         by every step of the guard."""
         return [_feeds(s, self.inputs, self.dtypes) for s in self.sets.validation]
 
-    def judge(self, runner: Runner, timed: bool) -> tuple[metrics.Score, float | None]:
-        from deploycc.bench.latency import measure
-
+    def judge(self, runner: Runner, kept: list[str]) -> GuardStep:
+        """The metric of a candidate on the validation samples (its speed is raced once, at the end)."""
         outputs = [runner.run(feeds) for feeds in self.validation]
         score = metrics.score(self.metric, self.reference, outputs, self.sets.validation)
-        if not timed:
-            return score, None
-        return score, measure(runner, self.validation[0], warmup=3, iterations=TIMED_RUNS).p50_ms
-
-    def step(self, kept: list[str], score: metrics.Score, latency: float | None) -> GuardStep:
-        return GuardStep(kept, score, None if latency is None else round(latency, 4),
-                         within_budget=score.drop <= self.options.max_drop + 1e-12)
+        return GuardStep(kept, score, within_budget=score.drop <= self.options.max_drop + 1e-12)
 
 
 def _ort_runner(model: Path) -> Runner:
@@ -141,13 +186,27 @@ def _openvino_runner(model: Path, pinned: bool) -> Runner:
     return OpenVinoRunner(model, "CPU", config)
 
 
-def _timed(runner: Runner, feeds: dict[str, np.ndarray]) -> float:
-    from deploycc.bench.latency import measure
+def _race(int8: Runner, fp32: Runner, feeds: dict[str, np.ndarray]) -> Comparison:
+    """int8 against fp32 the way `bench --compare-to` times two engines: both warmed, then A B B A
+    rounds, so a job that starts half-way slows both alike, and a bootstrap interval of the ratio
+    of medians. Two runs timed one after the other printed "13.4x fp32's speed" on a busy 2-core
+    machine for a model that, timed alone, ran at 0.35x fp32's latency."""
+    from deploycc.bench.run import compare
 
     try:
-        return round(measure(runner, feeds, warmup=3, iterations=TIMED_RUNS).p50_ms, 4)
+        int8.run(feeds)  # the first runs are the slowest by far: not counted in the pilot below
+        fp32.run(feeds)
+        started = time.perf_counter()
+        for _ in range(RACE_WARMUP):
+            int8.run(feeds)
+            fp32.run(feeds)
+        pair_seconds = (time.perf_counter() - started) / RACE_WARMUP
+        low, high = RACE_PAIRS
+        pairs = int(min(high, max(low, RACE_SECONDS / max(pair_seconds, 1e-6))))
+        return compare(int8, fp32, feeds, pairs, "fp32")
     finally:
-        runner.close()
+        int8.close()
+        fp32.close()
 
 
 def output_heads(model: Path) -> dict[str, str]:
@@ -167,8 +226,8 @@ def output_heads(model: Path) -> dict[str, str]:
 
 def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, sets: SampleSets,
                         outdir: Path) -> QuantizeReport:
-    """Quantize the legalized fp32 `model` for `target` into `outdir` (model.int8.onnx, or
-    model.int8.xml/.bin on OpenVINO, and calibration.cache on TensorRT)."""
+    """Quantize the legalized fp32 `model` for `target` into `outdir` (model.int8.onnx, or on
+    OpenVINO the IR under the artifact's names model.xml/.bin, and calibration.cache on TensorRT)."""
     kind = target.backend.kind
     if kind not in BACKENDS:
         raise OptionError(f"no INT8 path for the {kind} backend")
@@ -200,10 +259,14 @@ def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, s
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report.notes = list(sets.notes) + report.notes
+    report.required = options.require_int8
     return report
 
 
-def _report(context: _Context, method: str, steps: list[GuardStep], fp32_ms: float | None) -> QuantizeReport:
+def _report(context: _Context, method: str, steps: list[GuardStep],
+            race: Callable[[], Comparison] | None) -> QuantizeReport:
+    """The guard's verdict on its last step: int8 when within the budget and, where `race` times
+    the chosen model against fp32 here, faster beyond noise; else the target's fallback."""
     chosen = steps[-1]
     report = QuantizeReport(
         target=context.target.name, method=method, decision="int8", reason="", metric=context.metric,
@@ -211,7 +274,7 @@ def _report(context: _Context, method: str, steps: list[GuardStep], fp32_ms: flo
         drop=round(chosen.score.drop, 6), max_drop=context.options.max_drop,
         within_budget=chosen.within_budget, calibration_samples=len(context.sets.calibration),
         validation_samples=len(context.sets.validation), kept_float=chosen.kept_float,
-        steps=[s.to_dict() for s in steps], fp32_latency_ms=fp32_ms, int8_latency_ms=chosen.latency_ms)
+        steps=[s.to_dict() for s in steps])
     if chosen.score.detail:
         report.notes.append(chosen.score.detail)
     if not chosen.within_budget:
@@ -219,10 +282,13 @@ def _report(context: _Context, method: str, steps: list[GuardStep], fp32_ms: flo
         report.reason = (f"no int8 model was within the budget: {context.metric} dropped "
                          f"{chosen.score.drop:.4f} (budget {context.options.max_drop}) with "
                          f"{len(chosen.kept_float)} layer(s) in float")
-    elif fp32_ms is not None and chosen.latency_ms is not None and chosen.latency_ms >= fp32_ms:
+        return report
+    if race is not None:
+        report.speed = race()
+        report.int8_latency_ms, report.fp32_latency_ms = report.speed.median_ms, report.speed.other_median_ms
+    if report.faster is False:
         report.decision = context.fallback
-        report.reason = (f"int8 does not pay off here: {chosen.latency_ms:.3f} ms against fp32's "
-                         f"{fp32_ms:.3f} ms (p50)")
+        report.reason = f"int8 does not pay off here: {report.speed_text}"
     else:
         report.reason = (f"{context.metric} {chosen.score.value:.4f} against fp32's "
                          f"{chosen.score.fp32:.4f}, within the budget of {context.options.max_drop}")
@@ -237,7 +303,6 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
     form = ort_qdq.tensorrt_form() if on_device else ort_qdq.x86_form()
     calibration = context.calibration
     quantizer = ort_qdq.QdqQuantizer(context.model, form, calibration, context.inputs, work=work)
-    fp32_ms = None if on_device else _timed(_ort_runner(context.model), context.validation[0])
     attempts: dict[int, Path] = {}
 
     def attempt(kept: list[str]) -> GuardStep:
@@ -245,10 +310,9 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         attempts[len(kept)] = path
         runner = _ort_runner(path)
         try:
-            score, latency = context.judge(runner, timed=not on_device)
+            return context.judge(runner, kept)
         finally:
             runner.close()
-        return context.step(kept, score, latency)
 
     first = attempt([])
     ranking: list[str] = []
@@ -258,21 +322,26 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
                                                    context.validation, context.inputs)]
         ranking = _measured_ranking(context, quantizer, by_sqnr, candidates, first.score.value, work)
     steps = greedy(ranking, attempt, first=first) if ranking else [first]
+    chosen = attempts[len(steps[-1].kept_float)]
+
+    def race() -> Comparison:
+        return _race(_ort_runner(chosen), _ort_runner(context.model), context.validation[0])
+
     where = "ONNX Runtime stands in for TensorRT to judge it" if on_device else "timed on ONNX Runtime"
     report = _report(context, f"onnxruntime quantize_static: {quantizer.form.describe()} ({where})", steps,
-                     fp32_ms)
+                     None if on_device else race)
     report.notes += quantizer.notes
     report.kept_float = sorted({*quantizer.wide, *report.kept_float})
     if on_device and report.decision == "int8":
         import onnx
 
         low, high = context.target.opset.min, context.target.opset.max
-        problems = ort_qdq.tensorrt_form_problems(onnx.load(attempts[len(report.kept_float)]), (low, high))
+        problems = ort_qdq.tensorrt_form_problems(onnx.load(chosen), (low, high))
         if problems:  # never ship what the parser would refuse
             report.decision = context.fallback
             report.reason = f"the Q/DQ model is not in TensorRT's form: {problems[0]}"
     if report.decision == "int8":
-        shutil.copyfile(attempts[len(report.kept_float)], outdir / INT8_ONNX)
+        shutil.copyfile(chosen, outdir / INT8_ONNX)
         report.model = INT8_ONNX
     if on_device:
         from deploycc.quantize.calibration_cache import entropy_scales, write_cache
@@ -320,7 +389,6 @@ def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
 
     calibration, validation = context.calibration, context.validation
     feeds = validation[0]
-    fp32_ms = _timed(_openvino_runner(context.model, pinned=True), feeds)
     source = openvino_nncf.read(context.model)
 
     def judge(model: Any, name: str, kept: list[str]) -> tuple[GuardStep, Path]:
@@ -328,10 +396,9 @@ def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         ov.save_model(model, str(path), compress_to_fp16=False)
         runner = _openvino_runner(path, pinned=True)
         try:
-            score, latency = context.judge(runner, timed=True)
+            return context.judge(runner, kept), path
         finally:
             runner.close()
-        return context.step(kept, score, latency), path
 
     quantized = openvino_nncf.quantize(source, calibration, context.inputs)
     first, path = judge(quantized, "int8-0.xml", [])
@@ -353,13 +420,17 @@ def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         kept = sorted(openvino_nncf.quantized_ops(quantized) - openvino_nncf.quantized_ops(guarded))
         step, path = judge(guarded, "int8-guarded.xml", kept)
         steps.append(step)
+
+    def race(pinned: bool) -> Comparison:
+        return _race(_openvino_runner(path, pinned), _openvino_runner(context.model, pinned), feeds)
+
     report = _report(context, "NNCF quantize on the OpenVINO model (accuracy control as the guard), "
-                              "compiled with INFERENCE_PRECISION_HINT f32", steps, fp32_ms)
-    report.default_precision_latency_ms = {
-        "fp32": _timed(_openvino_runner(context.model, pinned=False), feeds),
-        "int8": _timed(_openvino_runner(path, pinned=False), feeds)}
+                              "compiled with INFERENCE_PRECISION_HINT f32", steps, lambda: race(pinned=True))
+    unpinned = race(pinned=False)
+    report.default_precision_latency_ms = {"fp32": unpinned.other_median_ms, "int8": unpinned.median_ms}
     if report.decision == "int8":
-        shutil.copyfile(path, outdir / INT8_XML)
-        shutil.copyfile(path.with_suffix(".bin"), outdir / "model.int8.bin")
-        report.model = INT8_XML
+        # under the artifact's names: the backend builds this IR as it is, and it stays the one copy
+        shutil.copyfile(path, outdir / OPENVINO_IR)
+        shutil.copyfile(path.with_suffix(".bin"), (outdir / OPENVINO_IR).with_suffix(".bin"))
+        report.model = OPENVINO_IR
     return report

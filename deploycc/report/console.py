@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.pipeline.partition import PartitionReport
     from deploycc.targets.schema import Target
+    from deploycc.verify.compare import OutputComparison
 
 MAX_NODES_SHOWN = 6
 
@@ -47,44 +49,62 @@ class progress_status:
 
 
 class progress_bar:  # a context manager: named like one
-    """A rich progress bar for long runs: update(stage, done, total); silent off a terminal."""
+    """Progress of a long run, on stderr. On a terminal a rich bar, moved by calling the object:
+    update(stage, done, total). Off a terminal (a pipe, a CI log) a bar shows nothing for minutes,
+    so there `line(text)` prints one plain line per finished item, flushed. `quiet` (--json)
+    silences the bar; the lines stay, since they go to stderr and stdout keeps the JSON."""
 
     def __init__(self, title: str, quiet: bool = False) -> None:
         self.title, self.quiet = title, quiet
         self._progress: Any = None
         self._task: Any = None
+        self._plain = False
 
-    def __enter__(self):
+    def __enter__(self) -> progress_bar:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         out = Console(stderr=True)
+        self._plain = not out.is_terminal
         if not self.quiet and out.is_terminal:
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                       TimeElapsedColumn(), console=out, transient=True)
             self._progress.__enter__()
             self._task = self._progress.add_task(self.title, total=None)
+        return self
 
-        def update(stage: str, done: int, total: int) -> None:
-            if self._progress is not None:
-                self._progress.update(self._task, description=f"{self.title}: {stage}", completed=done,
-                                      total=total or None)
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{self.title}: {stage}", completed=done,
+                                  total=total or None)
 
-        return update
+    def line(self, text: str) -> None:
+        """One finished item, as plain text off a terminal (on one, the bar counts it)."""
+        if self._plain:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
 
 
-PIPE_WIDTH = 200  # tables off a terminal; text is never wrapped there
+# Off a terminal no width is imposed: a table takes its natural width, so no cell is folded or
+# cut with "…" and `deploycc rules | grep com.microsoft` finds every row whole on its line.
+PIPE_WIDTH = 1_000_000
 
 
 def _console() -> Console:
-    """On a terminal, rich's usual wrapping; in a pipe or a CI log, lines are not wrapped, so a
-    command deploycc tells the user to run stays on one line and can be copied whole."""
+    """On a terminal, rich's usual wrapping; in a pipe or a CI log, lines are not wrapped and
+    tables not narrowed, so a command deploycc tells the user to run, or a table's row, stays on
+    one line and can be copied or grepped whole."""
     if Console().is_terminal:
         return Console(highlight=False, soft_wrap=False)
     return Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH)
+
+
+def print_table(table: Table) -> None:
+    """A table for people, on stdout: the terminal's width there, its natural width in a pipe."""
+    _console().print(table)
 
 
 def _size(n: int) -> str:
@@ -303,7 +323,7 @@ def render_legalize(report: LegalizeReport) -> None:
     verification = report.verification
     if verification is not None:
         for output in verification.outputs:
-            mark = _mark(output.passed, output.name in verification.ill_conditioned)
+            mark = _mark(output, verification.ill_conditioned)
             out.print(f"  verify {output.name}: {mark} max abs {output.max_abs_error:.2e}, max rel "
                       f"{output.max_rel_error:.2e}, cosine {output.cosine_similarity:.6f}, needs atol "
                       f"{output.required_atol:.1e} / rtol {output.required_rtol:.1e}")
@@ -318,10 +338,12 @@ def render_legalize(report: LegalizeReport) -> None:
     out.print(f"[{colour}]{report.summary}[/{colour}]")
 
 
-def _mark(passed: bool, ill_conditioned: bool) -> str:
-    if passed:
+def _mark(output: OutputComparison, ill_conditioned: list[str]) -> str:
+    if output.passed and output.degenerate:  # a match on an output that says nothing proves little
+        return f"[yellow]not judged ({escape(output.degenerate)})[/yellow]"
+    if output.passed:
         return "[green]ok[/green]"
-    return "[yellow]ill-conditioned[/yellow]" if ill_conditioned else "[red]FAIL[/red]"
+    return "[yellow]ill-conditioned[/yellow]" if output.name in ill_conditioned else "[red]FAIL[/red]"
 
 
 def _histogram(counts: dict[str, int]) -> str:
@@ -344,27 +366,36 @@ def render_build(report: BuildReport) -> None:
             out.print(f"  [red]still illegal[/red] {item.node} ({item.op}): {'; '.join(item.reasons)}")
     quantized = report.quantization
     if quantized is not None:
-        speed = f", {quantized.speedup}x fp32's speed" if quantized.speedup else ""
+        speed = f", {quantized.speed_text}" if quantized.speed is not None else ""
         out.print(f"  int8: {quantized.metric} {quantized.int8_metric:.4f} vs fp32 "
                   f"{quantized.fp32_metric:.4f} (budget {quantized.max_drop}){speed}, "
                   f"{len(quantized.kept_float)} layer(s) kept in float")
+    if report.shapes is not None and report.shapes.inputs:
+        out.print(escape(f"  shapes: the engine takes {report.shapes.line()} (change with "
+                         f"{report.shapes.change_with})"))
     for note in report.notes:
-        out.print(f"  [yellow]{note}[/yellow]")
+        out.print(f"  [yellow]{escape(note)}[/yellow]")
     if report.artifact is not None:
         out.print(f"  artifact: {report.artifact.kind}: {', '.join(report.artifact.files)}")
         for note in report.artifact.notes:
             out.print(f"  [yellow]{note}[/yellow]")
-    if report.verification is not None:
-        for output in report.verification.outputs:
-            mark = _mark(output.passed, output.name in report.verification.ill_conditioned)
+    verification = report.verification or (legalized.verification if legalized is not None else None)
+    if verification is not None:
+        where = "engine" if report.verification is not None else "legalized model"
+        out.print(escape(f"  verified the {where} on {verification.inputs}"
+                         + (f", kept in {verification.inputs_file}" if verification.inputs_file else "")))
+        for output in verification.outputs:
+            mark = _mark(output, verification.ill_conditioned)
             out.print(f"  verify {output.name}: {mark} max abs {output.max_abs_error:.2e}, cosine "
                       f"{output.cosine_similarity:.6f}")
-        if report.verification.passed and report.verification.caveat():
-            out.print(f"  [yellow]verified with a caveat[/yellow]: {report.verification.caveat()}")
+        if verification.passed and verification.caveat():
+            out.print(escape(f"  verified with a caveat: {verification.caveat()}"), style="yellow")
     if report.benchmark is not None:
         bench = report.benchmark
+        timed = ", ".join(f"{name} {'x'.join(map(str, dims)) or 'scalar'}"
+                          for name, dims in bench.input_shapes.items())
         out.print(f"  latency: p50 {bench.p50_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, "
-                  f"{bench.throughput_per_s:.1f}/s")
+                  f"{bench.throughput_per_s:.1f}/s, timed on {timed}")
     out.print(f"[{colour}]{report.summary}[/{colour}]")
     out.print(f"  next: {report.next_step}")
     out.print(f"  {report.outdir}/report.md")
@@ -395,9 +426,12 @@ def _mib(value: int | None) -> str:
 
 
 def render_bench(report: BenchReport) -> None:
+    def shapes(inputs: dict[str, list[int]]) -> str:  # every timing states the shapes it ran
+        return escape(", ".join(f"{name} {dims}" for name, dims in inputs.items()) or "none")
+
     out = _console()
-    out.print(f"[bold]{report.subject}[/bold] on {report.target} ({report.artifact}), inputs "
-              + ", ".join(f"{k} {v}" for k, v in report.input_shapes.items()))
+    out.print(f"[bold]{escape(report.subject)}[/bold] on {report.target} ({report.artifact}), inputs "
+              + shapes(report.input_shapes))
     lat = report.latency
     table = Table(title=f"latency over {lat.iterations} runs (ms)")
     for column in ("min", "mean", "std", "p50", "p90", "p95", "p99", "max", "runs/s"):
@@ -415,9 +449,10 @@ def render_bench(report: BenchReport) -> None:
         sweep = Table(title="batch sweep")
         for column in ("batch", "p50 ms", "p99 ms", "items/s"):
             sweep.add_column(column, justify="right")
+        sweep.add_column("inputs")
         for item in report.batches:
             sweep.add_row(str(item.batch), f"{item.latency.p50_ms:.3f}", f"{item.latency.p99_ms:.3f}",
-                          f"{item.items_per_s:.1f}")
+                          f"{item.items_per_s:.1f}", shapes(item.input_shapes))
         out.print(sweep)
     if report.throughput is not None:
         t = report.throughput
@@ -434,9 +469,9 @@ def render_bench(report: BenchReport) -> None:
               f"at p50{uncounted}")
     if report.comparison is not None:
         c = report.comparison
-        out.print(f"  vs {c.other}: median {c.median_ms:.3f} ms vs {c.other_median_ms:.3f} ms, ratio "
+        out.print(f"  vs {escape(c.other)}: median {c.median_ms:.3f} ms vs {c.other_median_ms:.3f} ms, ratio "
                   f"{c.ratio_of_medians:.3f} (95% CI {c.ci95[0]:.3f}..{c.ci95[1]:.3f}, "
-                  f"{c.pairs} {c.order} pairs)")
+                  f"{c.pairs} {c.order} pairs, both on inputs {shapes(c.input_shapes)})")
     out.print(escape("  conditions: " + ", ".join(f"{k}={v}" for k, v in report.conditions.items())))
     for warning in report.warnings:
         out.print(f"  [yellow]warning[/yellow]: {escape(warning)}")

@@ -19,6 +19,8 @@ def build_markdown(report: BuildReport) -> str:
              f"- model: `{report.model}`", f"- precision: {report.precision}",
              f"- build hash: `{report.build_hash}`", f"- next step: {report.next_step}", ""]
     legalized = report.legalize
+    if report.shapes is not None and report.shapes.inputs:
+        lines += _shapes(report)
     if legalized is not None:
         lines += ["## Model before and after", "",
                   f"opset {legalized.opset['before']} -> {legalized.opset['after']}, "
@@ -65,15 +67,20 @@ def build_markdown(report: BuildReport) -> str:
             if placement.fallback:
                 lines.append(f"Fallback: {', '.join(placement.fallback[:20])}")
         lines.append("")
-    verification = report.verification
+    verification = report.verification or (legalized.verification if legalized is not None else None)
     if verification is not None:
+        verdict = "needs inputs" if verification.needs_inputs else \
+            "passed" if verification.passed else "FAILED"
+        what = "The engine" if report.verification is not None else "The legalized model"
+        kept = f" (kept in `{verification.inputs_file}`)" if verification.inputs_file else ""
         lines += ["## Verification", "",
-                  f"Against the original on {verification.reference}, inputs {verification.inputs}, "
-                  f"{verification.precision} tolerances: **{'passed' if verification.passed else 'FAILED'}**",
+                  f"{what} against the original on {verification.reference}, inputs "
+                  f"{verification.inputs}{kept}, {verification.precision} tolerances: **{verdict}**",
                   "", "| output | passed | max abs | max rel | cosine | needs atol | needs rtol |",
                   "|---|---|---|---|---|---|---|"]
         for output in verification.outputs:
-            passed = "yes" if output.passed else \
+            passed = f"not judged ({output.degenerate})" if output.passed and output.degenerate else \
+                "yes" if output.passed else \
                 "ill-conditioned" if output.name in verification.ill_conditioned else "NO"
             lines.append(f"| {output.name} | {passed} | {output.max_abs_error:.2e} | "
                          f"{output.max_rel_error:.2e} | {output.cosine_similarity:.6f} | "
@@ -86,6 +93,7 @@ def build_markdown(report: BuildReport) -> str:
     bench = report.benchmark
     if bench is not None:
         lines += ["## Benchmark (summary; `deploycc bench` measures in full)", "",
+                  f"Timed on {_dims(bench.input_shapes)}.", "",
                   f"{bench.iterations} iterations after {bench.warmup} warm-up: p50 {bench.p50_ms:.3f} ms, "
                   f"p90 {bench.p90_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, {bench.throughput_per_s:.1f}/s; "
                   f"load {bench.load_ms:.1f} ms, first inference {bench.first_inference_ms:.3f} ms", ""]
@@ -93,20 +101,44 @@ def build_markdown(report: BuildReport) -> str:
     return "\n".join(lines)
 
 
+def _dims(shapes: dict[str, list[int]]) -> str:
+    return ", ".join(f"`{name}` {'x'.join(map(str, dims)) or 'scalar'}"
+                     for name, dims in shapes.items()) or "-"
+
+
+def _shapes(report: BuildReport) -> list[str]:
+    """What each input is built for, verified and timed at, and where each size came from."""
+    assert report.shapes is not None
+    lines = ["## Shapes", "", "| input | as exported | the engine takes | verified and timed at |",
+             "|---|---|---|---|"]
+    for item in report.shapes.inputs:
+        exported = "x".join(map(str, item.exported)) or "scalar"
+        sample = "x".join(map(str, item.sample)) or "scalar"
+        lines.append(f"| `{item.input}` | {exported} | {item.accepts} | {sample} |")
+    lines += [""] + [f"- {how}" for item in report.shapes.inputs for how in item.how]
+    lines += [f"- {note}" for note in report.shapes.notes]
+    lines += [f"- change them with {report.shapes.change_with}", ""]
+    return lines
+
+
 def _quantization(quantized: QuantizeReport) -> list[str]:
     """--precision int8: what was quantized how, the metric fp32 vs int8, each step of the guard."""
-    speed = f", {quantized.speedup}x fp32's speed" if quantized.speedup else ""
-    lines = ["## INT8", "", f"**Built in {quantized.decision}**: {quantized.reason}.", "",
+    verdict = f"**Built in {quantized.decision}**: {quantized.reason}."
+    if quantized.required and quantized.decision != "int8":
+        verdict = (f"**Not built: int8 was required (--require-int8) and the guard kept "
+                   f"{quantized.decision}**: {quantized.reason}.")
+    lines = ["## INT8", "", verdict, "",
              f"- method: {quantized.method}",
              f"- samples: {quantized.calibration_samples} to calibrate, "
              f"{quantized.validation_samples} to judge",
              f"- {quantized.metric}: fp32 {quantized.fp32_metric:.4f}, int8 {quantized.int8_metric:.4f} "
-             f"(drop {quantized.drop:.4f}, budget {quantized.max_drop}){speed}"]
-    if quantized.fp32_latency_ms is not None and quantized.int8_latency_ms is not None:
-        lines.append(f"- p50 latency: fp32 {quantized.fp32_latency_ms} ms, "
+             f"(drop {quantized.drop:.4f}, budget {quantized.max_drop})"]
+    if quantized.speed is not None:
+        lines.append(f"- speed: {quantized.speed_text}; medians fp32 {quantized.fp32_latency_ms} ms, "
                      f"int8 {quantized.int8_latency_ms} ms")
     for name, latency in quantized.default_precision_latency_ms.items():
-        lines.append(f"- {name} without INFERENCE_PRECISION_HINT (the CPU's default precision): {latency} ms")
+        lines.append(f"- {name} without INFERENCE_PRECISION_HINT (the CPU's default precision): {latency} ms "
+                     "(median of a second interleaved race)")
     if quantized.kept_float:
         lines.append(f"- kept in float ({len(quantized.kept_float)}): "
                      + ", ".join(f"`{name}`" for name in quantized.kept_float[:30]))
@@ -114,10 +146,8 @@ def _quantization(quantized: QuantizeReport) -> list[str]:
         lines.append(f"- TensorRT calibration cache: `{quantized.calibration_cache}`")
     lines += [f"- {note}" for note in quantized.notes]
     if len(quantized.steps) > 1:
-        lines += ["", "| step | kept in float | metric | drop | p50 ms | within budget |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "| step | kept in float | metric | drop | within budget |", "|---|---|---|---|---|"]
         for index, step in enumerate(quantized.steps):
             lines.append(f"| {index} | {len(step['kept_float'])} | {step['int8']:.4f} | {step['drop']:.4f} | "
-                         f"{step['latency_ms'] if step['latency_ms'] is not None else '-'} | "
                          f"{'yes' if step['within_budget'] else 'no'} |")
     return [*lines, ""]

@@ -97,11 +97,8 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
         if reason is not None:
             decision.declined.append((rule.name, reason))
             continue
-        if not apply:
-            decision.rewrite = Rewrite(rule.name, label, decision.op, graph_label, len(builder.nodes), None)
-            return decision
         certificate = None
-        if prove:
+        if prove:  # without apply too: `check --explain` names the rule legalize would keep
             try:
                 certificate = prove_rewrite(rule, node, opsets, site_opset, label)
             except Decline as declined:
@@ -110,6 +107,10 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
             if certificate.status == FAILED:
                 decision.declined.append((rule.name, f"proof failed: {certificate.detail}"))
                 continue
+        if not apply:
+            decision.rewrite = Rewrite(rule.name, label, decision.op, graph_label, len(builder.nodes),
+                                       certificate)
+            return decision
         _replace(graph, node, builder, outputs)
         decision.rewrite = Rewrite(rule.name, label, decision.op, graph_label, len(builder.nodes),
                                    certificate)

@@ -194,6 +194,26 @@ def load_table(path: Path) -> OpTable:
     )
 
 
+SHAPE_DEFAULTS = ("fixed", "profile", "dynamic")
+
+
+def _shape_policy(reader: Reader) -> ShapePolicy:
+    reader.reject_unknown(_keys(ShapePolicy))
+    batch = reader.choice("batch", SHAPE_DEFAULTS, default="dynamic")
+    profile = reader._get("batch_profile", list, batch == "profile", None)
+    if profile is not None and (len(profile) != 3 or not all(isinstance(n, int) and not isinstance(n, bool)
+                                                             for n in profile)
+                                or not 1 <= profile[0] <= profile[1] <= profile[2]):
+        raise reader.fail("batch_profile",
+                          f"must be [MIN, OPT, MAX] with 1 <= MIN <= OPT <= MAX, not {profile!r}")
+    size = reader.integer("batch_size", default=1)
+    if size < 1:
+        raise reader.fail("batch_size", f"must be at least 1, not {size}")
+    return ShapePolicy(policy=reader.choice("policy", SHAPE_POLICIES), note=reader.text("note"), batch=batch,
+                       batch_size=size, batch_profile=tuple(profile) if profile else None,  # type: ignore[arg-type]
+                       dims=reader.choice("dims", SHAPE_DEFAULTS, default="dynamic"))
+
+
 def _provenance(reader: Reader | None) -> Provenance:
     if reader is None:
         return Provenance()
@@ -302,9 +322,18 @@ def _apply_jetpack(data: dict[str, Any], path: Path, requested: str | None) -> t
             f"target '{data.get('name', path.stem)}' has no data for JetPack {release}",
             hint=f"available: {', '.join(available)}",
         )
+    base_version = (data.get("backend") or {}).get("version")
+    for name, overlay in releases.data.items():
+        if not isinstance(overlay, dict):
+            raise reader.fail(f"releases.{name}", "must be a table")
+        # The description names the TensorRT release (`targets show`'s header): a release that
+        # changes it must say so, or the header contradicts the body.
+        version = (overlay.get("backend") or {}).get("version", base_version)
+        if version != base_version and "description" not in overlay:
+            raise reader.fail(f"releases.{name}.description",
+                              f"required: this release sets backend.version {version} (the target's "
+                              f"description is written for {base_version})")
     override = releases.data[release]
-    if not isinstance(override, dict):
-        raise reader.fail(f"releases.{release}", "must be a table")
     merged = _deep_merge({k: v for k, v in data.items() if k != "jetpack"}, override)
     facts = _jetpack_facts(release, path)
     return merged, JetPack(release=release, available=available, facts=facts)
@@ -427,7 +456,7 @@ def build_target(path: Path, jetpack: str | None) -> Target:
             computed_as=tuple(computed),
             notes=dtypes_r.strings("notes"),
         ),
-        shapes=ShapePolicy(policy=shapes_r.choice("policy", SHAPE_POLICIES), note=shapes_r.text("note")),
+        shapes=_shape_policy(shapes_r),
         precision=Precision(supported=supported_precisions, default=default_precision,
                             refused=tuple(refused)),
         memory=Memory(

@@ -165,6 +165,15 @@ class DtypePolicy:
 class ShapePolicy:
     policy: str
     note: str | None = None
+    # What `build` makes of a dim the model leaves dynamic when the user says nothing of it
+    # (--batch, --dynamic-batch, --shape, --shape-range decide instead). The batch: "fixed" at
+    # batch_size, a "profile" batch_profile = (MIN, OPT, MAX), or "dynamic" (kept as it is).
+    batch: str = "dynamic"
+    batch_size: int = 1
+    batch_profile: tuple[int, int, int] | None = None
+    # Every other dynamic dim (height, width, sequence, samples): a "profile" around its typical
+    # size, "fixed" at it, or "dynamic" (kept; drawn at it for verification and bench).
+    dims: str = "dynamic"
 
 
 @dataclass(frozen=True)

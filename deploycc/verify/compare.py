@@ -39,6 +39,44 @@ class OutputComparison:
     rtol: float
     mismatched: int
     problem: str = ""
+    # Why the reference output says nothing ("all within 1e-06 of zero", "constant"): a match
+    # there proves little, and reports never call it "ok".
+    degenerate: str = ""
+
+
+DEGENERATE_ZERO = 1e-6  # every element of the reference this close to zero: no signal
+# Relative spread within which a reference is one value up to float32 rounding (16 units in the
+# last place): a constant output, or scores tied to the last bits.
+DEGENERATE_SPREAD = 16 * float(np.finfo(np.float32).eps)
+
+
+def degeneracy(expected: np.ndarray) -> str:
+    """Why a floating-point reference output carries no signal (all about zero, or one value
+    repeated: a random-weight detector's map at a toy size), or "" when it does. Integer and
+    boolean outputs (labels, masks) and single values are not judged so."""
+    array = np.asarray(expected)
+    if array.size < 2 or not np.issubdtype(array.dtype, np.floating):
+        return ""
+    finite = array[np.isfinite(array)].astype(np.float64)
+    if finite.size < 2:
+        return ""
+    largest = float(np.max(np.abs(finite)))
+    if largest <= DEGENERATE_ZERO:
+        return f"all within {DEGENERATE_ZERO:g} of zero"
+    if float(np.ptp(finite)) <= DEGENERATE_SPREAD * largest:
+        return f"constant ({float(finite[0]):.6g})"
+    return ""
+
+
+def degenerate_outputs(outputs: dict[str, np.ndarray]) -> dict[str, str]:
+    """The floating-point outputs that carry no signal, with why; {} when any of them does (or
+    there is none): then the drawn inputs exercise the model."""
+    floating = {name: array for name, array in outputs.items()
+                if np.issubdtype(np.asarray(array).dtype, np.floating) and np.asarray(array).size >= 2}
+    reasons = {name: degeneracy(array) for name, array in floating.items()}
+    if not floating or not all(reasons.values()):
+        return {}
+    return reasons
 
 
 def _finite(value: float) -> float:
@@ -48,7 +86,8 @@ def _finite(value: float) -> float:
 def compare(name: str, expected: np.ndarray, actual: np.ndarray, *, atol: float, rtol: float,
             min_cosine: float = 0.0, mismatch_share: float = 0.0) -> OutputComparison:
     expected, actual = np.asarray(expected), np.asarray(actual)
-    base = dict(name=name, shape=list(expected.shape), dtype=str(expected.dtype), atol=atol, rtol=rtol)
+    base = dict(name=name, shape=list(expected.shape), dtype=str(expected.dtype), atol=atol, rtol=rtol,
+                degenerate=degeneracy(expected))
     if expected.shape != actual.shape:
         return OutputComparison(**base, passed=False, max_abs_error=float("inf"),  # type: ignore[arg-type]
                                 max_rel_error=float("inf"), cosine_similarity=0.0,

@@ -73,6 +73,18 @@ def _dim(value: ir.Value | None, axis: int) -> int | None:
     return dim if isinstance(dim, int) and dim > 0 else None
 
 
+def _compared_constant(node: ir.Node, index: int) -> int | None:
+    """The integer constant an Equal node compares its other input with (Silero VAD branches on
+    `sr == 16000`: a drawn sample rate takes that branch instead of failing every check)."""
+    from deploycc.graph.graphs import constant_tensor
+
+    other = node.inputs[1 - index] if len(node.inputs) == 2 and index in (0, 1) else None
+    array = constant_tensor(other, max_elements=1)
+    if array is None or array.size != 1 or not np.issubdtype(array.dtype, np.integer):
+        return None
+    return int(array.reshape(-1)[0])
+
+
 def _range_from_uses(value: ir.Value, depth: int = 0) -> tuple[int, int] | None:
     """What integer values the graph can take in `value`, read from what reads it: indices stay
     below the dim they index (a token id below the vocabulary size), sizes stay small and
@@ -85,6 +97,9 @@ def _range_from_uses(value: ir.Value, depth: int = 0) -> tuple[int, int] | None:
 
     for node, index in value.uses():
         op = node.op_type
+        compared = _compared_constant(node, index) if op == "Equal" else None
+        if compared is not None and not value.shape:  # a scalar the graph tests against one value
+            return compared, compared + 1
         if (op, index) in INDEX_INPUTS:
             data_index, default_axis = INDEX_INPUTS[(op, index)]
             attr = node.attributes.get("axis")
@@ -177,14 +192,37 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
     return feeds
 
 
-def load_npz(path: str | Path, expected: Mapping[str, ir.Value]) -> dict[str, np.ndarray]:
-    """User-given inputs, checked against the model's input names and dtypes."""
+def load_npz(path: str | Path, expected: Mapping[str, ir.Value] | None = None) -> dict[str, np.ndarray]:
+    """User-given arrays from an .npz (numpy.savez: one array per input name), checked against the
+    model's input names and dtypes when `expected` is given, all of them when not. A file that is
+    no .npz of plain arrays (truncated, a text file, a bare .npy, pickled objects) is one line."""
+    import zipfile
+    import zlib
+
     file = Path(path)
+
+    def not_npz(reason: str) -> OptionError:
+        return OptionError(f"{file}: not a valid .npz: {reason}",
+                           hint="write one with numpy.savez(path, **{input_name: array})")
+
     try:
-        with np.load(file, allow_pickle=False) as archive:
+        loaded = np.load(file, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, ValueError):  # ValueError: numpy took it for pickled data
+        raise not_npz("not a zip archive of arrays: truncated, or another kind of file") from None
+    except OSError as error:
+        raise OptionError(f"{file}: cannot read: {error.strerror or error}") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise not_npz("one bare .npy array, not an archive of named arrays")
+    try:
+        with loaded as archive:
             arrays = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError) as error:
-        raise OptionError(f"{file}: cannot read inputs: {str(error).splitlines()[0]}") from None
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as error:
+        if isinstance(error, ValueError) and "Object arrays" in str(error):  # allow_pickle=False's refusal
+            raise not_npz("it holds object (pickled) arrays; only plain arrays are read") from None
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise not_npz(f"damaged: {reason}") from None
+    if expected is None:
+        return arrays
     missing = sorted(set(expected) - set(arrays))
     if missing:
         raise OptionError(f"{file}: no array for input(s) {', '.join(missing)}",

@@ -200,3 +200,73 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
         names = json.loads(Path(out + ".json").read_text())
         with np.load(out, allow_pickle=False) as archive:
             return {name: archive[f"o{i}"] for i, name in enumerate(names)}
+
+
+_PROBE_CHILD = """
+import json, sys
+import numpy as np
+from pathlib import Path
+from deploycc.verify.compare import degenerate_outputs
+from deploycc.verify.runner import run_session, session
+model, out_file, stop_at_first = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+try:
+    loaded = session(Path(model), optimize=True, threads=0)
+except Exception as error:
+    lines = str(error).strip().splitlines()
+    sys.stderr.write((lines[0] if lines else type(error).__name__)[:300] + "\\n")
+    sys.exit(3)
+verdicts = []
+for feeds_file in sys.argv[4:]:
+    with np.load(feeds_file, allow_pickle=False) as archive:
+        feeds = {name: archive[name] for name in archive.files}
+    try:
+        flat = degenerate_outputs(run_session(loaded, feeds))
+        reasons = "; ".join(f"{name} {why}" for name, why in flat.items())
+        verdict = f"no signal: {reasons}" if reasons else ""
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        verdict = "fails: " + (lines[0] if lines else type(error).__name__)[:300]
+    verdicts.append(verdict)
+    Path(out_file).write_text(json.dumps(verdicts))
+    if stop_at_first and not verdict:
+        break
+"""
+
+
+def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_at_first: bool = True,
+                 timeout: float = 1800) -> list[str]:
+    """Run the model on ORT CPU (in a child process, one session) on each set of inputs in turn:
+    per set "" when it ran and some floating-point output carries a signal, else why not ("fails:
+    ...", "no signal: ..."). With `stop_at_first` the list ends at the first good set. A model
+    ORT cannot load, or a crash, is a RunError (stage "load" or "crash")."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="deploycc-probe-") as folder:
+        work = Path(folder)
+        files = []
+        for index, feeds in enumerate(feed_sets):
+            files.append(str(work / f"feeds{index}.npz"))
+            np.savez(files[-1], **feeds)  # type: ignore[arg-type]
+        out = work / "verdicts.json"
+        try:
+            child = subprocess.run([sys.executable, "-c", _PROBE_CHILD, str(source), str(out),
+                                    "1" if stop_at_first else "0", *files], capture_output=True, text=True,
+                                   timeout=timeout, preexec_fn=_die_with_parent)
+        except subprocess.TimeoutExpired:
+            raise RunError(f"onnxruntime did not finish in {timeout:g} s", stage="crash") from None
+        if child.returncode == 3:
+            lines = child.stderr.strip().splitlines()
+            raise RunError(lines[-1] if lines else "onnxruntime cannot load the model")
+        verdicts: list[str] = json.loads(out.read_text()) if out.exists() else []
+        if child.returncode != 0:  # died on the set after the last verdict written
+            if len(verdicts) >= len(feed_sets):
+                return verdicts
+            verdicts.append(f"fails: onnxruntime crashed (exit {child.returncode})")
+            if child.returncode < 0 and len(verdicts) == 1:
+                raise RunError("onnxruntime crashed on this model", stage="crash")
+        return verdicts

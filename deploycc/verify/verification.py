@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, OutputComparison, compare
-from deploycc.verify.inputs import MAX_DRAWN_ELEMENTS, SYMBOLIC_DIM_SIZE, SYMBOLIC_SIZE_LADDER
+from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, OutputComparison, compare, degenerate_outputs
+from deploycc.verify.inputs import MAX_DRAWN_ELEMENTS, SYMBOLIC_DIM_SIZE
 from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, run_reference
 
 if TYPE_CHECKING:
@@ -34,7 +34,11 @@ class Verification:
     # The original itself fails on the inputs deploycc drew (a sample rate it checks, a Pad past
     # its bounds): nothing is judged; the user must give inputs the model takes (--inputs).
     needs_inputs: bool = False
-    symbolic_size: int = SYMBOLIC_DIM_SIZE  # the size drawn for symbolic dims (the ladder's step)
+    # The dims drawn for each input of the rewritten graph ({} with --inputs), and which of the
+    # typical sizes' attempts gave them (0: the typical sizes; then each role's fallbacks).
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    attempt: int = 0
+    inputs_file: str = ""  # the inputs it ran on, as an .npz beside the result (build's verify-inputs.npz)
     compared_as_sets: list[str] = field(default_factory=list)  # outputs equal up to the order of rows
     # Outputs the original itself moves beyond tolerance under a rounding-level perturbation of
     # its inputs (selection among near-tied scores): judged against that spread, not elementwise.
@@ -43,6 +47,10 @@ class Verification:
     def caveat(self) -> str:
         """What a pass rests on beyond elementwise tolerance, for the reports ('' when nothing)."""
         parts = []
+        uninformative = [o.name for o in self.outputs if o.degenerate]
+        if uninformative:
+            parts.append(f"{', '.join(uninformative)} not judged: the original's output carries no signal on "
+                         f"these inputs ({'; '.join(o.degenerate for o in self.outputs if o.degenerate)})")
         if self.compared_as_sets:
             parts.append(f"{', '.join(self.compared_as_sets)} equal up to the order of rows")
         if self.ill_conditioned:
@@ -70,9 +78,10 @@ def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, n
 
 
 def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list[int]],
-              symbolic_size: int = SYMBOLIC_DIM_SIZE
+              shapes: dict[str, list[int]] | None = None
               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
-    """(inputs for the rewritten graph, the same laid out for the original, a description)."""
+    """(inputs for the rewritten graph, the same laid out for the original, a description).
+    Drawn at `shapes` (default: the typical sizes, graph/dim_roles.py) unless the user gave inputs."""
     from deploycc.verify import inputs as input_data
 
     signature = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
@@ -80,57 +89,81 @@ def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list
         feeds = input_data.load_npz(options.inputs, signature)
         described = str(options.inputs)
     else:
-        feeds = input_data.generate(list(signature.values()), seed=options.seed, symbolic_size=symbolic_size,
-                                    shapes=options.sample_shapes)
-        described = f"generated (seed {options.seed}" + (
-            f", symbolic dims {symbolic_size})" if symbolic_size != SYMBOLIC_DIM_SIZE else ")")
+        shapes = drawn_shapes(graph, options, 0) if shapes is None else shapes
+        feeds = input_data.generate(list(signature.values()), seed=options.seed, shapes=shapes)
+        sizes = ", ".join(f"{name} {'x'.join(str(d) for d in array.shape) or 'scalar'}"
+                          for name, array in feeds.items())
+        described = f"generated (seed {options.seed}, {sizes})"
     original = {name: (np.transpose(array, layouts[name]) if name in layouts else array)
                 for name, array in feeds.items()}
     return feeds, original, described
 
 
+def drawn_shapes(graph: ir.Graph, options: LegalizeOptions, attempt: int,
+                 metadata: Mapping[str, str] | None = None) -> dict[str, list[int]]:
+    """The dims to draw every input at, at an attempt (0: each dim's typical size, then its role's
+    fallbacks); a dynamic batch at SYMBOLIC_DIM_SIZE, so a rewrite that mixes the rows of a batch
+    shows; the sizes the user (or a corpus's hints) gave win."""
+    from deploycc.graph.dim_roles import guess_dims, sample_shapes
+
+    shapes = sample_shapes(graph, guess_dims(graph, metadata), attempt, batch=SYMBOLIC_DIM_SIZE)
+    shapes.update({name: list(dims) for name, dims in options.sample_shapes.items() if name in shapes})
+    return shapes
+
+
+def attempts_for(graph: ir.Graph, options: LegalizeOptions, metadata: Mapping[str, str] | None = None) -> int:
+    """How many sets of sizes verification may try: one with the user's inputs, or when every
+    dynamic input has sizes given; else as many as the longest list of fallbacks."""
+    from deploycc.graph.dim_roles import BATCH, guess_dims
+
+    if options.inputs is not None:
+        return 1
+    guesses = [g for g in guess_dims(graph, metadata) if g.input not in options.sample_shapes]
+    return max((g.attempts for g in guesses if g.role != BATCH), default=1)
+
+
 def verify_files(original: Path, candidate: Path, state: PipelineState, options: LegalizeOptions,
                  precision: str = "fp32") -> Verification:
-    ladder = SYMBOLIC_SIZE_LADDER if options.inputs is None and _has_symbolic(state.model.graph) \
-        else SYMBOLIC_SIZE_LADDER[:1]
-    for symbolic_size in ladder:  # larger symbolic dims while the original rejects the drawn ones
-        feeds, original_feeds, described = feeds_for(state.model.graph, options, state.fed_layouts,
-                                                     symbolic_size)
+    """The candidate against the original on ORT, on inputs the original runs on and answers with
+    some signal: the typical sizes first, then each role's fallbacks; needs-inputs when none does."""
+    graph, metadata = state.model.graph, state.model.metadata_props
+    attempts = attempts_for(graph, options, metadata)
+    why_not = ""
+    for attempt in range(attempts):
+        shapes = drawn_shapes(graph, options, attempt, metadata) if options.inputs is None else {}
+        if attempt and _drawn_elements(shapes) > MAX_DRAWN_ELEMENTS:
+            continue
+        feeds, original_feeds, described = feeds_for(graph, options, state.fed_layouts, shapes)
         try:
             expected, reference = _run_original(original, original_feeds)
-            break
         except RunError as error:
             if error.stage != "run":
                 return Verification(False, ORT, described, precision, problem=str(error))
-            larger = [size for size in ladder if size > symbolic_size]
-            if not larger or _drawn_elements(state.model.graph, larger[0]) > MAX_DRAWN_ELEMENTS:
-                return needs_inputs(described, precision, error)
+            why_not = f"the original model fails on {described} ({error})"
+            continue
+        flat = degenerate_outputs(expected)
+        if flat and options.inputs is None:
+            why_not = (f"the original's outputs carry no signal on {described}: "
+                       + "; ".join(f"{name} {why}" for name, why in flat.items()))
+            continue
+        break
+    else:
+        return Verification(False, ORT, described, precision, needs_inputs=True,
+                            problem=f"needs --inputs: {why_not}")
     try:
         actual = run_ort_isolated(candidate, feeds)
     except RunError as error:
         return Verification(False, ORT, described, precision, problem=str(error))
     result = compare_all(expected, actual, reference=reference, inputs=described, precision=precision,
                          original=(original, original_feeds))
-    result.symbolic_size = symbolic_size
+    if options.inputs is None:
+        result.shapes = {name: list(array.shape) for name, array in feeds.items()}
+    result.attempt = attempt
     return result
 
 
-def _drawn_elements(graph: ir.Graph, symbolic_size: int) -> int:
-    from deploycc.verify.inputs import concrete_dims
-
-    sizes: dict[str, int] = {}
-    total = 0
-    for value in graph.inputs:
-        if value.name not in graph.initializers:
-            dims = concrete_dims(value, sizes, default=symbolic_size) or []
-            total += int(np.prod(dims)) if dims else 1
-    return total
-
-
-def _has_symbolic(graph: ir.Graph) -> bool:
-    from deploycc.graph.graphs import dynamic_dims
-
-    return any(dynamic_dims(v) for v in graph.inputs if v.name not in graph.initializers)
+def _drawn_elements(shapes: dict[str, list[int]]) -> int:
+    return sum(int(np.prod(dims)) if dims else 1 for dims in shapes.values())
 
 
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
@@ -145,11 +178,6 @@ def tolerance_precision(source_ops: Mapping[str, int], precision: str) -> str:
     with real int8 kernels (OpenVINO fuses Q/DQ pairs, ONNX Runtime's optimizer makes QLinearConv)
     and its float form round differently by one step of the quantization grid."""
     return "int8" if QUANTIZED_OPS & set(source_ops) else precision
-
-
-def needs_inputs(described: str, precision: str, error: RunError) -> Verification:
-    return Verification(False, ORT, described, precision, needs_inputs=True,
-                        problem=f"needs --inputs: the original model fails on {described} inputs ({error})")
 
 
 def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], *, reference: str,
@@ -176,6 +204,11 @@ def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], 
         _compare_as_sets(expected, actual, result, atol, rtol, min_cosine)
     if not result.passed and original is not None and reference == ORT:
         _within_own_variation(original, expected, actual, result, atol, rtol)
+    flat = degenerate_outputs(expected)
+    if flat and result.passed:  # a match on outputs that say nothing is no verification
+        result.passed, result.needs_inputs = False, True
+        result.problem = (f"needs --inputs: the original's outputs carry no signal on {inputs}: "
+                          + "; ".join(f"{name} {why}" for name, why in flat.items()))
     return result
 
 
@@ -279,9 +312,9 @@ def reference_outputs(original: Path, feeds: dict[str, np.ndarray]) -> tuple[dic
 
 
 def signature_feeds(model_path: Path, options: LegalizeOptions, layouts: dict[str, list[int]],
-                    symbolic_size: int = SYMBOLIC_DIM_SIZE
+                    shapes: dict[str, list[int]] | None = None
                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
     """feeds_for the graph of a model file."""
     from deploycc import io
 
-    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts, symbolic_size)
+    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts, shapes)

@@ -3,7 +3,10 @@ really hangs or really runs out of memory while the audit goes on."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -105,7 +108,46 @@ def test_categories_are_the_fixed_taxonomy(corpus: Path, tmp_path: Path) -> None
     for cell in report.cells:
         assert cell.category is None or cell.category in CATEGORIES
     encoder = next(c for c in report.cells if c.model.endswith("encoder.onnx"))
-    assert encoder.status == "failed" and encoder.category == "dynamic-shape"  # seq stays dynamic
+    # no hints: the sequence gets the target's profile around its typical size, as `build` gives it
+    assert encoder.status == "legalized", encoder.message
+    assert encoder.details["shapes"] == "x 1x[64..128..256]x64"
+
+
+def test_audit_takes_builds_axes_flags_and_hints(tmp_path: Path) -> None:
+    """The same axes flags as `build`, for every model or per model in its hints file; the hints'
+    own flags win over the command line's."""
+    onnx.save(encoder_block(), tmp_path / "a.onnx")
+    onnx.save(encoder_block(), tmp_path / "b.onnx")
+    (tmp_path / "b.hints.json").write_text('{"dynamic_batch": [1, 2, 4], "shape_ranges": '
+                                           '{"x": [[1, 16, 64], [2, 32, 64], [4, 48, 64]]}}')
+    out = tmp_path / "out"
+    result = run("audit", str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), "-t", "gpu-trt10",
+                 "-o", str(out), "--stages", "check,legalize,build",
+                 "--shape-range", "x:1x8x64:4x16x64:8x32x64", "--json")
+    assert result.returncode == 0, result.stderr
+    cells = {Path(c["model"]).name: c for c in json.loads(result.stdout)["cells"]}
+    assert cells["a.onnx"]["details"]["shapes"] == "x [1..4..8]x[8..16..32]x64"
+    assert cells["b.onnx"]["details"]["shapes"] == "x [1..2..4]x[16..32..48]x64"
+    bad = run("audit", str(tmp_path / "a.onnx"), "-t", "gpu-trt10", "-o", str(tmp_path / "bad"),
+              "--dynamic-batch", "4:2:1")
+    assert bad.returncode == 2 and "MIN <= OPT <= MAX" in bad.stderr
+
+
+def test_audit_cells_suggest_only_what_audit_takes(tmp_path: Path) -> None:
+    """A model the drawn inputs cannot run: `build` says --inputs, which audit has not; the cell
+    says where a corpus gives inputs instead, and every flag a cell names is one audit takes."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 7]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "n.onnx")
+    report = api.audit([tmp_path / "n.onnx"], ["ort-cpu"], tmp_path / "out", AuditOptions())
+    (cell,) = report.cells
+    assert cell.category == "needs-inputs" and "MODEL.hints.json" in cell.message, cell.message
+    accepted = set(re.findall(r"--[a-z][a-z-]+", run("audit", "--help").stdout))
+    assert set(re.findall(r"--[a-z][a-z-]+", cell.message)) <= accepted
 
 
 def test_audit_cli(corpus: Path, tmp_path: Path) -> None:
@@ -138,3 +180,80 @@ def test_a_cell_failure_is_categorised_by_its_error_type_not_its_words() -> None
 
     assert _category(DynamicShapeError("jetson-nano needs static shapes")) == "dynamic-shape"
     assert _category(OptionError("--dynamic-batch '1:2': expected MIN:OPT:MAX")) == "backend-error"
+
+
+def test_top_failure_causes_count_the_cells_of_every_target(corpus: Path, tmp_path: Path) -> None:
+    """The same cause on two targets is two hits, not only the last target's."""
+    options = AuditOptions(stages=("check",))
+    report = api.audit([corpus / "broken.onnx"], ["ort-cpu", "jetson-nano"], tmp_path / "a", options)
+    assert [(c.target, c.category) for c in report.cells] == [("ort-cpu", "invalid-model"),
+                                                             ("jetson-nano", "invalid-model")]
+    (cause,) = report.top_failures
+    assert cause["count"] == 2
+    assert cause["cells"] == ["broken.onnx @ ort-cpu", "broken.onnx @ jetson-nano"]
+    assert "invalid-model at check (2): broken.onnx @ ort-cpu, broken.onnx @ jetson-nano" in \
+        (tmp_path / "a" / "audit.md").read_text()
+
+
+def test_audit_page_links_each_cell_to_its_build_and_shows_why(tmp_path: Path) -> None:
+    """Build folders are named by model and target (a short hash only where two models share a
+    stem), each cell links to its report.md relative to the page, the failure reason is text on
+    the page, and a rerun reuses the cells and keeps the links."""
+    corpus = tmp_path / "corpus"
+    for folder in ("a", "b"):
+        (corpus / folder).mkdir(parents=True)
+    onnx.save(small_cnn(), corpus / "a" / "cnn.onnx")
+    onnx.save(encoder_block(), corpus / "b" / "cnn.onnx")  # another model of the same stem
+    shutil.copy(corpus / "a" / "cnn.onnx", corpus / "copy.onnx")  # the same bytes: one key, run once
+    (corpus / "broken.onnx").write_bytes(b"not a model")
+    out = tmp_path / "audit"
+    report = api.audit([corpus], ["ort-cpu"], out, AuditOptions(jobs=2, batch=1))
+    folders = sorted(p.name for p in (out / "builds").iterdir())  # broken.onnx never reached a build
+    assert len(folders) == 2 and all(re.fullmatch(r"cnn\.ort-cpu\.[0-9a-f]{8}", f) for f in folders), folders
+    assert all(re.fullmatch(r"[0-9a-f]{32}\.json", p.name) for p in (out / "cells").iterdir())  # keys
+    cells = {Path(c.model).relative_to(corpus).as_posix(): c for c in report.cells}
+    assert set(cells) == {"a/cnn.onnx", "b/cnn.onnx", "copy.onnx", "broken.onnx"}
+    links = {name: cell.details.get("report") for name, cell in cells.items()}
+    assert links["a/cnn.onnx"] != links["b/cnn.onnx"] and links["copy.onnx"] == links["a/cnn.onnx"]
+    assert links["broken.onnx"] is None
+    assert sorted(str(links[name]) for name in ("a/cnn.onnx", "b/cnn.onnx")) == \
+        [f"builds/{folder}/report.md" for folder in folders]
+
+    moved = Path(shutil.move(out, tmp_path / "elsewhere"))  # links are relative to the page
+    page = (moved / "audit.html").read_text()
+    hrefs = re.findall(r'<a href="([^"]+)">', page)
+    assert sorted(hrefs) == sorted(str(links[name]) for name in ("a/cnn.onnx", "b/cnn.onnx", "copy.onnx"))
+    assert all(not Path(href).is_absolute() and (moved / href).is_file() for href in hrefs)
+    broken = cells["broken.onnx"]
+    assert broken.category == "invalid-model" and broken.message
+    visible = html.unescape(re.sub(r"<[^>]*>", " ", page))  # the text a reader sees, without tags or titles
+    assert f"at check: {broken.message}" in visible
+
+    again = api.audit([corpus], ["ort-cpu"], moved, AuditOptions(jobs=2, batch=1))
+    assert again.reused == 4 and [c.details.get("report") for c in again.cells] == \
+        [c.details.get("report") for c in report.cells]
+    # a run with other options (another key) rebuilt b/cnn's folder: the reused cell stops linking it
+    (moved / str(links["b/cnn.onnx"])).write_text("# another build\n")
+    stale = api.audit([corpus], ["ort-cpu"], moved, AuditOptions(jobs=2, batch=1))
+    assert stale.reused == 4 and [c.details.get("report") for c in stale.cells] == \
+        [None if c.model.endswith("b/cnn.onnx") else c.details.get("report") for c in report.cells]
+
+
+def test_audit_prints_a_line_per_cell_off_a_terminal(corpus: Path, tmp_path: Path) -> None:
+    """In a pipe the progress bar is silent: each finished cell is a line on stderr instead, and
+    with --json stdout is still only the JSON."""
+    result = run("audit", str(corpus / "cnn.onnx"), str(corpus / "broken.onnx"), "-t", "ort-cpu",
+                 "-t", "jetson-nano", "-o", str(tmp_path / "out"), "--stages", "check", "--jobs", "2",
+                 "--json")
+    assert result.returncode == 0, result.stderr
+    cells = json.loads(result.stdout)["cells"]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    assert [line.split("] ")[0] for line in lines] == ["[1/4", "[2/4", "[3/4", "[4/4"], result.stderr
+    assert all(re.search(r", \d+\.\d s$", line) for line in lines)
+    said = sorted(re.sub(r"^\[\d/4\] |, \d+\.\d s$", "", line) for line in lines)
+    outcomes = [f"failed ({c['category']}) at {c['stage']}" if c["status"] == "failed" else c["status"]
+                for c in cells]
+    assert said == sorted(f"{Path(c['model']).name} @ {c['target']}: {outcome}"
+                          for c, outcome in zip(cells, outcomes, strict=True))
+    assert "broken.onnx @ jetson-nano: failed (invalid-model) at check" in said
+    assert "cnn.onnx @ ort-cpu: legal-as-exported" in said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,10 @@ def test_probe_cli_writes_the_table(tmp_path: Path) -> None:
     result = run("probe", "-t", "openvino-cpu", "--limit", "5", "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert "5 cases" in result.stdout and json.loads(out.read_text())["target"] == "openvino-cpu"
+    # off a terminal the bar is silent: a line per op on stderr, which together count every case
+    per_op = re.findall(r"^\[5/5\] (\w+): \d+/(\d+) pass as exported, \d+/\2 after deploycc", result.stderr,
+                        re.MULTILINE)
+    assert per_op and sum(int(n) for _, n in per_op) == 5 and len({op for op, _ in per_op}) == len(per_op)
     refused = run("probe", "-t", "jetson-xavier", "--limit", "1")
     assert refused.returncode == 2 and "on the device" in refused.stderr
     chosen = run("probe", "-t", "ort-cpu", "--case", "test_abs", "--case", "test_cast_FLOAT_to_BFLOAT16",
@@ -62,6 +67,9 @@ def test_probe_cli_writes_the_table(tmp_path: Path) -> None:
     report = json.loads(chosen.stdout)
     assert sorted(r["case"] for r in report["results"]) == ["test_abs", "test_cast_FLOAT_to_BFLOAT16"]
     assert report["passed_raw"] == 2  # a bfloat16 output is read back from its storage bits
+    assert sorted(line for line in chosen.stderr.splitlines() if line.startswith("[")) == [
+        "[2/2] Abs: 1/1 pass as exported, 1/1 after deploycc",
+        "[2/2] Cast: 1/1 pass as exported, 1/1 after deploycc"]  # stderr: stdout is the JSON
 
 
 def test_legalization_gains_cases_openvino_cannot_run_as_exported() -> None:

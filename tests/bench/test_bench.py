@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from deploycc import api
 from deploycc.bench import flops
 from deploycc.bench.memory import parse_tegrastats
 from deploycc.bench.run import BenchOptions, bootstrap_ratio
+from deploycc.bench.shared_inputs import shared_dims
 from deploycc.errors import OptionError
 from deploycc.options import BuildOptions, LegalizeOptions
 from examples.make_models import small_cnn
@@ -59,6 +61,7 @@ def test_batch_sweep_and_streams(built: tuple[Path, Path]) -> None:
     report = api.bench(model, "ort-cpu", BenchOptions(iterations=10, warmup=2, batches=[1, 4], streams=2,
                                                       duration=None))
     assert [b.batch for b in report.batches] == [1, 4]
+    assert [b.input_shapes["image"][0] for b in report.batches] == [1, 4]  # each sweep step says its shape
     assert all(b.items_per_s > 0 for b in report.batches)
     assert report.throughput is not None and report.throughput.streams == 2
     assert report.throughput.inferences > 0
@@ -131,3 +134,58 @@ def test_bench_cli_json_and_errors(built: tuple[Path, Path]) -> None:
     for flags, message in cases:
         bad = run("bench", str(out), *flags)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+DYNAMIC_BATCH = """
+<ir_version: 10, opset_import: ["" : 17]>
+g (float[N,8] x) => (float[N,8] y) { y = Relu(x) }
+"""
+
+
+def test_compare_a_dynamic_model_to_its_batch_1_build(tmp_path: Path, write_model) -> None:
+    model = write_model(DYNAMIC_BATCH)
+    out = tmp_path / "out"
+    built = run("build", str(model), "--batch", "1", "-t", "ort-cpu", "-o", str(out))
+    assert built.returncode == 0, built.stderr
+    # Alone the model is timed at batch 2; against the batch-1 build both run [1, 8], and say so.
+    result = run("bench", str(model), "-t", "ort-cpu", "--compare-to", str(out), "--iterations", "5",
+                 "--warmup", "1")
+    assert result.returncode == 0, result.stderr
+    assert "inputs x [1, 8]" in result.stdout and "both on inputs x [1, 8]" in result.stdout
+    report = api.bench(model, "ort-cpu", BenchOptions(iterations=5, warmup=1, compare_to=out))
+    assert report.input_shapes == {"x": [1, 8]} and report.comparison is not None
+    assert report.comparison.input_shapes == {"x": [1, 8]}
+
+
+def test_compare_refuses_two_fixed_sizes_in_one_line(tmp_path: Path, write_model) -> None:
+    out = tmp_path / "out"
+    api.build(write_model(DYNAMIC_BATCH), "ort-cpu", out,
+              BuildOptions(bench=False, legalize=LegalizeOptions(batch=1)))
+    fixed_4 = write_model(DYNAMIC_BATCH.replace("N", "4"), name="four.onnx")
+    result = run("bench", str(fixed_4), "-t", "ort-cpu", "--compare-to", str(out), "--iterations", "5")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "input 'x' has dims [4, 8]" in result.stderr and "and [1, 8] in" in result.stderr
+
+
+def _inputs(signature: str) -> list[ir.Value]:
+    graph = ir.from_onnx_text(f"""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g ({signature}) => (float total) {{ total = ReduceSum(x) }}
+    """).graph
+    return list(graph.inputs)
+
+
+def test_shared_dims_take_the_fixed_size_and_spread_it_by_name() -> None:
+    # y's batch is symbolic in both, but 'N' is fixed to 1 through x: it takes 1 too.
+    mine = _inputs("float[N,H,8] x, float[N,3] y")
+    theirs = _inputs("float[1,B,8] x, float[M,3] y")
+    assert shared_dims(mine, theirs, "a", "b") == {"x": [1, None, 8], "y": [1, 3]}
+    cases = (("float[N,8] x", "float[N,8] x, float[N,8] z", "takes inputs"),
+             ("float[N,8] x", "double[N,8] x", "is FLOAT in a and DOUBLE in b"),
+             ("float[N,8] x", "float[N,8,1] x", "has dims ['N', 8] in a and ['N', 8, 1] in b"),
+             ("float[N,8] x, float[N,3] y", "float[1,8] x, float[2,3] y",
+              "input 'y' has dims ['N', 3] in a and [2, 3] in b (dim 0 would have to be 1 and 2)"))
+    for a, b, message in cases:
+        with pytest.raises(OptionError, match=re.escape(message)):
+            shared_dims(_inputs(a), _inputs(b), "a", "b")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import deploycc
+from deploycc import api
 from deploycc.analysis.check import CheckReport, TargetVerdict
 
 
@@ -249,3 +250,44 @@ def test_a_single_run_time_reduction_axis_is_fine_on_openvino(write_model):
     g (float[3,4,5] x, int64[1] a) => (float[3,4] y) { y = ReduceSum <keepdims = 0> (x, a) }
     """)
     assert verdict(deploycc.check(model, ["openvino-cpu"]), "openvino-cpu").legal
+
+
+def test_an_opset_outside_the_range_is_a_note_before_legalize_and_illegal_after(write_model):
+    from deploycc.analysis.check import judge_model
+    from deploycc.api import get_target
+    from deploycc.graph.shapes import load_inferred
+
+    path = write_model("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[2,4] x) => (float[2,4] y) { y = Relu(x) }
+    """)
+    before = verdict(deploycc.check(path, ["jetson-xavier"]), "jetson-xavier")
+    assert before.legal
+    assert [(f.severity, f.category) for f in before.graph_findings] == [("note", "opset")]
+    after = judge_model(load_inferred(path).model, get_target("jetson-xavier"), legalized=True)
+    assert not after.legal
+    assert [(f.severity, f.message) for f in after.graph_findings] == \
+        [("illegal", "model opset 18 is outside jetson-xavier's range 7..17")]
+
+
+def test_explain_names_only_the_fix_legalize_applies(write_model, tmp_path):
+    """NonZero on bool: TensorRT 8.5 takes it in a wider type, so compute-wider is the fix there and
+    legalize applies it; TensorRT 8.2 lacks NonZero in every type, so no rule applies, and both
+    `check --explain` and the failed build say --partition (the node runs on the host)."""
+    path = write_model("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (bool[2,4] x) => (int64[2,?] y) { y = NonZero(x) }
+    """)
+    report = deploycc.check(path, ["jetson-xavier", "jetson-nano"], explain=True)
+    xavier, nano = verdict(report, "jetson-xavier"), verdict(report, "jetson-nano")
+    assert xavier.fixes == [{"node": "y", "op": "NonZero", "fix": "compute-wider",
+                             "explanation": "rule compute-wider"}]
+    legalized = api.legalize(path, "jetson-xavier", tmp_path / "x.onnx")
+    assert legalized.success and [r.rule for r in legalized.rewrites] == ["compute-wider"]
+    assert nano.fixes is not None and [fix["fix"] for fix in nano.fixes] == [""]
+    explanation = nano.fixes[0]["explanation"]
+    assert "compute-wider declined: the target lacks NonZero in the wider type too" in explanation
+    assert explanation.endswith("no rule applies: --partition runs it on the host")
+    built = api.build(path, "jetson-nano", tmp_path / "nano")
+    assert built.status == "failed" and built.stage == "legalize"
+    assert "--partition runs them on the host" in built.next_step

@@ -460,3 +460,61 @@ def test_opset_goes_down_to_a_version_the_target_implements(tmp_path: Path, writ
     feeds = {"x": np.array([[-7.0, -0.01, 0.0, 0.024], [0.026, 1.0, 6.3, 9.0]], dtype=np.float32)}
     expected = run_model_bytes(model.read_bytes(), feeds).outputs["y"]
     np.testing.assert_array_equal(_run(out, feeds)[0], expected)
+
+
+def test_opset_conversion_reaches_into_if_branches(tmp_path: Path, write_model) -> None:
+    """onnx's converter converts the main graph's nodes only: a ReduceMean-18 in an If branch kept
+    its axes input under the ReduceMean-13 schema (silero VAD, an invalid model). Both the outer
+    initializer and a branch's own Constant must become the axes attribute."""
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (bool c, float[2,4] x) => (float[2,1] y, float[2,2] z) <int64[1] axes = {1}> {
+            y, z = If(c) <
+                then_branch = t () => (float[2,1] m, float[2,2] h) {
+                    m = ReduceMean<keepdims=1>(x, axes)
+                    sizes = Constant<value = int64[2] {2, 2}>()
+                    h, rest = Split<axis=1>(x, sizes)
+                },
+                else_branch = e () => (float[2,1] s, float[2,2] l) {
+                    inner = Constant<value = int64[1] {1}>()
+                    s = ReduceMax<keepdims=1>(x, inner)
+                    l, r = Split<axis=1, num_outputs=2>(x)
+                }
+            >
+        }
+    """)
+    out = tmp_path / "branches.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert report.success, report.summary
+    assert report.opset == {"before": 18, "after": 17}
+    converted = onnx.load(out)
+    onnx.checker.check_model(converted, full_check=True)
+    reduces = [n for n in converted.graph.node[0].attribute[0].g.node if n.op_type.startswith("Reduce")]
+    reduces += [n for n in converted.graph.node[0].attribute[1].g.node if n.op_type.startswith("Reduce")]
+    assert [(len(n.input), [a.name for a in n.attribute if a.name == "axes"]) for n in reduces] == \
+        [(1, ["axes"]), (1, ["axes"])]
+    x = np.random.default_rng(24).standard_normal((2, 4)).astype(np.float32)
+    for branch in (True, False):
+        feeds = {"c": np.array(branch), "x": x}
+        for got, want in zip(_run(out, feeds), _run(model, feeds), strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_an_opset_outside_the_range_is_never_legal(tmp_path: Path, write_model) -> None:
+    """Split-18's num_outputs over a dynamic axis has no rule and no adapter down to 17. The
+    fallback to the model as exported is judged as a result: still at opset 18, it is refused,
+    not "legal on jetson-xavier", in either mode."""
+    from deploycc.passes.opset import OpsetConversionError
+
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[2,N] x) => (float[2,?] a, float[2,?] b) { a, b = Split<axis=1, num_outputs=2>(x) }
+    """)
+    out = tmp_path / "never.onnx"
+    for mode in ("full", "partial"):
+        with pytest.raises(OpsetConversionError, match="no adapter for Split"):
+            api.legalize(model, "jetson-xavier", out, LegalizeOptions(mode=mode))
+        assert not out.exists()
+    report = api.legalize(model, "jetson-xavier", out, LegalizeOptions(opset=18))  # as asked, refused
+    assert not report.success and report.exit_code == 1 and not out.exists()
+    assert "model opset 18 is outside jetson-xavier's range 7..17" in report.summary

@@ -5,7 +5,10 @@ one line and exit 2. Every model here is run on ONNX Runtime (and OpenVINO throu
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -173,12 +176,19 @@ def test_ort_cpu_int8_is_a_verified_qdq_model(cnn, tmp_path: Path) -> None:
     quantized = report.quantization
     assert report.status == "verified" and quantized is not None, report.summary
     assert quantized.metric == "top1" and quantized.within_budget
-    assert quantized.fp32_latency_ms and quantized.int8_latency_ms
+    # the speed verdict: int8 and fp32 raced in interleaved pairs, the ratio with its interval
+    speed = quantized.speed
+    assert speed is not None and speed.order == "ABBA interleaved" and speed.pairs >= 30
+    assert speed.ci95[0] <= speed.ratio_of_medians <= speed.ci95[1]
+    assert (quantized.int8_latency_ms, quantized.fp32_latency_ms) == (speed.median_ms, speed.other_median_ms)
+    assert quantized.speed_text in (tmp_path / "ort" / "report.md").read_text()
     if quantized.decision == "int8":
+        assert speed.ci95[1] < 1.0  # kept only where faster beyond noise
         assert report.verification is not None and report.verification.precision == "int8"
         ops = {n.op_type for n in onnx.load(tmp_path / "ort" / "model.int8.onnx").graph.node}
         assert "QuantizeLinear" in ops
-    else:  # not faster on this machine: said, and fp32 built
+    else:  # not faster beyond noise on this machine: said, and fp32 built
+        assert speed.ci95[1] >= 1.0
         assert "does not pay off" in quantized.reason and report.precision == "fp32"
 
 
@@ -199,7 +209,140 @@ def test_openvino_int8_through_nncf(cnn, tmp_path: Path) -> None:
         assert "FakeQuantize" in ops
 
 
+def _matmuls(size: int = 1024, layers: int = 4) -> onnx.ModelProto:
+    """x -> (MatMul, Relu) x `layers` with size x size weights: 16 MB of fp32 weights that do not
+    stay in cache where their 4 MB of int8 do, so OpenVINO's int8 beats fp32 by far more than any
+    noise (0.2x its latency on a busy 2-core machine); still quantized and built in seconds."""
+    rng = np.random.default_rng(2)
+    nodes, weights, value = [], [], "x"
+    for index in range(layers):
+        weights.append(numpy_helper.from_array(
+            rng.normal(0, size ** -0.5, (size, size)).astype(np.float32), f"w{index}"))
+        nodes += [helper.make_node("MatMul", [value, f"w{index}"], [f"h{index}"], name=f"matmul{index}"),
+                  helper.make_node("Relu", [f"h{index}"], [f"r{index}"], name=f"relu{index}")]
+        value = f"r{index}"
+    graph = helper.make_graph(nodes, "matmuls",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, size])],
+                              [helper.make_tensor_value_info(value, TensorProto.FLOAT, [1, size])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_openvino_int8_build_keeps_one_copy_of_its_ir(tmp_path: Path) -> None:
+    """The int8 IR was left as model.int8.xml/.bin beside the artifact model.xml/.bin, byte for
+    byte the same files."""
+    pytest.importorskip("nncf", reason="NNCF is the int8 extra: pip install 'deploycc[int8]'")
+    import openvino as ov
+
+    model = tmp_path / "matmuls.onnx"
+    onnx.save(_matmuls(), model)
+    out = tmp_path / "ov"
+    report = api.build(model, "openvino-cpu", out, BuildOptions(
+        precision="int8", bench=False,
+        quantize=QuantizeOptions(calibration=_samples(tmp_path / "calibration", 10, x=(1, 1024)))))
+    quantized = report.quantization
+    assert report.status == "verified" and quantized is not None, report.summary
+    assert quantized.decision == "int8" and quantized.faster, quantized.reason
+    assert quantized.speed is not None and quantized.speed.ci95[1] < 1.0
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert not [name for name in files if ".int8." in name], files
+    assert report.artifact is not None and report.artifact.files == ["model.xml", "model.bin"]
+    assert quantized.model == "model.xml"  # the int8 model is the artifact
+    built = ov.Core().read_model(str(out / "model.xml"))
+    assert "FakeQuantize" in {op.get_type_name() for op in built.get_ops()}
+    # the lists a user reads name what is there, each once
+    assert report.files == files
+    outputs = json.loads((out / "manifest.json").read_text())["outputs"]
+    reports = ("manifest.json", "report.json", "report.md")
+    assert sorted(outputs) == [name for name in files if name not in reports]
+
+
+def test_the_speed_verdict_reads_from_the_interval_not_the_point() -> None:
+    """A ratio whose interval straddles 1 is "not faster beyond noise", with no point ratio."""
+    from deploycc.bench.run import Comparison
+    from deploycc.quantize import QuantizeReport
+    from deploycc.report.markdown import _quantization  # report.md's INT8 section
+
+    def verdict(low: float, ratio: float, high: float) -> tuple[bool | None, str, str]:
+        report = QuantizeReport(target="ort-cpu", method="m", decision="int8", reason="r", metric="top1",
+                                fp32_metric=1.0, int8_metric=1.0, drop=0.0, max_drop=0.01, within_budget=True,
+                                calibration_samples=8, validation_samples=2,
+                                speed=Comparison("fp32", "ABBA interleaved", 50, ratio, 1.0, ratio,
+                                                 (low, high), 2000))
+        return report.faster, report.speed_text, "\n".join(_quantization(report))
+
+    faster, text, page = verdict(0.30, 0.35, 0.41)
+    assert faster is True and text in page
+    assert text.startswith("int8 at 0.35x fp32's latency (95% CI 0.30-0.41")
+    faster, text, page = verdict(0.93, 1.02, 1.12)
+    assert faster is False and text.startswith("not faster beyond noise") and "1.02" not in text
+    assert text in page and "1.02x" not in page
+    faster, text, _ = verdict(1.2, 1.3, 1.4)
+    assert faster is False and text.startswith("int8 slower: 1.30x")
+
+
+# ------------------------------------------------------------------------------ --require-int8
+
+def test_require_int8_fails_the_build_where_the_guard_keeps_float(cnn, tmp_path: Path) -> None:
+    """A metric only the fp32 model meets (its own logits to 1e-5): no int8 step is within the
+    budget, so the guard keeps fp32; with --require-int8 that fails the build at the quantize stage."""
+    import onnxruntime as ort
+
+    model, calibration = cnn
+    session = ort.InferenceSession(str(model))
+    folder = tmp_path / "expected"
+    folder.mkdir()
+    for file in sorted(calibration.glob("*.npz"))[:10]:
+        image = np.load(file)["image"]
+        np.savez(folder / file.name, image=image, expected=session.run(None, {"image": image})[0])
+    out = tmp_path / "strict"
+    result = run_cli("build", str(model), "--precision", "int8", "--calibration", str(folder),
+                     "--require-int8", "--metric", "tests.quantize.labels_metric:close_to_fp32", "--no-bench",
+                     "-o", str(out), "--json")
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["status"], report["stage"], report["artifact"]) == ("failed", "quantize", None)
+    assert report["quantization"]["decision"] == "fp32" and report["quantization"]["required"]
+    assert report["summary"].startswith("--require-int8: the guard kept fp32: no int8 model was within")
+    assert "--require-int8" in report["next_step"]
+    assert "int8 was required (--require-int8) and the guard kept fp32" in (out / "report.md").read_text()
+    assert not (out / "model.int8.onnx").exists() and not (out / "model.ort.onnx").exists()
+
+
+@pytest.mark.parametrize("args", [("-t", "ort-cpu"),  # no --precision int8: the target's fp32
+                                  ("-t", "jetson-nano", "--precision", "int8", "--allow-fallback")])
+def test_require_int8_on_a_build_that_is_not_int8_is_refused_up_front(cnn, tmp_path: Path,
+                                                                     args: tuple[str, ...]) -> None:
+    model, calibration = cnn
+    result = run_cli("build", str(model), *args, "--calibration", str(calibration), "--require-int8",
+                     "--batch", "1", "-o", str(tmp_path / "out"))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and "--require-int8, but this build is" in lines[0], \
+        result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------------- bad input
+
+def test_openvino_int8_without_nncf_is_one_line_and_exit_2(cnn, tmp_path: Path) -> None:
+    """NNCF is the optional int8 extra. Without it an openvino-cpu int8 build fell back to fp32,
+    exit 0, with "int8: top1 0.0000 vs fp32 1.0000". A folder first on PYTHONPATH whose nncf.py
+    fails to import the way a missing package does makes an environment without it."""
+    model, calibration = cnn
+    shadow = tmp_path / "without-nncf"
+    shadow.mkdir()
+    (shadow / "nncf.py").write_text("raise ModuleNotFoundError(\"No module named 'nncf'\", name='nncf')\n")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
+    assert subprocess.run([sys.executable, "-c", "import nncf"], env={**os.environ, **env},
+                          capture_output=True).returncode != 0  # the stand-in environment holds
+    out = tmp_path / "ov"
+    result = run_cli("build", str(model), "-t", "openvino-cpu", "--precision", "int8", "--calibration",
+                     str(calibration), "-o", str(out), env=env)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and "needs NNCF: pip install 'deploycc[int8]'" in lines[0], result.stderr
+    assert not out.exists()
+
+
 
 def test_jetson_nano_refuses_int8_with_the_reason_and_falls_back_when_allowed(cnn, tmp_path: Path) -> None:
     model, calibration = cnn

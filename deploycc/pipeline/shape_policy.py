@@ -1,0 +1,298 @@
+"""The shapes an engine is built for when the user does not say: the target's default shape
+policy (target data, `[shapes]` batch / batch_size / batch_profile / dims) applied to every dim
+the model leaves dynamic, at the typical size of each (graph/dim_roles.py), checked on the
+original model on ONNX Runtime before anything is built.
+
+    jetson-*     a dynamic batch fixed at 1; other dims a profile min/opt/max around the typical size
+    gpu-trt10    a batch profile 1/8/32; other dims a profile
+    CPU targets  everything kept dynamic; verification and bench draw the typical sizes
+
+What the user says wins, dim by dim: `--shape` fixes an input, `--shape-range` gives its profile,
+`--batch` fixes the batch, `--dynamic-batch MIN:OPT:MAX` gives the batch a profile. The plan
+says which shapes the engine accepts, where each size came from, and which flag changes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploycc.graph.dim_roles import BATCH, DimGuess, guess_dims
+from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc.options import BuildOptions
+    from deploycc.targets.schema import Target
+
+FLAGS = "--batch N, --dynamic-batch MIN:OPT:MAX, --shape NAME:DIMS, --shape-range NAME:MIN:OPT:MAX"
+PROFILE_SPAN = 2  # a profile reaches from half the typical size to twice it, where the model takes both
+
+
+@dataclass
+class InputShapes:
+    """What one input is built and verified at."""
+
+    input: str
+    exported: list[int | str]  # the dims as the model declares them
+    accepts: str  # what the engine takes: "1x3x224x224", "Nx3x224x224", "1x3x[112..224..448]x[...]"
+    sample: list[int]  # the dims verification draws and bench times
+    profile: dict[str, list[int]] | None = None  # TensorRT: {"min": ..., "opt": ..., "max": ...}
+    how: list[str] = field(default_factory=list)  # per dynamic dim: what it is, its size and why
+
+
+@dataclass
+class ShapePlan:
+    """Every dynamic input's shapes, for the reports; empty when the model has no dynamic dim."""
+
+    inputs: list[InputShapes] = field(default_factory=list)
+    change_with: str = FLAGS
+    notes: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        """One line for the console: what the engine accepts, per input."""
+        return "; ".join(f"{i.input} {i.accepts}" for i in self.inputs)
+
+
+@dataclass
+class _Dim:
+    """One dynamic dim's decision: fixed at a size, a profile, or kept dynamic."""
+
+    guess: DimGuess
+    decision: str  # fixed | profile | dynamic
+    size: int  # the size verification draws and bench times (fixed: the size)
+    by: str  # who decided: the user's flag or the target's policy
+    low: int = 0  # a profile's min, opt and max
+    opt: int = 0
+    high: int = 0
+
+
+def plan_shapes(source: Path, target: Target, options: BuildOptions) -> tuple[ShapePlan, BuildOptions]:
+    """The plan, and the options that carry it out: fixed dims as `--shape`s, profiles as
+    `--shape-range`s (engines with fixed shapes only), the drawn sizes as verification's sample
+    shapes. A model without dynamic dims, or given inputs, gets the options back unchanged."""
+    from deploycc import io
+    from deploycc.backends.registry import get_backend
+    from deploycc.graph.graphs import dims_of
+
+    model = io.load(source).model  # vetted: a malformed model is one line here, as in legalize
+    graph = model.graph
+    values = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
+    declared = {name: dims_of(value) for name, value in values.items()}
+    guesses = [g for g in guess_dims(graph, model.metadata_props)
+               if g.input not in options.legalize.shapes and g.input not in options.shape_ranges]
+    plan = ShapePlan()
+    if not guesses:
+        plan.inputs = [_as_given(name, dims, options) for name, dims in declared.items()]
+        return plan, options
+    profiles_built = get_backend(target.backend.kind).fixed_shape_engines
+    dims = [_decide(guess, target, options, profiles_built) for guess in guesses]
+    if options.legalize.inputs is None:
+        _find_sizes(source, model, dims, options, plan)
+    return plan, _carry_out(plan, dims, declared, options)
+
+
+def _decide(guess: DimGuess, target: Target, options: BuildOptions, profiles_built: bool) -> _Dim:
+    policy = target.shapes
+    legalize = options.legalize
+    if guess.role == BATCH:
+        if legalize.batch is not None:
+            return _Dim(guess, "fixed", legalize.batch, "--batch")
+        ranged, by = options.batch_range, "--dynamic-batch"
+        if ranged is None and policy.batch == "profile" and policy.batch_profile and profiles_built:
+            ranged, by = policy.batch_profile, f"{target.name}'s shape policy"
+        if ranged is not None:  # drawn small (a batch of 2 shows rows mixed), built for the range
+            low, opt, high = ranged
+            return _Dim(guess, "profile", min(max(SYMBOLIC_DIM_SIZE, low), high), by, low, opt, high)
+        if policy.batch == "fixed":
+            return _Dim(guess, "fixed", policy.batch_size, f"{target.name}'s shape policy")
+        return _Dim(guess, "dynamic", SYMBOLIC_DIM_SIZE, f"{target.name} takes it dynamic")
+    decision = policy.dims
+    if options.dla_core is not None and decision == "profile":
+        decision = "fixed"  # the DLA builds static shapes only
+    if decision == "profile" and not profiles_built:
+        decision = "dynamic"
+    by = "the DLA's static shapes" if options.dla_core is not None and policy.dims == "profile" \
+        else f"{target.name}'s shape policy"
+    return _Dim(guess, decision, guess.typical, by, guess.typical, guess.typical, guess.typical)
+
+
+def _find_sizes(source: Path, model: ir.Model, dims: list[_Dim], options: BuildOptions,
+                plan: ShapePlan) -> None:
+    """Sizes the original model runs on with some signal in its outputs: each dim's typical size,
+    then its role's fallbacks; then how far each profile reaches (half to twice) where the model
+    still runs. Only what the user did not size is moved."""
+    from deploycc.verify.runner import RunError, probe_inputs
+
+    free = [d for d in dims if d.guess.role != BATCH]
+    if not free:
+        return
+    attempts = max(d.guess.attempts for d in free)
+    candidates = [_feeds(model, dims, options, {id(d): d.guess.size(k) for d in free})
+                  for k in range(attempts)]
+    try:
+        verdicts = probe_inputs(source, candidates)
+    except RunError as error:  # ORT cannot load or crashes: verification will say so
+        plan.notes.append(f"typical sizes not checked: {error}")
+        return
+    good = next((k for k, verdict in enumerate(verdicts) if not verdict), None)
+    if good is None:
+        plan.notes.append("the original model took none of the typical sizes: "
+                          + "; ".join(v[:160] for v in verdicts[-2:] if v))
+        return
+    for d in free:
+        d.size = d.low = d.opt = d.high = d.guess.size(good)
+        if good:
+            d.guess = dataclasses.replace(d.guess, source=f"{d.guess.role}: {d.size}, the first of its sizes "
+                                                         f"the original runs on with signal")
+    ranged = [d for d in free if d.decision == "profile"]
+    if not ranged:
+        return
+    low = {id(d): max(1, d.size // PROFILE_SPAN) for d in ranged}
+    high = {id(d): d.size * PROFILE_SPAN for d in ranged}
+    try:
+        reach = probe_inputs(source, [_feeds(model, dims, options, low), _feeds(model, dims, options, high)],
+                             stop_at_first=False)
+    except RunError as error:
+        reach = [f"fails: {error}"] * 2
+    reach = (reach + ["fails: not run"] * 2)[:2]  # a child that died early left fewer verdicts
+    labels = (f"1/{PROFILE_SPAN}", f"{PROFILE_SPAN}x")
+    refused = [f"{label} ({verdict[:160]})" for label, verdict in zip(labels, reach, strict=True)
+               if verdict.startswith("fails")]
+    for d in ranged:
+        d.low = d.size if reach[0].startswith("fails") else low[id(d)]
+        d.high = d.size if reach[1].startswith("fails") else high[id(d)]
+    if refused:
+        plan.notes.append("the profile stops at the typical size where the original model refuses "
+                          + "; ".join(refused))
+
+
+def _feeds(model: ir.Model, dims: list[_Dim], options: BuildOptions, sizes: dict[int, int]
+           ) -> dict[str, np.ndarray]:
+    """Seeded inputs with each free dim at `sizes` and the batch as it will be drawn."""
+    from deploycc.verify.inputs import generate
+
+    graph = model.graph
+    shapes = _shapes(graph, dims, options, sizes)
+    values = [v for v in graph.inputs if v.name not in graph.initializers]
+    return generate(values, seed=options.legalize.seed, shapes=shapes)
+
+
+def _shapes(graph: ir.Graph, dims: list[_Dim], options: BuildOptions, sizes: dict[int, int]
+            ) -> dict[str, list[int]]:
+    from deploycc.graph.graphs import dims_of
+
+    by_place = {(d.guess.input, d.guess.axis): d for d in dims}
+    shapes: dict[str, list[int]] = {}
+    for value in graph.inputs:
+        name = value.name or ""
+        declared = dims_of(value)
+        if value.name in graph.initializers or declared is None:
+            continue
+        if name in options.legalize.sample_shapes:
+            shapes[name] = list(options.legalize.sample_shapes[name])
+            continue
+        concrete = []
+        for axis, dim in enumerate(declared):
+            d = by_place.get((name, axis))
+            if isinstance(dim, int):
+                concrete.append(dim)
+            elif d is None:  # sized by the user's --shape / --shape-range: their opt
+                concrete.append(_user_size(options, name, axis))
+            else:
+                concrete.append(sizes.get(id(d), d.size))
+        shapes[name] = concrete
+    return shapes
+
+
+def _user_size(options: BuildOptions, name: str, axis: int) -> int:
+    given = options.legalize.shapes.get(name)
+    if given is not None and axis < len(given) and isinstance(given[axis], int):
+        return int(given[axis])
+    ranged = options.shape_ranges.get(name)
+    if ranged is not None and axis < len(ranged[1]):
+        return int(ranged[1][axis])
+    return SYMBOLIC_DIM_SIZE
+
+
+def _carry_out(plan: ShapePlan, dims: list[_Dim], declared: dict[str, list[int | str] | None],
+               options: BuildOptions) -> BuildOptions:
+    """The options that build what the plan says, and the plan's record of each input."""
+    legalize = dataclasses.replace(options.legalize, shapes=dict(options.legalize.shapes),
+                                   sample_shapes=dict(options.legalize.sample_shapes))
+    ranges = dict(options.shape_ranges)
+    by_input: dict[str, list[_Dim]] = {}
+    for d in dims:
+        by_input.setdefault(d.guess.input, []).append(d)
+    for name, exported_dims in declared.items():
+        decided = by_input.get(name)
+        if not decided:
+            plan.inputs.append(_as_given(name, exported_dims, options))
+            continue
+        exported = exported_dims or []
+        places = {d.guess.axis: d for d in decided}
+        fixed = [places[a].size if a in places and places[a].decision == "fixed" else
+                 (dim if isinstance(dim, int) else "dynamic") for a, dim in enumerate(exported)]
+        if any(d.decision == "fixed" for d in decided):
+            legalize.shapes[name] = fixed
+        sample = [dim if isinstance(dim, int) else (places[a].size if a in places else SYMBOLIC_DIM_SIZE)
+                  for a, dim in enumerate(exported)]
+        if legalize.inputs is None and name not in legalize.sample_shapes:
+            legalize.sample_shapes[name] = sample
+        profile = None
+        if any(d.decision == "profile" for d in decided):
+            bounds = [(places[a].low, places[a].opt, places[a].high) if a in places and
+                      places[a].decision == "profile" else (sample[a],) * 3 for a in range(len(exported))]
+            low, opt, high = ([int(b[i]) for b in bounds] for i in range(3))
+            ranges[name] = (low, opt, high)
+            profile = {"min": low, "opt": opt, "max": high}
+        plan.inputs.append(InputShapes(
+            input=name, exported=list(exported), accepts=_accepts(exported, places), sample=sample,
+            profile=profile, how=[_how(d) for d in decided]))
+    return dataclasses.replace(options, legalize=legalize, shape_ranges=ranges)
+
+
+def _as_given(name: str, exported: list[int | str] | None, options: BuildOptions) -> InputShapes:
+    """An input the plan leaves alone: static as exported, or sized by the user's flags."""
+    dims = list(exported or [])
+    if name in options.shape_ranges:
+        low, opt, high = options.shape_ranges[name]
+        accepts = "x".join(str(o) if a == b else f"[{a}..{o}..{b}]"
+                           for a, o, b in zip(low, opt, high, strict=False))
+        return InputShapes(name, dims, accepts, list(opt), {"min": low, "opt": opt, "max": high},
+                           ["--shape-range"])
+    given = options.legalize.shapes.get(name)
+    if given is not None:
+        shown = [g if g != "dynamic" else (dims[a] if a < len(dims) else g) for a, g in enumerate(given)]
+        sample = [int(d) if isinstance(d, int) else SYMBOLIC_DIM_SIZE for d in shown]
+        return InputShapes(name, dims, "x".join(str(d) for d in shown), sample, None, ["--shape"])
+    sample = [d if isinstance(d, int) else SYMBOLIC_DIM_SIZE for d in dims]
+    return InputShapes(name, dims, "x".join(str(d) for d in dims) or "scalar", sample)
+
+
+def _accepts(exported: list[int | str], places: dict[int, _Dim]) -> str:
+    parts = []
+    for axis, dim in enumerate(exported):
+        d = places.get(axis)
+        if d is None:
+            parts.append(str(dim))
+        elif d.decision == "fixed":
+            parts.append(str(d.size))
+        elif d.decision == "profile":
+            parts.append(f"[{d.low}..{d.opt}..{d.high}]" if d.low != d.high else str(d.opt))
+        else:
+            parts.append("N" if d.guess.role == BATCH else "any")
+    return "x".join(parts)
+
+
+def _how(d: _Dim) -> str:
+    where = f"{d.guess.input}[{d.guess.axis}] ({d.guess.name})"
+    if d.decision == "fixed":
+        return f"{where} fixed at {d.size} by {d.by}; {d.guess.source}"
+    if d.decision == "profile":
+        return f"{where} a profile {d.low}..{d.opt}..{d.high} by {d.by}, drawn at {d.size}; {d.guess.source}"
+    return f"{where} dynamic ({d.by}), drawn at {d.size}; {d.guess.source}"
