@@ -143,6 +143,32 @@ def export_torch(model: Any, args: tuple[Any, ...], path: Path, *, names: list[s
     return f"torch {version} {exporter} exporter, opset {opset}, dynamic axes {axes_text}"
 
 
+def with_signal(model: Any, shape: list[int]) -> Any:
+    """Random weights that leave the outputs a signal, as trained weights would. torchvision zero-
+    initialises some heads (ViT's: every logit exactly 0), and BatchNorm's fresh running statistics
+    (mean 0, variance 1) do not match the activations of random weights, which then shrink layer by
+    layer (MobileNetV2's logits around 3e-9, EfficientNet-B0's 3e-14): outputs that carry no signal,
+    on which a verification can only pass. Zero weight tensors get small random values, and the
+    BatchNorm statistics are estimated on random inputs of the model's shape, as training leaves
+    them. Returns the model in eval mode."""
+    import torch
+
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2 and not parameter.any():
+                parameter.normal_(0.0, 0.02)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if norms:
+        for norm in norms:
+            norm.reset_running_stats()
+            norm.momentum = None  # a cumulative average over the batches below
+        model.train()
+        with torch.no_grad():
+            for _ in range(4):
+                model(torch.rand(4, *shape[1:]))
+    return model.eval()
+
+
 # --------------------------------------------------------------------------- 1. torchvision
 
 # name, constructor, its kwargs, input shape at batch 1, (exporter, opset) pairs.
@@ -190,7 +216,7 @@ def build_torchvision(path: Path, ctor: str, kwargs: dict[str, Any], shape: list
         kwargs = {"weights": None, **kwargs}
     model = factory(**kwargs)
     dynamo = exporter == "dynamo"
-    about = f"torchvision {torchvision.__version__.split('+')[0]} {ctor} (random weights)"
+    about = f"torchvision {torchvision.__version__.split('+')[0]} {ctor} (random weights with signal)"
     if ctor.startswith("detection."):
         # Freshly initialised heads score every anchor alike (1/91 each), so which boxes NMS keeps
         # among the ties is up to each runtime; spread the weights as training would, so that the
@@ -214,6 +240,8 @@ def build_torchvision(path: Path, ctor: str, kwargs: dict[str, Any], shape: list
                                             "labels": {0: "detections"}})
         return Made(f"{about}, one CHW image; {summary}", {"image": shape})
     example = torch.rand(EXPORT_BATCH, *shape[1:])
+    if not ctor.startswith("optical_flow."):  # RAFT's flow varies with its inputs as it is
+        model = with_signal(model, shape)
     if ctor.startswith("optical_flow."):
         # RAFT returns every refinement step (12 by default, 6 here); deployments keep the last flow.
         summary = export_torch(model, (example, example.flip(-1)), path, names=["image1", "image2"],
@@ -431,7 +459,7 @@ def build_zoo(path: Path, ctor: str, opset: int) -> Made:
     import torchvision
     from onnx import version_converter
 
-    model = getattr(torchvision.models, ctor)(weights=None).eval()
+    model = with_signal(getattr(torchvision.models, ctor)(weights=None), [1, 3, 224, 224])
     with torch.no_grad():
         torch.onnx.export(model, (torch.rand(1, 3, 224, 224),), str(path), dynamo=False, opset_version=9,
                           input_names=["data"], output_names=["prob"], keep_initializers_as_inputs=True,
@@ -449,9 +477,9 @@ def build_zoo(path: Path, ctor: str, opset: int) -> Made:
     onnx.checker.check_model(proto)
     onnx.save(proto, str(path))
     converted = f"converted to opset {opset} by onnx.version_converter, " if opset < 9 else ""
-    return Made(f"torchvision {ctor} (random weights), torch TorchScript exporter opset 9 without constant "
-                f"folding, static 1x3x224x224, {converted}rewritten as IR 3 with every initializer also a "
-                "graph input (old ONNX model zoo style)", {"data": [1, 3, 224, 224]})
+    return Made(f"torchvision {ctor} (random weights with signal), torch TorchScript exporter opset 9 "
+                f"without constant folding, static 1x3x224x224, {converted}rewritten as IR 3 with every "
+                "initializer also a graph input (old ONNX model zoo style)", {"data": [1, 3, 224, 224]})
 
 
 def zoo_specs() -> list[Spec]:

@@ -110,13 +110,13 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
         # read now: the manifest records the options, not the samples an API caller passed
         options = dataclasses.replace(options, quantize=dataclasses.replace(
             options.quantize, samples=None, validation_samples=None))
-    step("shapes")
-    shapes, options = plan_shapes(source, target, options)
-    notes += shapes.notes
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         staging = staged.staging
         if samples is not None and options.legalize.inputs is None:
             options = _verify_on_a_sample(options, samples.validation[0], staging)
+        step("shapes")
+        shapes, options = plan_shapes(source, target, options)
+        notes += shapes.notes
         done = _stages(source, target, options, staging, backend, step, precision, samples, notes)
         static = _fixed_at_samples(options, done)
         if static is not None:

@@ -119,6 +119,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     from deploycc.partition.segments import observe_cut_shapes, write_segments
     from deploycc.pipeline.build import verification_precision
     from deploycc.pipeline.legalize import legalize
+    from deploycc.pipeline.shape_policy import plan_shapes
     from deploycc.runtime import Chain
     from deploycc.verify.verification import compare_all, reference_outputs, signature_feeds
 
@@ -131,6 +132,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     backend = get_backend(target.backend.kind)
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         staging = staged.staging
+        _, options = plan_shapes(source, target, options)  # the target's shape policy, as `build` applies it
         legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
         report = PartitionReport(model=str(source), target=target.name, outdir=str(outdir), status=FAILED,
                                  summary=legalized.summary, precision=precision, segments=[],

@@ -93,7 +93,29 @@ def plan_shapes(source: Path, target: Target, options: BuildOptions) -> tuple[Sh
     dims = [_decide(guess, target, options, profiles_built) for guess in guesses]
     if options.legalize.inputs is None:
         _find_sizes(source, model, dims, options, plan)
+    else:
+        _sizes_given(options.legalize.inputs, dims)
     return plan, _carry_out(plan, dims, declared, options)
+
+
+def _sizes_given(inputs: Path, dims: list[_Dim]) -> None:
+    """With the user's inputs, their sizes are the ones drawn, and the profiles reach them: the
+    engine is verified on the device with those very arrays."""
+    from deploycc.verify.inputs import load_npz
+
+    arrays = load_npz(inputs)
+    for d in dims:
+        array = arrays.get(d.guess.input)
+        if array is None or d.guess.axis >= array.ndim:
+            continue
+        size = int(array.shape[d.guess.axis])
+        d.size = size
+        if d.decision == "profile":
+            if not d.low <= size <= d.high:
+                d.opt = size
+            d.low, d.high = min(d.low, size), max(d.high, size)
+        else:
+            d.low = d.opt = d.high = size
 
 
 def _decide(guess: DimGuess, target: Target, options: BuildOptions, profiles_built: bool) -> _Dim:
