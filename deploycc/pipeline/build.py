@@ -69,6 +69,11 @@ class BuildReport(Result):
         return data
 
 
+# An engine that refuses inputs its original takes (OpenVINO's pooling checks its kernel against
+# the input where ONNX Runtime does not): a backend error at verify, never a numeric mismatch.
+RUN_REFUSED = "the engine could not run inputs the original model takes"
+
+
 def _next_step(status: str, stage: str, message: str, target: Target) -> str:
     if status == VERIFIED:
         return "deploy the artifact; `deploycc bench` for a full benchmark"
@@ -77,6 +82,9 @@ def _next_step(status: str, stage: str, message: str, target: Target) -> str:
                 "times the engine), then `deploycc device import OUTDIR bundle/result.json`")
     if status == NEEDS_INPUTS:
         return "give inputs the model takes: --inputs data.npz (one array per input name)"
+    if stage == "verify" and message.startswith(RUN_REFUSED):
+        return (f"the {target.backend.kind} engine refuses these input sizes: verify at the sizes the model "
+                "is meant for (--inputs, or --shape NAME:DIMS to build for them)")
     return {
         "legalize": "no rule rewrites the illegal nodes below (`deploycc check --explain` says why each "
                     "declines): --partition runs them on the host, or choose a different target/opset",
@@ -233,7 +241,7 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
             done.stage = "build"
         elif getattr(error, "stage", None) == "run":  # it loaded and refused the inputs: not a mismatch
             done.failure_category = done.failure_category or "backend-error"
-            done.message = f"the engine could not run inputs the original model takes: {error}"
+            done.message = f"{RUN_REFUSED}: {error}"
     except RunError as error:  # the reference run, when legalize did not verify
         done.status, done.message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
     for judged in (legalized.verification, done.verification):

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from deploycc import api, io
 from deploycc.graph.dim_roles import guess_dims
-from deploycc.options import BuildOptions
+from deploycc.options import BuildOptions, LegalizeOptions
 from examples.make_models import small_cnn
 from tests.conftest import REPO
 
@@ -172,3 +172,25 @@ def test_image_sizes_come_from_the_model(dims: list, metadata: dict, expected: t
     loaded = io.load(tmp_path / "m.onnx", check=False).model
     sizes = {g.role: g.typical for g in guess_dims(loaded.graph, loaded.metadata_props)}
     assert (sizes.get("height", dims[2] if isinstance(dims[2], int) else None), sizes["width"]) == expected
+
+
+def test_an_engine_that_refuses_the_inputs_is_a_backend_error_not_a_mismatch(tmp_path: Path) -> None:
+    """PP-OCR's recognizer pools its feature map with a 3x2 kernel: ONNX Runtime runs a map 2 high,
+    OpenVINO refuses it ("kernel larger than the data"). That is the engine refusing the inputs,
+    not the engine computing otherwise."""
+    pool = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2], strides=[3, 2])
+    graph = helper.make_graph([pool], "rec", [helper.make_tensor_value_info("x", FLOAT, ["N", 4, "h", "w"])],
+                              [helper.make_tensor_value_info("y", FLOAT, ["N", 4, "a", "b"])])
+    path = tmp_path / "rec.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]), path)
+    inputs = tmp_path / "short.npz"
+    np.savez(inputs, x=np.random.default_rng(0).random((1, 4, 2, 8), dtype=np.float32))
+    options = BuildOptions(bench=False, legalize=LegalizeOptions(inputs=inputs))
+    report = api.build(path, "openvino-cpu", tmp_path / "out", options)
+    assert report.status == "failed" and report.stage == "verify" and report.verification is None
+    assert report.failure_category == "backend-error"
+    assert report.summary.startswith("the engine could not run inputs the original model takes")
+    assert "refuses these input sizes" in report.next_step and "differs" not in report.next_step
+    # at its typical sizes (224 x 224 by the dims' names) the same model builds and verifies
+    typical = api.build(path, "openvino-cpu", tmp_path / "typical", BuildOptions(bench=False))
+    assert typical.status == "verified", typical.summary
