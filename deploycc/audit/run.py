@@ -12,7 +12,7 @@ import dataclasses
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,8 +316,3 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
                          reused=sum(1 for r in ordered if r.cached))
     write_reports(report, out)
     return report
-
-
-def iter_statuses(report: AuditReport) -> Iterator[tuple[str, str, str]]:
-    for cell in report.cells:
-        yield cell.model, cell.target, cell.status

@@ -68,15 +68,6 @@ def describe_value(value: ir.Value) -> dict[str, object]:
     return {"name": value.name, "dtype": type_name(value), "dims": dims_of(value)}
 
 
-def opset_of(model: ir.Model, domain: str) -> int | None:
-    imports = model.opset_imports
-    if domain in imports:
-        return imports[domain]
-    if domain in ("", "ai.onnx"):
-        return imports.get("", imports.get("ai.onnx"))
-    return None
-
-
 def opset_map(model: ir.Model) -> dict[str, int]:
     """The model's opset imports with the default domain spelled "" (never "ai.onnx")."""
     return {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}

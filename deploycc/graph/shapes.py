@@ -34,17 +34,16 @@ def _infer_in_place(model: ir.Model, **settings: bool) -> None:
     """onnx's shape inference on the model without its large initializers (onnx-ir's way), the
     result merged back; types onnx-ir cannot hold (maps) are stripped from the result first."""
     import onnx
-    from onnx_ir.passes.common._c_api_utils import call_onnx_api
-    from onnx_ir.passes.common.shape_inference import _merge_func
 
     from deploycc import io
+    from deploycc.graph.private_api import call_onnx_api, merge_inferred_shapes
 
     def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True, **settings)
         io.strip_map_types(inferred.graph, {})
         return inferred
 
-    _merge_func(model, call_onnx_api(infer, model))
+    merge_inferred_shapes(model, call_onnx_api(infer, model))
 
 
 # Above this, infer on the IR with large tensors stripped: onnx's inference on a proto serializes

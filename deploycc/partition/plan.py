@@ -63,11 +63,6 @@ class PartitionPlan:
         device = sum(s.flops for s in self.segments if s.placement == DEVICE)
         return device / total if total else 0.0
 
-    @property
-    def trivial(self) -> bool:
-        """One segment: nothing to partition."""
-        return len(self.segments) <= 1
-
 
 def node_reads(node: ir.Node) -> Iterator[ir.Value]:
     """Every value the node reads, its bodies' reads of outer values included."""

@@ -1,7 +1,8 @@
 """The pass contract: what every pass shares and returns.
 
 A pass reads `PipelineState` (the user's options, the model being rewritten, the records),
-rewrites `state.model` in place, and returns a `PassOutcome`; the pass manager
+rewrites `state.model` in place (or, declaring `in_place = False`, may put a new model there),
+and returns a `PassOutcome`; the pass manager
 (`pipeline/manager.py`) wraps it with instruments (time, node counts, op histograms, invariants).
 The passes and their order are listed once, in `deploycc/passes/__init__.py`.
 """
@@ -54,6 +55,12 @@ class Pass:
     name: ClassVar[str]
     summary: ClassVar[str]
     optional: ClassVar[bool] = False  # runs only when asked for (the onnxsim simplifier)
+    # onnx-ir's `in_place`: True when the pass rewrites `state.model` itself and leaves that same
+    # object there (the manager checks it). False when it may put a new model in its place (opset
+    # conversion through protobuf, onnxsim's result, a whole-graph rewrite undone from its bytes);
+    # "may", not "always" as in onnx-ir, since those passes also have runs that change nothing or
+    # convert in place, so the tests, not the manager, hold each such pass to a run that replaces.
+    in_place: ClassVar[bool] = True
 
     def wanted(self, options: LegalizeOptions) -> bool:
         return not self.optional

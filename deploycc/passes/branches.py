@@ -12,6 +12,8 @@ the graph computes the same wherever the original computes anything. The conditi
 Judged per top-level If, on a copy with the branch inlined, by whether ONNX Runtime loads it.
 Only for graphs whose inputs are all static (dynamic dims keep inference lenient, and ORT loads
 those models), and never on large models, whose copies would cost more than the check is worth.
+The copies are protobuf (inline_branch): each is only serialized for ONNX Runtime and thrown
+away, so none needs to become an IR model.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
     import onnx_ir as ir
 
 MAX_WEIGHT_BYTES = 64 << 20
@@ -38,6 +41,35 @@ def _loads(model: bytes, feeds: dict[str, np.ndarray]) -> bool | None:
     except RunError as error:
         return None if error.stage == "crash" else error.stage == "run"
     return True
+
+
+def inline_branch(proto: onnx.ModelProto, index: int, branch_name: str) -> onnx.ModelProto:
+    """A copy of the model with the If at top-level position `index` replaced by the nodes of
+    one branch (`then_branch` or `else_branch`), its outputs named as the If's."""
+    import onnx
+
+    candidate = onnx.ModelProto()
+    candidate.CopyFrom(proto)
+    graph = candidate.graph
+    node = graph.node[index]
+    branch = next(a.g for a in node.attribute if a.name == branch_name)
+    renames = {out.name: name for out, name in zip(branch.output, node.output, strict=True)}
+    produced = {name for inner in branch.node for name in inner.output}
+    nodes = []
+    for inner in branch.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        copy.output[:] = [renames.get(name, name) for name in copy.output]
+        copy.input[:] = [renames.get(name, name) for name in copy.input]
+        nodes.append(copy)
+    for out in branch.output:  # an output passed straight from outer scope or a branch constant
+        if out.name not in produced:
+            nodes.append(onnx.NodeProto(op_type="Identity", input=[out.name], output=[renames[out.name]]))
+    graph.initializer.extend(branch.initializer)
+    del graph.node[index]
+    for offset, inner in enumerate(nodes):
+        graph.node.insert(index + offset, inner)
+    return candidate
 
 
 def keep_runnable_branches(model: ir.Model) -> list[str]:
@@ -63,7 +95,7 @@ def keep_runnable_branches(model: ir.Model) -> list[str]:
     feeds = generate(inputs, seed=0)
     notes = []
     for index, node in candidates:
-        runs = {name: _loads(io.inline_branch(proto, index, name).SerializeToString(), feeds)
+        runs = {name: _loads(inline_branch(proto, index, name).SerializeToString(), feeds)
                 for name in ("then_branch", "else_branch")}
         if None in runs.values() or runs["then_branch"] == runs["else_branch"]:
             continue

@@ -284,7 +284,7 @@ class FoldPass(Pass):
         from onnxscript.optimizer import fold_constants
 
         from deploycc.graph.graphs import all_graphs, structure
-        from deploycc.io import held_back
+        from deploycc.graph.held_back import held_back
         from deploycc.passes.branches import keep_runnable_branches
 
         limit_elements = max(1, state.options.fold_limit_bytes // 4)

@@ -42,7 +42,8 @@ def _conv_bias_rules() -> list:
     B' = B * s, exact up to one rounding; the Add then joins the bias. Both are commuted."""
     import onnx_ir as ir
     from onnxscript.rewriter import pattern
-    from onnxscript.rewriter._basics import MatchResult
+
+    from deploycc.graph.private_api import MatchResult
 
     class ConvAddBias(pattern.RewriteRuleClassBase):
         with_bias = True

@@ -18,14 +18,23 @@ from typing import TYPE_CHECKING
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
-    from deploycc.rules.engine import Decision
+    from deploycc.rules.engine import Decision, Rewrite
 
 MAX_ROUNDS = 8
+
+
+def _undone(rewrite: Rewrite) -> bool:
+    """True for a whole-graph rewrite whose proof failed: `_prove_whole` put the graph back. A node
+    rule whose proof fails is declined instead, and never recorded as a rewrite."""
+    from deploycc.rules.proof import FAILED
+
+    return rewrite.certificate is not None and rewrite.certificate.status == FAILED
 
 
 class LegalizePass(Pass):
     name = "legalize"
     summary = "rewrite what the target lacks with the rule catalog, to a fixed point"
+    in_place = False  # a whole-graph rewrite whose proof fails is undone by reloading its saved bytes
 
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
@@ -41,15 +50,19 @@ class LegalizePass(Pass):
             # The next round judges the replacements: give their values types and shapes first.
             infer_shapes(state.model)
         fired = state.rewrites[fired_before:]
+        tidied = False
         if fired:
-            LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
-            RemoveUnusedNodesPass()(state.model)  # what the rewrites replaced, initializers too
+            lifted = LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
+            removed = RemoveUnusedNodesPass()(state.model)  # what the rewrites replaced, initializers too
+            tidied = lifted.modified or removed.modified
             infer_shapes(state.model)
         counts: dict[str, int] = {}
         for rewrite in fired:
             counts[rewrite.rule] = counts.get(rewrite.rule, 0) + 1
         notes.extend(f"{rule} x{count}" for rule, count in sorted(counts.items()))
-        return PassOutcome(bool(fired), notes, {"rules_fired": counts})
+        # A whole-graph rewrite whose proof failed is recorded (the report names it) but was undone.
+        stayed = any(not _undone(rewrite) for rewrite in fired)
+        return PassOutcome(stayed or tidied, notes, {"rules_fired": counts})
 
     def _round(self, state: PipelineState) -> bool:
         """One sweep over the illegal nodes; True when something was rewritten."""

@@ -126,6 +126,7 @@ def kernel_opset(state: PipelineState, current: int) -> int | None:
 class OpsetPass(Pass):
     name = "opset"
     summary = "convert the default-domain opset into the target's range"
+    in_place = False  # onnx's converter works on protobuf and hands back a new model
 
     def run(self, state: PipelineState) -> PassOutcome:
         current, wanted = destination(state)
@@ -207,7 +208,8 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     import onnx
     import onnx_ir as ir
 
-    from deploycc.io import HOLD_DOMAIN, LARGE_TENSOR_BYTES, MAP_TYPES, from_proto, held_back
+    from deploycc.graph.held_back import HOLD_DOMAIN, held_back
+    from deploycc.io import LARGE_TENSOR_BYTES, MAP_TYPES, from_proto
 
     graph = model.graph
     current = model.opset_imports.get("", model.opset_imports.get("ai.onnx", version))

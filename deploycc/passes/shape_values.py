@@ -92,7 +92,7 @@ def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tup
     itself fails on that input."""
     import logging
 
-    from onnx_ir.passes.common._c_api_utils import call_onnx_api
+    from deploycc.graph.private_api import call_onnx_api
 
     SymbolicShapeInference = _symbolic_shape_inference()
 

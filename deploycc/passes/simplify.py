@@ -38,6 +38,7 @@ class SimplifyPass(Pass):
     name = "simplify"
     summary = "optional: run onnxsim in a child process (--simplifier onnxsim)"
     optional = True
+    in_place = False  # the model is the one onnxsim's child process wrote
 
     def wanted(self, options: LegalizeOptions) -> bool:
         return options.simplifier is not None

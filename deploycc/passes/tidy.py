@@ -76,7 +76,8 @@ def _slice_chain_rules() -> list:
     import numpy as np
     import onnx_ir as ir
     from onnxscript.rewriter import pattern
-    from onnxscript.rewriter._basics import MatchResult
+
+    from deploycc.graph.private_api import MatchResult
 
     def vector(value: ir.Value | None) -> np.ndarray | None:
         tensor = value.const_value if value is not None else None
@@ -160,7 +161,8 @@ def _hard_swish_rules() -> list:
     nodes instead of four, but OpenVINO 2026.4 fuses the written-out form into its HSwish and not
     that one (PP-OCR's recognizer ran 1.8x slower). Each constant must be exactly what it says."""
     from onnxscript.rewriter import pattern
-    from onnxscript.rewriter._basics import MatchResult
+
+    from deploycc.graph.private_api import MatchResult
 
     def equals(value, number: float) -> bool:
         tensor = value.const_value if value is not None else None

@@ -2,7 +2,8 @@
 
 Instruments record per pass the wall time, node counts and op histograms before and after, and
 check the invariants every pass owes the user: graph input and output names, dtypes and ranks
-unchanged (unless the user asked for the change), and the graph topologically sorted.
+unchanged (unless the user asked for the change), and the graph topologically sorted. A pass that
+declares `in_place` must also leave `state.model` the same object.
 """
 
 from __future__ import annotations
@@ -102,12 +103,15 @@ def run_passes(passes: Sequence[Pass], state: PipelineState, *, progress=None) -
             continue
         if progress is not None:
             progress(candidate.name)
-        graph = state.model.graph
-        before_ops, before_signature = histogram(graph), signature(graph)
+        model = state.model
+        before_ops, before_signature = histogram(model.graph), signature(model.graph)
         started = time.perf_counter()
         outcome = candidate.run(state)
         seconds = time.perf_counter() - started
-        graph = state.model.graph  # a pass may replace the model (opset conversion)
+        if candidate.in_place and state.model is not model:
+            raise InvariantError(f"pass {candidate.name!r} declares in_place but replaced the model; "
+                                 "a pass that replaces state.model declares in_place = False")
+        graph = state.model.graph  # a pass that is not in_place may have replaced the model
         after_ops = histogram(graph)
         if not candidate.changes_signature(state.options) and signature(graph) != before_signature:
             raise InvariantError(f"pass {candidate.name!r} changed the graph's inputs or outputs: "

@@ -275,14 +275,49 @@ def test_a_trtexec_run_folder_is_judged_on_import(built: Path, tmp_path: Path, s
         assert report["device"]["stage"] == "verify"
 
 
-def test_nvml_samples_from_a_discrete_gpu_reach_the_report(built: Path, tmp_path: Path) -> None:
-    """On a GPU box the runner samples NVML before and after timing (none here: no GPU)."""
+def test_an_nvml_sample_in_the_result_reaches_the_report(built: Path, tmp_path: Path) -> None:
+    """On a GPU box the runner samples NVML before and after timing (none here: no GPU). The
+    samples below are made up, in the shape `nvml_sample` returns (pinned by the test after this
+    one where NVML starts): this tests the import and the report, not the sampling."""
     out = _copy(built, tmp_path)
     code, result = _run_on_device(out / "bundle")
     assert code == 0 and result["nvml"] is None
-    result["nvml"] = {"before": {"gpu_memory_used_kb": 1000, "power_mw": 60000},
+    result["nvml"] = {"before": {"gpu_memory_used_kb": 1000, "power_mw": 60000},  # made up
                       "after": {"gpu_memory_used_kb": 51000, "power_mw": 180000}}
     (tmp_path / "gpu.json").write_text(json.dumps(result))
     assert run_cli("device", "import", str(out), str(tmp_path / "gpu.json")).returncode == 0
     text = (out / "report.md").read_text()
     assert "GPU memory 1000 kB before timing, 51000 kB after; power 180000 mW" in text
+
+
+def test_nvml_sample_is_none_where_nvml_cannot_start_and_a_sample_where_it_can() -> None:
+    """The runner's own NVML sampling, on this machine's real NVML (nvidia-ml-py is in the dev
+    extras): without a GPU or its driver nvmlInit fails, and the documented answer is None."""
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed (pip install -e '.[dev]')")
+    runner = _runner_module()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:  # here: "NVML Shared Library Not Found"
+        assert runner.nvml_sample() is None, error
+    else:  # a discrete GPU: the shape the report reads
+        pynvml.nvmlShutdown()
+        sample = runner.nvml_sample()
+        assert sample is not None and set(sample) == {"gpu_memory_used_kb", "power_mw"}, sample
+        assert sample["gpu_memory_used_kb"] > 0
+
+
+_SAMPLE_IN_A_BARE_PYTHON = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("run_on_device", sys.argv[1])
+runner = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runner)
+print(json.dumps({"pynvml": importlib.util.find_spec("pynvml") is not None, "sample": runner.nvml_sample()}))
+"""
+
+
+def test_nvml_sample_is_none_where_the_boards_python_has_no_pynvml() -> None:
+    """A Jetson's Python has no nvidia-ml-py: the runner in a child Python without site-packages."""
+    child = subprocess.run([sys.executable, "-S", "-c", _SAMPLE_IN_A_BARE_PYTHON, str(RUNNER)],
+                           capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout) == {"pynvml": False, "sample": None}

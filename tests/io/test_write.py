@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from deploycc import io
+from deploycc.io import checker, write
 
 
 def _weighted(path: Path) -> Path:
@@ -32,7 +33,7 @@ def _weighted(path: Path) -> Path:
 
 
 def test_the_streamed_file_is_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(io, "STREAM_TENSOR_BYTES", 1024)  # every weight but `small` streams
+    monkeypatch.setattr(write, "STREAM_TENSOR_BYTES", 1024)  # every weight but `small` streams
     source = _weighted(tmp_path / "m.onnx")
     model = io.load(source).model
     names = list(model.graph.initializers)
@@ -53,9 +54,9 @@ def test_the_streamed_file_is_the_model(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_the_checker_sees_a_large_model_without_its_weights(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(io, "CHECK_COPY_LIMIT", 0)
+    monkeypatch.setattr(checker, "CHECK_COPY_LIMIT", 0)
     proto = onnx.load(_weighted(tmp_path / "m.onnx"))
-    light = io._without_weights(proto)
+    light = checker._without_weights(proto)
     # `half` holds 512 bytes, under LARGE_TENSOR_BYTES: small ones stay as they are.
     assert {t.name for t in light.graph.initializer} == {"small", "half"}
     assert {"w1", "idx"} <= {v.name for v in light.graph.input}
@@ -64,4 +65,4 @@ def test_the_checker_sees_a_large_model_without_its_weights(tmp_path: Path,
     broken.CopyFrom(proto)
     broken.graph.node[0].input[1] = "missing"
     with pytest.raises(onnx.checker.ValidationError):
-        onnx.checker.check_model(io._without_weights(broken))
+        onnx.checker.check_model(checker._without_weights(broken))

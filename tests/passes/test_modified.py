@@ -1,5 +1,7 @@
 """Every pass says truly whether it changed the model: True where it had work, False where it
-had none (the pass table and `--disable-pass` decisions read it)."""
+had none (the pass table and `--disable-pass` decisions read it). A pass that declares
+`in_place` leaves `state.model` the same object in every run here (tests/passes/test_in_place.py
+holds the others to a run that replaces it)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from deploycc.graph.shapes import infer_shapes
 from deploycc.options import LegalizeOptions
 from deploycc.passes import PIPELINE
 from deploycc.passes.base import PipelineState
+from deploycc.rules.base import GraphRule
+from deploycc.rules.proof import FAILED
 from deploycc.targets.registry import resolve
 from tests.passes.test_map_outputs import classifier
 
@@ -30,7 +34,11 @@ def _state(text: str, target: str = "ort-cpu", opset: int = 17, **options) -> Pi
 
 def _run(name: str, state: PipelineState) -> bool:
     kind = next(kind for kind in PIPELINE if kind.name == name)
-    return kind().run(state).modified
+    model = state.model
+    modified = kind().run(state).modified
+    if kind.in_place:
+        assert state.model is model, f"{name} declares in_place but replaced the model"
+    return modified
 
 
 def _zipmap_state(target: str) -> PipelineState:
@@ -79,6 +87,14 @@ def test_refold_and_fold_bodies_say_false_when_there_is_nothing_for_them() -> No
     assert _run("refold", _state(FOLDABLE)) is True
     assert _run("refold", _state(RELU)) is False
     assert _run("fold-bodies", _state(FOLDABLE)) is False  # no function body was expanded
+
+
+def test_legalize_says_false_when_a_whole_graph_rewrite_was_undone(negates_relu: GraphRule) -> None:
+    state = _state(RELU)  # Relu is legal on ort-cpu: no node rule has work after the undo
+    assert _run("legalize", state) is False
+    certificate = next(r.certificate for r in state.rewrites if r.rule == negates_relu.name)
+    assert certificate is not None and certificate.status == FAILED, certificate
+    assert [node.op_type for node in state.model.graph] == ["Relu"]  # the graph as it was
 
 
 def test_every_pass_has_a_case_here() -> None:

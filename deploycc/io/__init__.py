@@ -1,0 +1,76 @@
+"""Model files in and out: the one place that reads and writes ONNX protobuf files, in three rooms.
+
+Reading (read.py, with validate.py, node_order.py, map_types.py, checker.py): the protobuf is
+parsed with external data left on disk, every external-data reference is validated (it must stay
+inside the model's folder, name a real file, and agree with the tensor's shape) before onnx-ir
+maps anything, and the graph is handed to the rest of deploycc as an `onnx_ir.Model` whose large
+tensors stay memory-mapped.
+
+Writing (write.py): a model saved atomically, weights streamed; a text file through a rename.
+
+The file system (files.py): output directories staged beside their place and renamed into it,
+sha256, tar.
+
+Callers use the names below (`from deploycc import io; io.load(...)`); a constant a test changes
+is changed on its own module (`deploycc.io.write.STREAM_TENSOR_BYTES`), where it is read.
+"""
+
+from deploycc.io.checker import LARGE_TENSOR_BYTES, check_proto, onnxruntime_loads
+from deploycc.io.files import PARTIAL_MARK, StagedDirectory, sha256_file, tar_folder
+from deploycc.io.map_types import MAP_TYPES, restore_map_types, strip_map_types
+from deploycc.io.node_order import sort_topologically
+from deploycc.io.read import (
+    LoadedModel,
+    ReadProto,
+    copy_model,
+    from_proto,
+    load,
+    read_checked,
+    read_proto,
+    to_loaded,
+    to_proto,
+)
+from deploycc.io.validate import (
+    EXTERNAL_DATA_KEYS,
+    MAX_DECLARED_ELEMENTS,
+    ExternalFile,
+    safe_location,
+    validate_declared_dims,
+    validate_external_data,
+    validate_inline_tensors,
+)
+from deploycc.io.write import refuse_overwrite, save, write_streamed, write_text_atomic
+
+__all__ = [
+    "EXTERNAL_DATA_KEYS",
+    "LARGE_TENSOR_BYTES",
+    "MAP_TYPES",
+    "MAX_DECLARED_ELEMENTS",
+    "PARTIAL_MARK",
+    "ExternalFile",
+    "LoadedModel",
+    "ReadProto",
+    "StagedDirectory",
+    "check_proto",
+    "copy_model",
+    "from_proto",
+    "load",
+    "onnxruntime_loads",
+    "read_checked",
+    "read_proto",
+    "refuse_overwrite",
+    "restore_map_types",
+    "safe_location",
+    "save",
+    "sha256_file",
+    "sort_topologically",
+    "strip_map_types",
+    "tar_folder",
+    "to_loaded",
+    "to_proto",
+    "validate_declared_dims",
+    "validate_external_data",
+    "validate_inline_tensors",
+    "write_streamed",
+    "write_text_atomic",
+]

@@ -1,0 +1,125 @@
+"""File-system work: an output directory staged in a hidden sibling and renamed into place (a
+SIGTERM ends the build cleanly; a killed build's leftovers are removed by the next run), a
+file's sha256, a folder as a tar.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+PARTIAL_MARK = ".partial-"
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    from deploycc.errors import Terminated
+
+    raise Terminated(f"terminated by signal {signum}")
+
+
+def _remove_stale(parent: Path, name: str) -> None:
+    """Staging folders left by a killed build (its pid is gone) are removed."""
+    import shutil
+
+    for candidate in parent.glob(f".{name}{PARTIAL_MARK}*"):
+        pid_text = candidate.name[len(f".{name}{PARTIAL_MARK}"):].split("-")[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(candidate, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+class StagedDirectory:
+    """Build an output directory in a hidden sibling and rename it into place at the end.
+
+    An existing directory is refused unless `force`; on any exception, Ctrl-C or SIGTERM the
+    staging folder is removed; a SIGKILLed build's staging folder is removed by the next run.
+    """
+
+    def __init__(self, outdir: Path, *, force: bool = False, protect: tuple[Path, ...] = ()) -> None:
+        """`protect`: inputs that must survive, so an OUTDIR holding one is never replaced."""
+        from deploycc.errors import OptionError
+
+        self.outdir = outdir
+        if outdir.exists() and not force:
+            raise OptionError(f"{outdir}: already exists", hint="pass --force to replace it")
+        if outdir.exists() and not outdir.is_dir():
+            raise OptionError(f"{outdir}: exists and is not a directory")
+        inside = [p for p in protect if p.resolve().is_relative_to(outdir.resolve())]
+        if inside:
+            raise OptionError(f"{outdir}: holds the input {inside[0]}, which replacing it would delete",
+                              hint="choose another output directory")
+        self.force = force
+        self.path: Path | None = None
+        self._previous_handler: Any = None
+
+    def __enter__(self) -> StagedDirectory:
+        import signal
+        import tempfile
+        import threading
+
+        parent = self.outdir.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(parent, self.outdir.name)
+        self.path = Path(tempfile.mkdtemp(prefix=f".{self.outdir.name}{PARTIAL_MARK}{os.getpid()}-",
+                                          dir=parent))
+        if threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGTERM, _terminated)
+        return self
+
+    @property
+    def staging(self) -> Path:
+        assert self.path is not None, "the directory was committed already"
+        return self.path
+
+    def commit(self) -> None:
+        """Put the staged directory in place (replacing the old one under --force)."""
+        import shutil
+
+        assert self.path is not None
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.path, 0o777 & ~umask)  # mkdtemp made it private; the result is not
+        old = None
+        if self.outdir.exists():
+            old = self.outdir.with_name(f".{self.outdir.name}.old-{os.getpid()}")
+            os.rename(self.outdir, old)
+        os.rename(self.path, self.outdir)
+        self.path = None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        import shutil
+        import signal
+
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGTERM, self._previous_handler)
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def sha256_file(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tar_folder(folder: Path) -> bytes:
+    """A folder as an uncompressed tar, under its own name (for ssh's stdin or a Ray object)."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.add(folder, arcname=folder.name)
+    return buffer.getvalue()

@@ -1,0 +1,147 @@
+"""Reading a model file: parsed with its weights left on disk, vetted (validate.py, node_order.py,
+checker.py), and handed on as an `onnx_ir.Model` whose large tensors stay memory-mapped; and the
+protobuf <-> IR conversions, which keep the types onnx-ir lacks aside (map_types.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.errors import ModelInputError
+from deploycc.io.checker import check_proto, onnxruntime_loads
+from deploycc.io.map_types import MAP_TYPES, restore_map_types, strip_map_types
+from deploycc.io.node_order import sort_topologically
+from deploycc.io.validate import (
+    ExternalFile,
+    model_error,
+    validate_declared_dims,
+    validate_external_data,
+    validate_inline_tensors,
+)
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_ir as ir
+
+
+@dataclass
+class LoadedModel:
+    """An IR model and what the loader learned about its files."""
+
+    model: ir.Model
+    path: Path
+    file_size: int
+    external_files: list[ExternalFile]
+    notes: list[str] = field(default_factory=list)  # e.g. why shape inference failed
+
+
+def read_proto(path: Path) -> onnx.ModelProto:
+    """Parse the model file, weights left on disk, with a one-line error for every bad file."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not path.exists():
+        raise model_error(path, "no such file")
+    if path.is_dir():
+        raise model_error(path, "is a directory, not an ONNX model file")
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            raise model_error(path, "is empty (0 bytes)")
+        with path.open("rb") as handle:
+            data = handle.read()
+    except PermissionError:
+        raise model_error(path, "cannot be read (permission denied)") from None
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as error:
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise model_error(path, f"not an ONNX model: protobuf parse failed ({detail})",
+                          "is the file truncated or not an .onnx file?") from None
+    if not proto.HasField("graph") or proto.ir_version <= 0:
+        raise model_error(path, "not an ONNX model: it parses as protobuf but has no graph or IR version")
+    if not proto.opset_import:
+        raise model_error(path, "not a valid ONNX model: it declares no opset_import")
+    return proto
+
+
+def from_proto(proto: onnx.ModelProto) -> ir.Model:
+    """The IR of a protobuf model (types onnx-ir lacks are kept aside in model.meta)."""
+    import onnx_ir as ir
+
+    kept: dict[str, bytes] = {}
+    strip_map_types(proto.graph, kept)
+    model = ir.serde.deserialize_model(proto)
+    if kept:
+        model.meta[MAP_TYPES] = kept
+    return model
+
+
+@dataclass
+class ReadProto:
+    """A model file read and vetted, still protobuf: what `load` makes an IR model of, and what
+    shape inference may first work on (graph.shapes.load_inferred)."""
+
+    proto: Any
+    path: Path
+    external_files: list[ExternalFile]
+    notes: list[str]
+
+
+def read_checked(path: str | os.PathLike[str], *, check: bool = True) -> ReadProto:
+    """Read a model file and vet it (external data, inline tensors, declared dims, node order,
+    the checker), weights memory-mapped and never read here."""
+    model_path = Path(path)
+    proto = read_proto(model_path)
+    external_files = validate_external_data(proto, model_path)
+    validate_inline_tensors(proto, model_path)
+    notes = validate_declared_dims(proto, model_path)
+    moved = sort_topologically(proto.graph)
+    if moved:
+        notes.append(f"the graph was not topologically sorted: {moved} node(s) put in order")
+    if check:
+        try:
+            check_proto(proto, model_path, has_external_data=bool(external_files))
+        except ModelInputError as error:
+            if not onnxruntime_loads(model_path):
+                raise
+            notes.append(f"the ONNX checker objects ({error.message.split(': ', 1)[-1]}), but ONNX Runtime "
+                         f"loads the model: going on")
+    return ReadProto(proto, model_path, external_files, notes)
+
+
+def to_loaded(read: ReadProto) -> LoadedModel:
+    """The IR model of a file read by read_checked."""
+    import onnx_ir as ir
+
+    try:
+        model = from_proto(read.proto)
+    except Exception as error:  # onnx-ir's own complaints about a broken graph
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise model_error(read.path, f"cannot be read as a graph: {first}") from None
+    ir.external_data.set_base_dir(model.graph, read.path.parent)
+    return LoadedModel(model, read.path, read.path.stat().st_size, read.external_files, read.notes)
+
+
+def load(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
+    """Load a model safely into onnx-ir, weights memory-mapped and never read here (with shapes
+    inferred: graph.shapes.load_inferred)."""
+    return to_loaded(read_checked(path, check=check))
+
+
+def to_proto(model: ir.Model) -> Any:
+    import onnx_ir as ir
+
+    proto = ir.serde.serialize_model(model)
+    restore_map_types(proto, model.meta.get(MAP_TYPES))
+    return proto
+
+
+def copy_model(model: ir.Model) -> ir.Model:
+    """An independent copy of the model (a protobuf round trip; sequence/map types kept)."""
+    return from_proto(to_proto(model))
+

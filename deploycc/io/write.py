@@ -1,0 +1,147 @@
+"""Writing: a model saved atomically (a temporary folder beside the output, then renamed into
+place), weights streamed rather than copied; a text file written through a rename; and the
+refusal to overwrite an input model or its data.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploycc.errors import ModelInputError
+from deploycc.io.map_types import MAP_TYPES, restore_map_types
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+
+def refuse_overwrite(output: Path, protect: tuple[Path, ...]) -> None:
+    """Refuse an output path that is a directory or would replace an input file or its data."""
+    resolved = output.resolve()
+    for guarded in protect:
+        if guarded.resolve() in (resolved, resolved.with_name(output.name + ".data")):
+            raise ModelInputError(f"{output}: refusing to overwrite the input model or its data",
+                                  hint="choose another output path with -o")
+    if output.is_dir():
+        raise ModelInputError(f"{output}: output path is a directory")
+
+
+def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
+         external_threshold_bytes: int = 1 << 30, force_external: bool = False) -> list[Path]:
+    """Write `model` atomically: into a temporary folder beside `path`, then renamed into place.
+
+    Weights go to `<name>.data` (a name deploycc chooses, never one taken from the input
+    model) when they exceed the threshold or `force_external` is set. `protect` lists files
+    that must never be overwritten (the input model and its data). Returns the files written.
+    """
+    import shutil
+    import tempfile
+
+    import onnx_ir as ir
+
+    target = Path(path)
+    data_name = target.name + ".data"
+    refuse_overwrite(target, protect)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values()
+                       if v.const_value is not None)
+    external = force_external or weight_bytes > external_threshold_bytes
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        staged = staging / target.name
+        if external:
+            ir.save(model, staged, external_data=data_name, size_threshold_bytes=1024)
+        else:
+            write_streamed(model, staged)
+        if model.meta.get(MAP_TYPES):  # the weights stay where ir.save put them
+            import onnx
+
+            proto = onnx.load(str(staged), load_external_data=False)
+            restore_map_types(proto, model.meta[MAP_TYPES])
+            onnx.save(proto, str(staged))
+        written = []
+        staged_data = staging / data_name
+        if staged_data.exists():
+            os.replace(staged_data, target.with_name(data_name))
+            written.append(target.with_name(data_name))
+        os.replace(staged, target)  # the model last: it is what makes the output visible
+        written.insert(0, target)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+STREAM_TENSOR_BYTES = 1 << 16
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        out.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(out)
+
+
+def write_streamed(model: ir.Model, path: Path) -> None:
+    """ir.save for one file, without the two extra copies of every weight it makes (a ModelProto
+    holding them, then its serialized bytes): the model is serialized without its large
+    initializers, and each of those is written after it, one at a time, as more entries of the
+    graph's `initializer` field (protobuf merges repeated fields across a message's bytes). The
+    graph's length prefix counts them in, so the file parses as the one ir.save writes."""
+    import onnx
+    import onnx_ir as ir
+
+    graph = model.graph
+    order = list(graph.initializers.values())
+    streamed = [v for v in order if v.const_value is not None and v.const_value.nbytes > STREAM_TENSOR_BYTES
+                and v.const_value.dtype not in (ir.DataType.STRING,)]
+    if not streamed:
+        ir.save(model, path)
+        return
+    for value in streamed:
+        graph.initializers.pop(value.name)  # type: ignore[arg-type]
+    try:
+        proto = ir.serde.serialize_model(model)
+    finally:
+        graph.initializers.clear()
+        for value in order:
+            graph.initializers.add(value)
+    graph_bytes = proto.graph.SerializeToString()
+    proto.ClearField("graph")
+    heads = []
+    for value in streamed:  # TensorProto: name, data_type, dims, then raw_data (field 9)
+        tensor = value.const_value
+        assert tensor is not None
+        head = onnx.TensorProto(name=value.name, data_type=int(tensor.dtype), dims=list(tensor.shape.numpy()))
+        heads.append(head.SerializeToString() + b"\x4a" + _varint(tensor.nbytes))
+    # graph field 7 (tag 0x3a) holds: what serialized, then each initializer as field 5 (0x2a).
+    entries = [len(head) + tensor_bytes for head, tensor_bytes in
+               zip(heads, (v.const_value.nbytes for v in streamed), strict=True)]  # type: ignore[union-attr]
+    graph_length = len(graph_bytes) + sum(1 + len(_varint(n)) + n for n in entries)
+    with path.open("wb") as handle:
+        handle.write(proto.SerializeToString())
+        handle.write(b"\x3a" + _varint(graph_length) + graph_bytes)
+        for value, head, entry in zip(streamed, heads, entries, strict=True):
+            handle.write(b"\x2a" + _varint(entry) + head)
+            handle.write(value.const_value.tobytes())  # type: ignore[union-attr]
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file through a temporary file in the same folder and a rename."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; a report is not
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
