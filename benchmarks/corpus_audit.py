@@ -23,8 +23,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from deploycc import api  # noqa: E402
-from deploycc.audit.cells import HOST_SEGMENTS  # noqa: E402
 from deploycc.audit.run import AuditOptions  # noqa: E402
+from deploycc.records.audit import HOST_SEGMENTS  # noqa: E402
 
 TARGETS = ("ort-cpu", "openvino-cpu", "jetson-xavier", "jetson-nano", "jetson-orin", "gpu-trt10")
 GOALS = {"ort-cpu": 0.97, "openvino-cpu": 0.93, "jetson-xavier": 0.90, "jetson-nano": 0.80,

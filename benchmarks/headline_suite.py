@@ -112,22 +112,23 @@ def _size(shape: list) -> int:
 
 
 def outcome_of_build(cell: dict) -> str:
+    """ok (exit 0), needs-inputs, refused (exit 1: not legal, not built or not verified), or the
+    exit code (2: bad input or options; anything else is a crash)."""
     if cell["exit"] == 0:
         return "ok"
     if cell.get("status") == "needs-inputs":
         return "needs-inputs"
-    if cell["exit"] == 1 and cell.get("stage"):
-        return f"failed at {cell['stage']}"
-    return f"exit {cell['exit']}"
+    return "refused" if cell["exit"] == 1 else f"exit {cell['exit']}"
 
 
 def outcome_of_audit(cell: dict) -> str:
+    """The same classes for an audit cell (a model it deploys only with host segments is refused
+    as a whole, as `build` without --partition refuses it)."""
     if cell["status"] in DONE:
         return "ok"
     if cell.get("category") == "needs-inputs":
         return "needs-inputs"
-    stage = "legalize" if cell["status"] == "host-segments" else cell.get("stage")
-    return f"failed at {stage}"
+    return "exit 2" if cell.get("category") == "invalid-model" else "refused"
 
 
 def main() -> None:
@@ -139,6 +140,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the tables from the cells already run, whatever code ran them")
     args = parser.parse_args()
     listing = args.corpus / "corpus.txt"
     if not listing.exists():
@@ -148,6 +151,9 @@ def main() -> None:
     targets = list(args.targets or TARGETS)
     code = code_digest()
     cache = args.work / "cells"
+    if args.report_only:
+        write_results([json.loads(path.read_text()) for path in sorted(cache.glob("*.json"))], targets)
+        return
     cache.mkdir(parents=True, exist_ok=True)
     todo, cells = [], []
     for model in models:
@@ -242,7 +248,9 @@ def write_results(cells: list[dict], targets: list[str]) -> None:
                "shape policy, typical sizes for verification and bench) on every model of "
                "`benchmarks/corpus.py`, each cell against the corpus audit with hints "
                "(`results/corpus-audit.json`). An outcome is ok (exit 0: verified, or legalized and bundled "
-               "for TensorRT), needs-inputs, or failed at a stage. Raw data: `results/headline.json`.\n\n")
+               "for TensorRT), needs-inputs, refused (exit 1: not legal, built or verified; host segments "
+               "count as refused, since the command has no --partition), or another exit code. Raw data: "
+               "`results/headline.json`.\n\n")
     (results / "headline.md").write_text(heading + text + "\n")
     from results_page import put_block
 

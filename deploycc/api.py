@@ -7,12 +7,11 @@ inside the functions, so `import deploycc` stays cheap and backend-free.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import OptionError
-from deploycc.results import Result
+from deploycc.records.targets import TargetListing, TargetSummary
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,38 +19,13 @@ if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport
     from deploycc.analysis.inspect import InspectReport
     from deploycc.audit.probe import ProbeReport
-    from deploycc.audit.records import AuditReport
-    from deploycc.audit.run import AuditOptions
     from deploycc.bench.run import BenchOptions, BenchReport
     from deploycc.options import BuildOptions, LegalizeOptions
-    from deploycc.pipeline.build import BuildReport
-    from deploycc.pipeline.legalize import LegalizeReport
-    from deploycc.pipeline.partition import PartitionReport
+    from deploycc.records.audit import AuditOptions, AuditReport
+    from deploycc.records.build import BuildReport
+    from deploycc.records.legalize import LegalizeReport
+    from deploycc.records.partition import PartitionReport
     from deploycc.targets.schema import Target
-
-
-@dataclass
-class TargetSummary:
-    name: str
-    description: str
-    aliases: list[str]
-    backend: str
-    backend_version: str
-    device: str
-    opset_min: int
-    opset_max: int
-    opset_preferred: int
-    op_table: str
-    supported_ops: int
-    jetpack: str | None
-    jetpack_available: list[str]
-    dla_cores: int
-    source_file: str
-
-
-@dataclass
-class TargetListing(Result):
-    targets: list[TargetSummary]
 
 
 def summarize(target: Target) -> TargetSummary:
@@ -184,7 +158,7 @@ def build(
     """
     from deploycc.options import BuildOptions as Options
     from deploycc.pipeline.build import build as run
-    from deploycc.pipeline.build import build_from_bundle
+    from deploycc.pipeline.engine_only import build_from_bundle
 
     options = options or Options()
     if options.engine_only:

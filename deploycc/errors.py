@@ -47,3 +47,13 @@ class DynamicShapeError(OptionError):
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that no `except Exception` on the way can swallow it;
     staging folders are removed on the way out and the CLI exits 130."""
+
+
+class PrecisionRefused(OptionError):
+    """The target declares it lacks the precision asked for (int8 on the Jetson Nano), and says
+    what to use instead; the audit counts such a cell as failed for its precision."""
+
+    def __init__(self, target: str, precision: str, reason: str, instead: str) -> None:
+        super().__init__(f"{target} has no {precision}: {reason}",
+                         hint=f"use --precision {instead}, or --allow-fallback to build {instead} instead")
+        self.target, self.precision, self.reason, self.instead = target, precision, reason, instead

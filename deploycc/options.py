@@ -1,11 +1,15 @@
 """What a user asks of deploycc besides the model and the target: plain records, read by the
-passes, the pipeline and the CLI alike (nothing here imports them back)."""
+passes, the pipeline and the CLI alike (nothing here imports them back). What the user leaves
+unsaid is the target's default, so this layer sits just above targets/."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from deploycc.errors import OptionError
+from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -67,7 +71,7 @@ class BuildOptions:
     """What `deploycc build` takes on top of the legalization options."""
 
     legalize: LegalizeOptions = field(default_factory=LegalizeOptions)
-    precision: str | None = None  # None: the target's default
+    precision: Precision | None = None  # None: the target's default
     artifact_format: str = "onnx"  # ORT only: "onnx" (optimized ONNX) or "ort" (ORT format)
     fail_on_fallback: bool = False
     batch_range: tuple[int, int, int] | None = None  # --dynamic-batch MIN:OPT:MAX
@@ -84,5 +88,11 @@ class BuildOptions:
     bundle_only: bool = False
     quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
 
-    def effective_precision(self, target: Target) -> str:
-        return self.precision or target.precision.default
+    def effective_precision(self, target: Target) -> Precision:
+        """The asked precision, else the target's default; a name that is no precision is refused."""
+        chosen = self.precision or target.precision.default
+        try:
+            return Precision(chosen)
+        except ValueError:
+            raise OptionError(f"{target.name} does not support precision {chosen}",
+                              hint=f"supported: {', '.join(target.precision.supported)}") from None

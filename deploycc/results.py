@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
+import typing
+from enum import Enum
 from typing import Any
 
 
@@ -29,3 +32,69 @@ class Result:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(strict(self.to_dict()), indent=indent, sort_keys=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """The record `to_dict()` wrote, read back from its JSON (keys it does not hold ignored)."""
+        return from_dict(cls, data)
+
+
+def from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """A dataclass from the JSON data `dataclasses.asdict` (and `strict`) made of it: nested
+    records, enums, tuples and the floats written as "inf"/"nan" come back as they were. A
+    record type with its own `from_dict` reads itself. Raises TypeError or ValueError on data
+    that is not such a record."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__}: a JSON object was expected, not {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    values = {f.name: _read(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)
+              if f.init and f.name in data}
+    return cls(**values)
+
+
+def _read(kind: Any, value: Any) -> Any:
+    """`value` (from JSON) as the annotated type `kind`."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if value is None or kind is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = [arg for arg in args if arg is not type(None)]
+        for option in options:
+            try:
+                return _read(option, value)
+            except (TypeError, ValueError):
+                continue
+        raise ValueError(f"{value!r} is none of {kind}")
+    if origin is list:
+        return [_read(args[0], item) for item in _sequence(value)] if args else list(_sequence(value))
+    if origin is tuple:
+        items = _sequence(value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_read(args[0], item) for item in items)
+        if not args:
+            return tuple(items)
+        return tuple(_read(arg, item) for arg, item in zip(args, items, strict=True))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"a JSON object was expected, not {value!r}")
+        return {key: _read(args[1], item) for key, item in value.items()} if args else dict(value)
+    if origin is not None:  # Sequence[...], Mapping[...]: as JSON holds them
+        return value
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        reader = getattr(kind, "from_dict", None)
+        return reader(value) if reader is not None else from_dict(kind, value)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind(value)
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise TypeError(f"a number was expected, not {value!r}")
+        return float(value) if isinstance(value, str) else value  # "inf", "nan": as `strict` wrote them
+    if kind in (int, str, bool) and not isinstance(value, kind):
+        raise TypeError(f"{kind.__name__} was expected, not {value!r}")
+    return value
+
+
+def _sequence(value: Any) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"a JSON array was expected, not {value!r}")
+    return list(value)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import ModelInputError
+from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -114,7 +115,8 @@ class ChainRunner:
         self.chain.close()
 
 
-def load_built_chain(build_dir: Path, target: Any, precision: str, threads: int | None = None) -> ChainRunner:
+def load_built_chain(build_dir: Path, target: Any, precision: Precision,
+                     threads: int | None = None) -> ChainRunner:
     """The chain of a `build --partition` directory with each device segment on its engine."""
     from deploycc.backends.base import Artifact, BuildRequest
     from deploycc.backends.registry import get_backend

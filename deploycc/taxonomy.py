@@ -66,12 +66,79 @@ FAILURE_OF_REFUSAL: dict[str, Failure] = {
 
 
 class BuildStatus(Name):
-    """How a build ended."""
+    """How a build ended; a bundled build ends on the board (`deploycc device import`)."""
 
     VERIFIED = "verified"
     PENDING_ON_DEVICE = "pending-on-device"  # bundled: the engine is built and checked on the board
     FAILED = "failed"
     NEEDS_INPUTS = "needs-inputs"  # the original fails on drawn inputs: nothing was judged
+    # The board's run_on_device.py writes these two (it cannot import this module: it runs on the
+    # board's own Python; tests/backends/test_device_runner.py holds its spelling to these).
+    VERIFIED_ON_DEVICE = "verified-on-device"
+    FAILED_ON_DEVICE = "failed-on-device"
+
+
+ON_DEVICE = (BuildStatus.VERIFIED_ON_DEVICE, BuildStatus.FAILED_ON_DEVICE)
+
+
+class Stage(Name):
+    """How far a build got: the last stage reached, or the one that failed."""
+
+    LEGALIZE = "legalize"
+    QUANTIZE = "quantize"
+    BUILD = "build"
+    VERIFY = "verify"
+    BENCH = "bench"
+    DONE = "done"
+    # the board's own (run_on_device.py): reading the bundle, and the engine's first run
+    READ = "read"
+    RUN = "run"
+    # an audit cell's own: the check as exported, the child process it ran in, Ray placing it,
+    # and its bundle on the board
+    CHECK = "check"
+    ISOLATION = "isolation"
+    SCHEDULE = "schedule"
+    DEVICE = "device"
+
+
+# The stages a board reports in result.json, in the order it goes through them.
+DEVICE_STAGES = (Stage.READ, Stage.BUILD, Stage.RUN, Stage.VERIFY, Stage.BENCH, Stage.DONE)
+
+
+class Precision(Name):
+    """The numeric precision an engine is built in (a target lists those it takes)."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    INT8 = "int8"
+    FP8 = "fp8"
+    INT4 = "int4"
+
+
+class Legality(Name):
+    """A node's verdict on a target, the MLIR way: legal, illegal, or legal only under a named
+    condition (a vendor restriction checked by a predicate, a function body the runtime expands,
+    vendor data marked uncertain)."""
+
+    LEGAL = "legal"
+    CONDITIONAL = "conditional"
+    ILLEGAL = "illegal"
+
+
+class Severity(Name):
+    """A finding on the whole graph: it makes the model illegal, or it is worth a note."""
+
+    ILLEGAL = "illegal"
+    NOTE = "note"
+
+
+class Condition(Name):
+    """Conditions deploycc acts on, not only reports (each has its sentence in the verdict)."""
+
+    # A function op the target has no kernel for, legal because the runtime expands its ONNX
+    # function body; legalize expands such bodies itself where the runtime's onnx may not know it.
+    RUNTIME_EXPANDS = "runtime-expands"
 
 
 class ProofStatus(Name):

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.graph.graphs import all_graphs, graph_label, opset_map
-from deploycc.legality.conversion_target import CONDITIONAL, ILLEGAL, ConversionTarget, NodeVerdict
+from deploycc.legality.conversion_target import ConversionTarget, NodeVerdict
 from deploycc.legality.graph_level import GraphFinding, graph_findings
 from deploycc.results import Result
+from deploycc.taxonomy import Legality, Severity
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -65,13 +66,13 @@ class CheckReport(Result):
         return data
 
 
-def _group(verdicts: list[NodeVerdict], status: str) -> list[NodeGroup]:
+def _group(verdicts: list[NodeVerdict], status: Legality) -> list[NodeGroup]:
     groups: dict[tuple[str, str, str], NodeGroup] = {}
     for verdict in verdicts:
         if verdict.status != status:
             continue
         label = verdict.node if verdict.graph == "main" else f"{verdict.graph}/{verdict.node}"
-        items = ([(r.category, r.summary, r.detail) for r in verdict.reasons] if status == ILLEGAL
+        items = ([(r.category, r.summary, r.detail) for r in verdict.reasons] if status == Legality.ILLEGAL
                  else [("condition", c, "") for c in verdict.conditions])
         for category, summary, detail in items:
             key = (verdict.op, category, summary)
@@ -108,7 +109,7 @@ def explain_fixes(model: ir.Model, target: Target) -> list[dict[str, str]]:
     for graph in all_graphs(model.graph):
         label = graph_label(model, graph)
         for node in graph:
-            if judge.judge(node, opsets, label).status != ILLEGAL:
+            if judge.judge(node, opsets, label).status != Legality.ILLEGAL:
                 continue
             decision = decide(node, graph, opsets, apply=False, graph_label=label,
                               accepts=judge.accepts(opsets, label))
@@ -126,7 +127,7 @@ def judge_model(model: ir.Model, target: Target, *, dla: bool = False,
     judge = ConversionTarget(target, dla=dla, probed=probed)
     verdicts = _judge_graphs(model, judge)
     findings = graph_findings(model, target, legalized=legalized)
-    counts = {"legal": 0, "conditional": 0, "illegal": 0}
+    counts: dict[str, int] = {legality: 0 for legality in Legality}
     for verdict in verdicts:
         counts[verdict.status] += 1
     dla_split: dict[str, list[str]] | None = None
@@ -141,10 +142,10 @@ def judge_model(model: ir.Model, target: Target, *, dla: bool = False,
         backend_version=target.backend.version,
         jetpack=target.jetpack.release if target.jetpack else None,
         op_table=target.ops.name,
-        legal=counts["illegal"] == 0 and not any(f.severity == "illegal" for f in findings),
+        legal=counts[Legality.ILLEGAL] == 0 and not any(f.severity == Severity.ILLEGAL for f in findings),
         counts=counts,
-        illegal=_group(verdicts, ILLEGAL),
-        conditional=_group(verdicts, CONDITIONAL),
+        illegal=_group(verdicts, Legality.ILLEGAL),
+        conditional=_group(verdicts, Legality.CONDITIONAL),
         graph_findings=findings,
         dla=dla_split,
     )

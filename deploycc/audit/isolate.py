@@ -12,8 +12,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from deploycc.audit.cells import CellResult, CellSpec
-from deploycc.taxonomy import CellStatus
+from deploycc.records.audit import CellResult, CellSpec
+from deploycc.results import from_dict
+from deploycc.taxonomy import CellStatus, Failure, Stage
 
 WORKER = (sys.executable, "-m", "deploycc.audit.worker")
 OOM_MARKERS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "out of memory", "std::bad_alloc")
@@ -33,7 +34,7 @@ def _limit_memory(limit_bytes: int | None):
 def run_isolated(spec: CellSpec, *, timeout: float, memory_limit: int | None,
                  worker: Sequence[str] = WORKER) -> CellResult:
     started = time.perf_counter()
-    failed = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage="isolation")
+    failed = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage=Stage.ISOLATION)
     child = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, preexec_fn=_limit_memory(memory_limit))
     try:
@@ -41,22 +42,23 @@ def run_isolated(spec: CellSpec, *, timeout: float, memory_limit: int | None,
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         child.communicate()
-        failed.category, failed.message = "timeout", f"no result after {timeout:g} s; the cell was killed"
+        failed.category = Failure.TIMEOUT
+        failed.message = f"no result after {timeout:g} s; the cell was killed"
         failed.seconds = round(time.perf_counter() - started, 3)
         return failed
     failed.seconds = round(time.perf_counter() - started, 3)
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if child.returncode == 0 and lines:
         data = json.loads(lines[-1])
-        return CellResult(**data)
+        return from_dict(CellResult, data)
     tail = (stderr.strip().splitlines() or ["no message"])[-1][:300]
     if memory_limit and any(marker in stderr for marker in OOM_MARKERS):
-        failed.category = "out-of-memory"
+        failed.category = Failure.OUT_OF_MEMORY
         failed.message = f"exceeded the memory limit of {memory_limit >> 20} MiB: {tail}"
     elif child.returncode < 0:
         name = signal.Signals(-child.returncode).name
-        failed.category, failed.message = "backend-crash", f"the cell's process died by {name}: {tail}"
+        failed.category, failed.message = Failure.BACKEND_CRASH, f"the cell's process died by {name}: {tail}"
     else:
-        failed.category = "backend-crash"
+        failed.category = Failure.BACKEND_CRASH
         failed.message = f"the cell's process exited {child.returncode}: {tail}"
     return failed

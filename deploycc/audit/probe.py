@@ -26,6 +26,7 @@ from typing import Any
 
 from deploycc.audit.conformance import ATOL, RTOL, outcome
 from deploycc.results import Result
+from deploycc.taxonomy import Legality
 
 CHUNK = 40
 
@@ -39,7 +40,7 @@ class CaseResult:
     dtype: str | None
     raw: str  # pass | mismatch | refused | error | crash
     legalized: str
-    declared: str  # legal | illegal | conditional
+    declared: Legality | str  # "?" where the case's process died before it was judged
     detail: str = ""
     legalized_detail: str = ""  # why the legalized model failed, when it did
 
@@ -131,7 +132,8 @@ def probe_cases(names: list[str], target_name: str) -> list[dict[str, Any]]:
         model = ir.serde.deserialize_model(case.model)
         infer_shapes(model)
         verdict = judge_model(model, target)
-        declared = "illegal" if not verdict.legal else ("conditional" if verdict.conditional else "legal")
+        declared = Legality.ILLEGAL if not verdict.legal else \
+            Legality.CONDITIONAL if verdict.conditional else Legality.LEGAL
         out.append(asdict(CaseResult(case.name, op, domain, version, dtype, raw, legalized, declared,
                                      detail, legalized_detail)))
     return out
@@ -204,10 +206,10 @@ def probe(target_name: str, *, limit: int | None = None, names: list[str] | None
     results = [row for index in sorted(done) for row in done[index]]
     disagreements = []
     for r in results:
-        if r.declared in ("legal", "conditional") and r.raw in ("refused", "crash"):
+        if r.declared in (Legality.LEGAL, Legality.CONDITIONAL) and r.raw in ("refused", "crash"):
             disagreements.append({"case": r.case, "op": r.op, "kind": "declared supported, backend refuses",
                                   "detail": r.detail})
-        elif r.declared == "illegal" and r.raw == "pass":
+        elif r.declared == Legality.ILLEGAL and r.raw == "pass":
             disagreements.append({"case": r.case, "op": r.op, "kind": "declared unsupported, backend runs it",
                                   "detail": ""})
     unreachable = Counter(r.op for r in results if r.legalized != "pass")

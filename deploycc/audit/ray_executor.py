@@ -25,13 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.audit import device_task
-from deploycc.audit.cells import CellResult, CellSpec
+from deploycc.audit.isolate import WORKER
 from deploycc.errors import DeployccError, OptionError
 from deploycc.io import StagedDirectory, tar_folder
-from deploycc.taxonomy import CellStatus, Failure
+from deploycc.records.audit import CellResult, CellSpec
+from deploycc.results import from_dict
+from deploycc.taxonomy import CellStatus, Failure, Stage
 
 if TYPE_CHECKING:
-    from deploycc.audit.run import AuditOptions
+    from deploycc.records.audit import AuditOptions
 
 
 def _run_remote(spec_data: dict[str, Any], timeout: float, memory: int | None, worker: list[str]) -> dict:
@@ -39,8 +41,7 @@ def _run_remote(spec_data: dict[str, Any], timeout: float, memory: int | None, w
     as a tar (the node that ran it need not be the head)."""
     from deploycc.audit.isolate import run_isolated
 
-    spec_data["stages"] = tuple(spec_data["stages"])
-    spec = CellSpec(**spec_data)
+    spec = from_dict(CellSpec, spec_data)
     cell = run_isolated(spec, timeout=timeout, memory_limit=memory, worker=worker)
     workdir = Path(spec.workdir)
     bundled = spec.device_engine is not None and cell.status == CellStatus.LEGALIZED and \
@@ -68,7 +69,7 @@ def _connect(options: AuditOptions) -> Any:
 
 def _unschedulable(spec: CellSpec, resource: str) -> CellResult:
     hint = f"a device joins with ray start --resources='{{\"{resource}\": 1}}'"
-    return CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage="schedule",
+    return CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage=Stage.SCHEDULE,
                       category=Failure.UNSCHEDULABLE,
                       message=f"no node in the Ray cluster offers the resource '{resource}' ({hint})")
 
@@ -83,9 +84,9 @@ def on_device_cell(prepared: CellResult, workdir: Path, outcome: dict[str, Any],
                    stages: tuple[str, ...]) -> CellResult:
     """The cell after its bundle ran on the board: the board's result imported into the build
     directory, and the cell's status from it."""
-    from deploycc.pipeline.device import VERIFIED_ON_DEVICE, import_result
+    from deploycc.pipeline.device import import_result
 
-    cell = dataclasses.replace(prepared, details=dict(prepared.details), stage="device")
+    cell = dataclasses.replace(prepared, details=dict(prepared.details), stage=Stage.DEVICE)
     host = str(outcome.get("host", "the device"))
     cell.details["device_host"] = host
     if "error" in outcome:
@@ -101,20 +102,21 @@ def on_device_cell(prepared: CellResult, workdir: Path, outcome: dict[str, Any],
             cell.status, cell.category = CellStatus.FAILED, Failure.BACKEND_ERROR
             cell.message = f"the result from {host} was not imported: {error}"
             return cell
-    device = report["device"]
-    engine = " ".join(str(part) for part in (device.get("engine"), device.get("engine_version")) if part)
-    cell.details.update(build_status=report["status"], summary=report["summary"], device_engine=engine)
-    if device["status"] == VERIFIED_ON_DEVICE:
-        latency = device.get("latency") or {}
+    device = report.device
+    assert device is not None
+    engine = " ".join(str(part) for part in (device.engine, device.engine_version) if part)
+    cell.details.update(build_status=report.status, summary=report.summary, device_engine=engine)
+    if device.verified:
+        latency = device.latency or {}
         benched = "bench" in stages and bool(latency)
         cell.status = CellStatus.BENCHMARKED if benched else CellStatus.VERIFIED
-        cell.stage, cell.category, cell.message = "verify", None, f"verified on {host} with {engine}"
+        cell.stage, cell.category, cell.message = Stage.VERIFY, None, f"verified on {host} with {engine}"
         if latency.get("p50_ms") is not None:
             cell.details["p50_ms"] = latency["p50_ms"]
     else:
-        cell.status, cell.stage = CellStatus.FAILED, str(device.get("stage", "device"))
-        cell.category = Failure.NUMERIC_MISMATCH if cell.stage == "verify" else Failure.BACKEND_ERROR
-        cell.message = f"on {host} with {engine}: {device.get('reason', 'failed')}"
+        cell.status, cell.stage = CellStatus.FAILED, device.stage
+        cell.category = Failure.NUMERIC_MISMATCH if cell.stage == Stage.VERIFY else Failure.BACKEND_ERROR
+        cell.message = f"on {host} with {engine}: {'failed' if device.reason is None else device.reason}"
     return cell
 
 
@@ -133,14 +135,14 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions,
             done(key, _unschedulable(spec, spec.target))
             continue
         task = prepare.options(num_cpus=1)
-        futures[task.remote(asdict(spec), options.timeout, memory, list(options.worker))] = key
+        futures[task.remote(asdict(spec), options.timeout, memory, list(options.worker or WORKER))] = key
     while futures:
         ready, _ = ray.wait(list(futures), num_returns=1, timeout=options.timeout + 60)
         if not ready:
             for future, key in futures.items():
                 ray.cancel(future, force=True)
                 done(key, CellResult(model=specs[key].model, target=specs[key].target,
-                                     status=CellStatus.FAILED, stage="schedule", category=Failure.TIMEOUT,
+                                     status=CellStatus.FAILED, stage=Stage.SCHEDULE, category=Failure.TIMEOUT,
                                      message=f"the Ray task did not finish in {options.timeout + 60:.0f} s"))
             return
         for future in ready:
@@ -150,7 +152,7 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions,
             if key in prepared:
                 done(key, on_device_cell(prepared.pop(key), workdir, data, spec.stages))
                 continue
-            cell = CellResult(**data["cell"])
+            cell = from_dict(CellResult, data["cell"])
             if data["outputs"] is None:
                 done(key, cell)
                 continue

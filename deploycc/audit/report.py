@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from deploycc.audit.cells import HOST_SEGMENTS
-from deploycc.audit.records import TargetTally
+from deploycc.records.audit import HOST_SEGMENTS, TargetTally
 from deploycc.taxonomy import CellStatus, Failure
 
 if TYPE_CHECKING:
-    from deploycc.audit.cells import CellResult
-    from deploycc.audit.records import AuditReport
+    from deploycc.records.audit import AuditReport, CellResult
 
 COLOURS: dict[str, str] = {
     CellStatus.LEGAL_AS_EXPORTED: "#9be7a0", CellStatus.LEGALIZED: "#c8ecb0", CellStatus.BUILT: "#d8f0b8",

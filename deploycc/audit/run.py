@@ -14,47 +14,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.audit.cells import DEFAULT_STAGES, HOST_SEGMENTS, STAGES, CellResult, CellSpec
 from deploycc.audit.isolate import WORKER, run_isolated
-from deploycc.audit.records import AuditReport
 from deploycc.audit.report import summarize, write_reports
 from deploycc.audit.store import CellStore
 from deploycc.errors import OptionError
+from deploycc.records.audit import HOST_SEGMENTS, STAGES, AuditOptions, AuditReport, CellResult, CellSpec
 
 if TYPE_CHECKING:
     from deploycc.targets.schema import Target
-
-
-@dataclass
-class AuditOptions:
-    stages: tuple[str, ...] = DEFAULT_STAGES
-    jobs: int = 1
-    timeout: float = 600.0
-    memory_limit_mb: int | None = None
-    fresh: bool = False
-    batch: int | None = None
-    # The axes flags `build` takes, for every model (a model's hints may say otherwise): --shape
-    # (inputs a model lacks are skipped), --dynamic-batch MIN:OPT:MAX, --shape-range.
-    shapes: dict[str, list[int | str]] = field(default_factory=dict)
-    batch_range: tuple[int, int, int] | None = None
-    shape_ranges: dict[str, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
-    executor: str = "local"
-    ray_address: str | None = None
-    partition: bool = False  # refused models tried again with host segments (build stage)
-    precision: str | None = None  # None: each target's default; int8 calibrates on the hints' samples
-    max_drop: float = 0.01
-    metric: str = "auto"
-    # Ray executor, TensorRT cells: the runner on the board. "onnxruntime" stands ONNX Runtime in
-    # for TensorRT (a node without TensorRT checks the loop); python: the board's interpreter for
-    # the runner when not the Ray worker's own (the system Python that has JetPack's bindings).
-    device_engine: str = "tensorrt"
-    device_python: str | None = None
-    device_iterations: int = 200
-    worker: Sequence[str] = WORKER  # the cell process; tests substitute one that really crashes
 
 
 def discover(paths: Sequence[str | Path]) -> list[Path]:
@@ -250,7 +220,7 @@ def run_local(cells: list[tuple[str, CellSpec]], options: AuditOptions,
     memory = options.memory_limit_mb << 20 if options.memory_limit_mb else None
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         futures = {pool.submit(run_isolated, spec, timeout=options.timeout, memory_limit=memory,
-                               worker=options.worker): key for key, spec in cells}
+                               worker=options.worker or WORKER): key for key, spec in cells}
         for future in as_completed(futures):
             done(futures[future], future.result())
 

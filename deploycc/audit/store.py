@@ -7,11 +7,13 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from deploycc.audit.cells import CellResult
+from deploycc.records.audit import CellResult
+from deploycc.results import from_dict
+from deploycc.taxonomy import Failure
 
 # Outcomes that say more about the cluster at the time than about the model and the target: a
 # rerun (after a board joined, with a longer timeout) must try them again, not reuse them.
-TRANSIENT = frozenset({"unschedulable", "timeout"})
+TRANSIENT = frozenset({Failure.UNSCHEDULABLE, Failure.TIMEOUT})
 
 
 class CellStore:
@@ -27,7 +29,7 @@ class CellStore:
         if not path.is_file():
             return None
         try:
-            result = CellResult(**json.loads(path.read_text()))
+            result = from_dict(CellResult, json.loads(path.read_text()))
         except (ValueError, TypeError):
             return None  # a damaged record is recomputed, not trusted
         if result.category in TRANSIENT:

@@ -13,12 +13,22 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from deploycc.audit.cells import FROM_LEGALITY, CellResult, CellSpec
-from deploycc.taxonomy import CellStatus, Failure
+from deploycc.errors import PrecisionRefused
+from deploycc.records.audit import FROM_LEGALITY, HOST_SEGMENTS, CellResult, CellSpec
+from deploycc.results import from_dict
+from deploycc.taxonomy import BuildStatus, CellStatus, Failure, Precision, Severity, Stage
+
+if TYPE_CHECKING:
+    from deploycc.analysis.check import TargetVerdict
+    from deploycc.options import BuildOptions, LegalizeOptions
+    from deploycc.records.build import BuildReport
+    from deploycc.records.legalize import LegalizeReport
+    from deploycc.targets.schema import Target
 
 
-def _category(error: BaseException) -> str:
+def _category(error: BaseException) -> Failure:
     """The failure category of an exception that ended a cell (backend errors by default)."""
     from deploycc.errors import DynamicShapeError, ModelInputError
     from deploycc.passes.opset import OpsetConversionError
@@ -47,9 +57,7 @@ def _cause(summary: str, legalized) -> str:
 def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> None:
     """A model refused as a whole, built again with host segments: the cell says whether that
     deploys (chain verified on ORT, and on the engines where they build here)."""
-    from deploycc.audit.cells import HOST_SEGMENTS
     from deploycc.options import BuildOptions
-    from deploycc.pipeline.build import PENDING, VERIFIED
     from deploycc.pipeline.partition import build_partitioned
 
     report = build_partitioned(spec.model, target, Path(spec.workdir) / "partition",
@@ -60,7 +68,7 @@ def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> 
                                    "host_ops": sorted({op for s in report.segments if s["placement"] == "host"
                                                        for op in s["ops"]})}
     devices = sum(1 for s in report.segments if s["placement"] == "device")
-    if report.status in (VERIFIED, PENDING) and devices:
+    if report.status in (BuildStatus.VERIFIED, BuildStatus.PENDING_ON_DEVICE) and devices:
         result.status = HOST_SEGMENTS
         result.message = f"{report.summary} (refused as a whole: {result.message})"
 
@@ -90,7 +98,7 @@ def _legalize_options(spec: CellSpec, target, inputs: set[str]):
         target.shapes.policy == "static"
     static = {name: [int(d) for d in dims] for name, dims in spec.shapes.items()
               if all(isinstance(d, int) for d in dims) and name in inputs}
-    return LegalizeOptions(batch=spec.batch, verify="verify" in spec.stages,
+    return LegalizeOptions(batch=spec.batch, verify=Stage.VERIFY in spec.stages,
                            shapes={**(hinted if fix_axes else {}), **fixed},
                            inputs=Path(spec.inputs) if spec.inputs else None, sample_shapes=static)
 
@@ -111,114 +119,159 @@ def in_audit_words(text: str) -> str:
     return text
 
 
+# How a build's end counts in the audit: (build status, stage reached) -> (the cell's status, its
+# stage, why it failed); None for the stage keeps the build's. Two words of the build's own win
+# over a row's failure: the backend's category over backend-error, and the check's category (why
+# the model as exported was refused) over unsupported-op. A build that failed at verify without a
+# comparison (the engine refused the inputs, or the reference run failed) reads as the build row.
+BUILD_TO_CELL: dict[tuple[BuildStatus, Stage], tuple[CellStatus, Stage | None, Failure | None]] = {
+    (BuildStatus.VERIFIED, Stage.DONE): (CellStatus.VERIFIED, Stage.VERIFY, None),
+    (BuildStatus.PENDING_ON_DEVICE, Stage.DONE): (CellStatus.LEGALIZED, Stage.BUILD, None),
+    **{(BuildStatus.NEEDS_INPUTS, stage): (CellStatus.FAILED, Stage.VERIFY, Failure.NEEDS_INPUTS)
+       for stage in Stage},
+    (BuildStatus.FAILED, Stage.LEGALIZE): (CellStatus.FAILED, None, Failure.UNSUPPORTED_OP),
+    (BuildStatus.FAILED, Stage.QUANTIZE): (CellStatus.FAILED, None, Failure.UNSUPPORTED_OP),
+    (BuildStatus.FAILED, Stage.BUILD): (CellStatus.FAILED, None, Failure.BACKEND_ERROR),
+    (BuildStatus.FAILED, Stage.VERIFY): (CellStatus.FAILED, None, Failure.NUMERIC_MISMATCH),
+}
+PENDING_MESSAGE = "engine pending on the device (device bundle written)"
+
+
+def _check(result: CellResult, verdict: TargetVerdict) -> None:
+    """The model as exported, judged: legal, or why not (the first refusal's category)."""
+    result.legal_as_exported = verdict.legal
+    result.blocking_ops = sorted({g.op for g in verdict.illegal})
+    result.status = CellStatus.LEGAL_AS_EXPORTED if verdict.legal else CellStatus.FAILED
+    if verdict.legal:
+        return
+    first = verdict.illegal[0] if verdict.illegal else None
+    if first is not None:
+        result.category = FROM_LEGALITY.get(first.category, Failure.UNSUPPORTED_OP)
+        result.message = first.reason
+    else:
+        findings = [f for f in verdict.graph_findings if f.severity == Severity.ILLEGAL]
+        result.category = FROM_LEGALITY.get(findings[0].category, Failure.DTYPE) if findings \
+            else Failure.DTYPE
+        result.message = "; ".join(f.message for f in findings)
+
+
+def _build_options(spec: CellSpec, options: LegalizeOptions) -> BuildOptions:
+    from deploycc.options import BuildOptions, QuantizeOptions
+
+    quantize = QuantizeOptions(calibration=Path(spec.calibration) if spec.calibration else None,
+                               max_drop=spec.max_drop, metric=spec.metric)
+    return BuildOptions(
+        legalize=options, bench=Stage.BENCH in spec.stages, force=True,
+        bundle_only=spec.device_engine is not None, precision=spec.precision, quantize=quantize,
+        batch_range=tuple(spec.batch_range) if spec.batch_range else None,  # type: ignore[arg-type]
+        shape_ranges={name: (list(low), list(opt), list(high))
+                      for name, (low, opt, high) in spec.shape_ranges.items()})
+
+
+def _refused_before_building(spec: CellSpec, target: Target, options: BuildOptions,
+                             result: CellResult) -> bool:
+    """A precision the target lacks (the build's own refusal), or int8 without samples: the cell
+    fails before any work, and says how."""
+    from deploycc.pipeline.build import resolve_precision
+
+    try:
+        precision, _ = resolve_precision(options, target)
+    except PrecisionRefused as refused:
+        result.status, result.category = CellStatus.FAILED, Failure.PRECISION
+        result.message = f"no {refused.precision} on {target.name}: {refused.reason} (use {refused.instead})"
+        return True
+    if precision == Precision.INT8 and options.quantize.calibration is None:
+        result.status, result.category = CellStatus.FAILED, Failure.NEEDS_INPUTS
+        result.message = ("no calibration samples for int8: name a folder of .npz samples as "
+                          '"calibration" in the model\'s hints file')
+        return True
+    return False
+
+
+def _from_build(result: CellResult, report: BuildReport, spec: CellSpec, target: Target,
+                options: LegalizeOptions) -> None:
+    """The cell as its build ended (BUILD_TO_CELL), with what the build found."""
+    legalized = report.legalize
+    result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
+    result.details = {"build_status": report.status, "summary": report.summary}
+    if report.shapes is not None and report.shapes.inputs:
+        result.details["shapes"] = report.shapes.line()
+    if report.quantization is not None:
+        quantized = report.quantization
+        result.details["int8"] = {
+            "decision": quantized.decision, "reason": quantized.reason, "metric": quantized.metric,
+            "drop": quantized.drop, "within_budget": quantized.within_budget,
+            "faster": quantized.faster, "speed": quantized.speed_text,
+            "kept_float": len(quantized.kept_float)}
+    reached = report.stage
+    if report.status == BuildStatus.FAILED and reached == Stage.VERIFY and report.verification is None:
+        reached = Stage.BUILD
+    status, stage, failure = BUILD_TO_CELL[(report.status, reached)]
+    if failure == Failure.BACKEND_ERROR:
+        failure = report.failure_category or failure
+    elif failure == Failure.UNSUPPORTED_OP:
+        failure = result.category or failure
+    result.status, result.stage, result.category = status, stage or report.stage, failure
+    if report.status == BuildStatus.VERIFIED:
+        if Stage.BENCH in spec.stages and report.benchmark:
+            result.status = CellStatus.BENCHMARKED
+        result.message = ""
+        if report.benchmark is not None:
+            result.details["p50_ms"] = report.benchmark.p50_ms
+    elif report.status == BuildStatus.PENDING_ON_DEVICE:
+        result.message = PENDING_MESSAGE
+    elif report.status == BuildStatus.NEEDS_INPUTS:
+        result.message = report.summary
+    else:
+        result.message = _cause(report.summary, legalized)
+        # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
+        result.regressed = bool(result.legal_as_exported) and report.stage == Stage.LEGALIZE and \
+            not (legalized is not None and legalized.as_exported)
+        if (spec.partition or target.mode == "partition") and report.stage == Stage.LEGALIZE:
+            _with_host_segments(spec, target, options, result)
+
+
+def _from_legalize(result: CellResult, report: LegalizeReport) -> None:
+    """The cell as legalization alone ended (no build stage asked)."""
+    result.rules = sorted({r.rule for r in report.rewrites})
+    if report.success:
+        result.status, result.category, result.message = CellStatus.LEGALIZED, None, ""
+        return
+    result.status = CellStatus.FAILED
+    verification = report.verification
+    if verification is not None and verification.needs_inputs:
+        result.category = Failure.NEEDS_INPUTS
+    elif verification is not None and not verification.passed:
+        result.category = Failure.NUMERIC_MISMATCH
+    else:
+        result.category = result.category or Failure.UNSUPPORTED_OP
+    result.message = _cause(report.summary, report)
+    result.regressed = bool(result.legal_as_exported) and \
+        result.category != Failure.NEEDS_INPUTS and not report.as_exported
+
+
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
-    from deploycc.options import BuildOptions, QuantizeOptions
-    from deploycc.pipeline.build import NEEDS_INPUTS, PENDING, VERIFIED, build
+    from deploycc.pipeline.build import build
     from deploycc.pipeline.legalize import legalize
     from deploycc.targets.registry import resolve
 
     started = time.perf_counter()
-    result = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage="check")
+    result = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage=Stage.CHECK)
     try:
         target = resolve(spec.target, spec.jetpack)
-        verdict = check_model(spec.model, [target]).targets[0]
-        result.legal_as_exported = verdict.legal
-        result.blocking_ops = sorted({g.op for g in verdict.illegal})
-        result.status = CellStatus.LEGAL_AS_EXPORTED if verdict.legal else CellStatus.FAILED
-        if not verdict.legal:
-            first = verdict.illegal[0] if verdict.illegal else None
-            if first is not None:
-                result.category = FROM_LEGALITY.get(first.category, Failure.UNSUPPORTED_OP)
-                result.message = first.reason
-            else:
-                findings = [f for f in verdict.graph_findings if f.severity == "illegal"]
-                result.category = FROM_LEGALITY.get(findings[0].category, Failure.DTYPE) if findings \
-                    else Failure.DTYPE
-                result.message = "; ".join(f.message for f in findings)
-        stages = spec.stages
+        _check(result, check_model(spec.model, [target]).targets[0])
         options = _legalize_options(spec, target, _input_names(spec.model))
-        if "build" in stages:
-            result.stage = "build"
-            quantize = QuantizeOptions(calibration=Path(spec.calibration) if spec.calibration else None,
-                                       max_drop=spec.max_drop, metric=spec.metric)
-            refused = target.precision.refusal(spec.precision) if spec.precision else None
-            if refused is not None:
-                result.status, result.category = CellStatus.FAILED, Failure.PRECISION
-                result.message = f"no {spec.precision} on {target.name}: {refused[0]} (use {refused[1]})"
+        if Stage.BUILD in spec.stages:
+            result.stage = Stage.BUILD
+            build_options = _build_options(spec, options)
+            if _refused_before_building(spec, target, build_options, result):
                 return _timed(result, started)
-            if spec.precision == "int8" and quantize.calibration is None:
-                result.status, result.category = CellStatus.FAILED, Failure.NEEDS_INPUTS
-                result.message = ("no calibration samples for int8: name a folder of .npz samples as "
-                                  '"calibration" in the model\'s hints file')
-                return _timed(result, started)
-
-            report = build(spec.model, target, Path(spec.workdir), BuildOptions(
-                legalize=options, bench="bench" in stages, force=True,
-                bundle_only=spec.device_engine is not None, precision=spec.precision, quantize=quantize,
-                batch_range=tuple(spec.batch_range) if spec.batch_range else None,  # type: ignore[arg-type]
-                shape_ranges={name: (list(low), list(opt), list(high))
-                              for name, (low, opt, high) in spec.shape_ranges.items()}))
-            result.details = {}
-            legalized = report.legalize
-            result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
-            result.details.update({"build_status": report.status, "summary": report.summary})
-            if report.shapes is not None and report.shapes.inputs:
-                result.details["shapes"] = report.shapes.line()
-            if report.quantization is not None:
-                quantized = report.quantization
-                result.details["int8"] = {
-                    "decision": quantized.decision, "reason": quantized.reason, "metric": quantized.metric,
-                    "drop": quantized.drop, "within_budget": quantized.within_budget,
-                    "faster": quantized.faster, "speed": quantized.speed_text,
-                    "kept_float": len(quantized.kept_float)}
-            if report.status == VERIFIED:
-                benched = "bench" in stages and report.benchmark
-                result.status = CellStatus.BENCHMARKED if benched else CellStatus.VERIFIED
-                result.stage, result.category, result.message = "verify", None, ""
-                if report.benchmark is not None:
-                    result.details["p50_ms"] = report.benchmark.p50_ms
-            elif report.status == PENDING:
-                result.status, result.stage, result.category = CellStatus.LEGALIZED, "build", None
-                result.message = "engine pending on the device (device bundle written)"
-            elif report.status == NEEDS_INPUTS:
-                result.status, result.stage = CellStatus.FAILED, "verify"
-                result.category = Failure.NEEDS_INPUTS
-                result.message = report.summary
-            else:
-                result.status, result.stage = CellStatus.FAILED, report.stage
-                ran = report.verification is not None
-                if report.stage == "verify" and ran:
-                    result.category = Failure.NUMERIC_MISMATCH
-                elif report.stage in ("build", "verify"):  # built, and then refused the inputs
-                    result.category = report.failure_category or Failure.BACKEND_ERROR
-                else:
-                    result.category = result.category or Failure.UNSUPPORTED_OP
-                result.message = _cause(report.summary, legalized)
-                # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
-                result.regressed = bool(result.legal_as_exported) and report.stage == "legalize" and \
-                    not (legalized is not None and legalized.as_exported)
-                if (spec.partition or target.mode == "partition") and report.stage == "legalize":
-                    _with_host_segments(spec, target, options, result)
-        elif "legalize" in stages:
-            result.stage = "legalize"
-            report_l = legalize(spec.model, target, options)
-            result.rules = sorted({r.rule for r in report_l.rewrites})
-            if report_l.success:
-                result.status, result.category, result.message = CellStatus.LEGALIZED, None, ""
-            else:
-                result.status = CellStatus.FAILED
-                verification = report_l.verification
-                failed_verify = verification is not None and not verification.passed
-                if verification is not None and verification.needs_inputs:
-                    result.category = Failure.NEEDS_INPUTS
-                elif failed_verify:
-                    result.category = Failure.NUMERIC_MISMATCH
-                else:
-                    result.category = result.category or Failure.UNSUPPORTED_OP
-                result.message = _cause(report_l.summary, report_l)
-                result.regressed = bool(result.legal_as_exported) and \
-                    result.category != Failure.NEEDS_INPUTS and not report_l.as_exported
+            report = build(spec.model, target, Path(spec.workdir), build_options)
+            _from_build(result, report, spec, target, options)
+        elif Stage.LEGALIZE in spec.stages:
+            result.stage = Stage.LEGALIZE
+            _from_legalize(result, legalize(spec.model, target, options))
     except BaseException as error:  # every failure is a cell result, never a dead worker
         if isinstance(error, KeyboardInterrupt):
             raise
@@ -236,9 +289,7 @@ def _timed(result: CellResult, started: float) -> CellResult:
 
 
 def main() -> None:
-    payload = json.loads(sys.stdin.read())
-    payload["stages"] = tuple(payload["stages"])
-    cell = run_cell(CellSpec(**payload))
+    cell = run_cell(from_dict(CellSpec, json.loads(sys.stdin.read())))
     sys.stdout.write("\n" + json.dumps(asdict(cell)) + "\n")
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import DeployccError
+from deploycc.taxonomy import Failure, Precision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,12 +23,12 @@ if TYPE_CHECKING:
 class BackendError(DeployccError):
     """The backend refused or failed to build or run: exit 1, the stage is named. `stage` is
     "run" when a built engine failed on the inputs it was given; `category` is an audit failure
-    category when the backend knows better than "backend-error" (e.g. "dynamic-shape")."""
+    category when the backend knows better than "backend-error" (e.g. dynamic-shape)."""
 
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None, stage: str = "build",
-                 category: str | None = None) -> None:
+                 category: Failure | None = None) -> None:
         super().__init__(message, hint)
         self.stage = stage
         self.category = category
@@ -54,7 +55,7 @@ class BuildRequest:
     model: Path  # the legalized ONNX model
     outdir: Path  # where the artifact goes (the staging directory)
     target: Target
-    precision: str
+    precision: Precision
     artifact_format: str = "onnx"  # ORT: "onnx" (optimized ONNX) or "ort" (ORT format)
     profiles: list[Profile] = field(default_factory=list)
     dla_core: int | None = None
@@ -71,7 +72,8 @@ class BuildRequest:
 
     @property
     def implicit_int8(self) -> bool:
-        return self.precision == "int8" and self.dla_core is not None and self.calibration_cache is not None
+        return self.precision == Precision.INT8 and self.dla_core is not None and \
+            self.calibration_cache is not None
 
 
 @dataclass
@@ -133,7 +135,7 @@ class Backend(ABC):
         """Complete a build request from the user's options (profiles, caches); most need nothing."""
 
     def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],  # noqa: B027
-                      outputs: dict[str, np.ndarray], precision: str, described: str) -> None:
+                      outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
         """Give an artifact built on the device what the board needs to judge it: the inputs and
         the original model's outputs (a bundle's reference data); most artifacts need nothing."""
 

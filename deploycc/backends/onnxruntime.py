@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest, Placement, Runner
+from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
     from deploycc.targets.schema import Target
@@ -97,7 +98,8 @@ class OnnxRuntimeBackend(Backend):
     def build(self, request: BuildRequest) -> Artifact:
         import onnxruntime as ort
 
-        if request.precision not in ("fp32", "int8"):  # int8: the model is a Q/DQ model (quantize/)
+        # int8: the model is a Q/DQ model (quantize/)
+        if request.precision not in (Precision.FP32, Precision.INT8):
             raise BackendError(f"precision {request.precision} is not built for {request.target.name} yet: "
                                "ORT CPU runs the model in the precision it was exported in",
                                hint="export the model in that precision, or use --precision fp32")

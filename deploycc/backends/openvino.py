@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest, Placement, Runner
+from deploycc.taxonomy import Failure, Precision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from deploycc.targets.schema import Target
 
 # int8: NNCF's model (quantize/), its float parts pinned to f32 as in an fp32 build
-INFERENCE_PRECISION = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "f32"}
+INFERENCE_PRECISION = {Precision.FP32: "f32", Precision.FP16: "f16", Precision.BF16: "bf16",
+                       Precision.INT8: "f32"}
 
 
 def default_cache_dir() -> Path:
@@ -45,7 +47,7 @@ def _compile_error(core: Any, xml: Path, error: RuntimeError) -> BackendError:
     if dynamic:
         return BackendError(f"OpenVINO cannot compile this graph while its dims are dynamic ({detail})",
                             hint="fix the dynamic dims: --batch N, or --shape NAME:DIMS per input",
-                            stage="load", category="dynamic-shape")
+                            stage="load", category=Failure.DYNAMIC_SHAPE)
     return BackendError(f"OpenVINO cannot compile this graph: {detail}", stage="load")
 
 
@@ -56,7 +58,7 @@ def _conversion_error(message: str) -> BackendError:
         return BackendError(f"OpenVINO's ONNX frontend cannot type this graph while its dims are dynamic "
                             f"({last.lstrip('- ')}): a tensor's rank depends on an input dim",
                             hint="fix the dynamic dims with --batch N or --shape NAME:DIMS",
-                            category="dynamic-shape")
+                            category=Failure.DYNAMIC_SHAPE)
     return BackendError(f"openvino conversion failed: {last}")
 
 
@@ -184,7 +186,7 @@ class OpenVinoBackend(Backend):
         # (saving it again would write over the weights file read_model has just mapped).
         if request.model.resolve() != xml.resolve():
             # save_model compresses weights to fp16 by default; only do it when fp16 was asked for
-            ov.save_model(model, str(xml), compress_to_fp16=request.precision == "fp16")
+            ov.save_model(model, str(xml), compress_to_fp16=request.precision == Precision.FP16)
         device = request.target.device.kind
         placement = self.placement(model, device)
         if placement.unsupported:
@@ -195,14 +197,14 @@ class OpenVinoBackend(Backend):
                                f"{' while dims are dynamic' if dynamic else ''}: "
                                f"{', '.join(placement.unsupported[:5])}",
                                hint="fix the dynamic dims: --batch N, or --shape NAME:DIMS per input"
-                               if dynamic else None, category="dynamic-shape" if dynamic else None)
+                               if dynamic else None, category=Failure.DYNAMIC_SHAPE if dynamic else None)
         if request.fail_on_fallback and placement.fallback:
             raise BackendError(f"{len(placement.fallback)} op(s) fall back from {device}")
         return Artifact(kind="openvino-ir", files=["model.xml", "model.bin"],
                         settings={"device": device,
                                   "compile": {k: v for k, v in compile_config(request).items()
                                               if k != "CACHE_DIR"},  # a path of this machine
-                                  "compress_to_fp16": request.precision == "fp16"},
+                                  "compress_to_fp16": request.precision == Precision.FP16},
                         placement=placement)
 
     @staticmethod

@@ -22,6 +22,7 @@ from deploycc.bench.memory import MemoryReport, RssPeak, Tegrastats, nvml_proces
 from deploycc.bench.shared_inputs import shared_dims, signature
 from deploycc.errors import OptionError
 from deploycc.results import Result
+from deploycc.taxonomy import BuildStatus, Precision
 
 if TYPE_CHECKING:
     from deploycc.backends.base import Runner
@@ -138,19 +139,19 @@ def open_subject(path: Path, target: Target | None) -> Subject:
         if "segments" in report:  # `build --partition`: the chain of segments
             return _chain_subject(path, report, target)
         artifact = report.get("artifact")
-        if report.get("status") != "verified" or not artifact:
+        if report.get("status") != BuildStatus.VERIFIED or not artifact:
             raise OptionError(f"{path}: the build is {report.get('status')}; nothing to bench here",
                               hint="a pending TensorRT engine is built and benched on the device")
         built_target = registry.resolve(report["target"])
         if target is not None and target.name != built_target.name:
             raise OptionError(f"{path} was built for {built_target.name}, not {target.name}")
-        return _build_subject(path, built_target, artifact, report["precision"])
+        return _build_subject(path, built_target, artifact, Precision(report["precision"]))
     if target is None:
         target = registry.resolve("ort-cpu")
     return _model_subject(path, target)
 
 
-def _build_subject(path: Path, target: Target, artifact: dict[str, Any], precision: str) -> Subject:
+def _build_subject(path: Path, target: Target, artifact: dict[str, Any], precision: Precision) -> Subject:
     from deploycc.backends.base import Artifact, BuildRequest
     from deploycc.backends.registry import get_backend
 
@@ -173,7 +174,7 @@ def _chain_subject(path: Path, report: dict[str, Any], target: Target | None) ->
     from deploycc.runtime import load_built_chain
     from deploycc.targets import registry
 
-    if report.get("status") != "verified":
+    if report.get("status") != BuildStatus.VERIFIED:
         raise OptionError(f"{path}: the partitioned build is {report.get('status')}; nothing to bench here",
                           hint="a pending TensorRT segment is built and benched on the device")
     built_target = registry.resolve(report["target"])
@@ -181,7 +182,8 @@ def _chain_subject(path: Path, report: dict[str, Any], target: Target | None) ->
         raise OptionError(f"{path} was built for {built_target.name}, not {target.name}")
 
     def make(threads: int | None) -> Runner:
-        return load_built_chain(path, built_target, report["precision"], threads)  # type: ignore[return-value]
+        return load_built_chain(path, built_target, Precision(report["precision"]),  # type: ignore[return-value]
+                                threads)
 
     devices = sum(1 for s in report["segments"] if s["placement"] == "device")
     return Subject(str(path), "build", built_target,

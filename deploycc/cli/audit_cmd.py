@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from deploycc.audit.cells import DEFAULT_STAGES, STAGES
 from deploycc.cli import emit
+from deploycc.cli.build_cmd import PRECISION_CHOICE
+from deploycc.records.audit import DEFAULT_STAGES, STAGES, AuditOptions
 
 
 @click.command("audit")
@@ -30,7 +31,7 @@ from deploycc.cli import emit
 @click.option("--partition", is_flag=True,
               help="Try each model refused as a whole again with host segments (counted apart).")
 @click.option("--jetpack", help="Resolve Jetson targets at this JetPack release.")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
+@click.option("--precision", type=PRECISION_CHOICE,
               help="Build in this precision (default: each target's); int8 calibrates on the samples a "
                    "model's hints file names as \"calibration\".")
 @click.option("--max-drop", type=float, default=0.01, show_default=True, help="int8: the accuracy budget.")
@@ -54,21 +55,22 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
     from pathlib import Path
 
     from deploycc import api
-    from deploycc.audit.run import AuditOptions
-    from deploycc.cli.build_cmd import parse_batch_range, parse_shape_range
+    from deploycc.cli.build_cmd import as_precision, parse_batch_range, parse_shape_range
     from deploycc.passes.axes import parse_shape
     from deploycc.report import console
+    from deploycc.report.progress import progress_bar
     from deploycc.taxonomy import CellStatus
 
     options = AuditOptions(stages=tuple(s.strip() for s in stages.split(",") if s.strip()), jobs=jobs,
                            timeout=timeout, memory_limit_mb=memory_limit_mb, fresh=fresh, batch=batch,
                            executor=executor, ray_address=ray_address, partition=partition,
-                           device_engine=device_engine, device_python=device_python, precision=precision,
+                           device_engine=device_engine, device_python=device_python,
+                           precision=as_precision(precision),
                            max_drop=max_drop, metric=metric,
                            batch_range=parse_batch_range(batch_range) if batch_range else None,
                            shapes=dict(parse_shape(text) for text in shapes),
                            shape_ranges=dict(parse_shape_range(text) for text in shape_range))
-    with console.progress_bar("auditing", quiet=as_json) as update:
+    with progress_bar("auditing", quiet=as_json) as update:
         def progress(counts, total) -> None:
             update(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",
                    sum(counts.values()), total)

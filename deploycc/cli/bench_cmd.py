@@ -45,12 +45,13 @@ def bench_command(ctx: click.Context, subject: str, target: str | None, jetpack:
     from deploycc import api
     from deploycc.bench.run import BenchOptions
     from deploycc.report import console
+    from deploycc.report.progress import progress_bar
 
     if iterations is not None and duration is not None:
         raise OptionError("give --iterations or --duration, not both")
     options = BenchOptions(warmup=warmup, iterations=iterations, duration=duration,
                            batches=_batches(batch_sizes), threads=threads, streams=streams,
                            compare_to=Path(compare_to) if compare_to else None)
-    with console.progress_bar("benchmarking", quiet=as_json) as update:
+    with progress_bar("benchmarking", quiet=as_json) as update:
         report = api.bench(subject, target, options, jetpack=jetpack, progress=update)
     emit(report, as_json, console.render_bench)

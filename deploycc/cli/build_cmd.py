@@ -14,6 +14,15 @@ from deploycc.cli import emit
 from deploycc.cli.legalize_cmd import options_from_flags, pipeline_options
 from deploycc.errors import OptionError
 from deploycc.options import BuildOptions, QuantizeOptions
+from deploycc.taxonomy import Precision
+
+# The precisions a build takes on the command line; the flag's string becomes a Precision here.
+PRECISION_CHOICE = click.Choice([p.value for p in (Precision.FP32, Precision.FP16, Precision.BF16,
+                                                   Precision.INT8)])
+
+
+def as_precision(name: str | None) -> Precision | None:
+    return None if name is None else Precision(name)
 
 
 def parse_batch_range(text: str) -> tuple[int, int, int]:
@@ -48,8 +57,7 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
               help="Output directory (default: MODEL's stem.TARGET here; refused if it exists, "
                    "unless --force).")
 @click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
-              help="Engine precision (default: the target's).")
+@click.option("--precision", type=PRECISION_CHOICE, help="Engine precision (default: the target's).")
 @click.option("--calibration", type=click.Path(path_type=Path),
               help="int8: a folder of .npz samples keyed by input name, to calibrate on.")
 @click.option("--validation", type=click.Path(path_type=Path),
@@ -96,9 +104,10 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
     made legal, built or verified (report.md says which stage and why), 2 on bad input or options.
     """
     from deploycc.report import console
+    from deploycc.report.progress import progress_status
 
     options = BuildOptions(
-        legalize=options_from_flags(dynamic_batch=False, **flags), precision=precision,
+        legalize=options_from_flags(dynamic_batch=False, **flags), precision=as_precision(precision),
         artifact_format=artifact_format, fail_on_fallback=fail_on_fallback,
         batch_range=parse_batch_range(batch_range) if batch_range else None,
         shape_ranges=dict(parse_shape_range(text) for text in shape_range), dla_core=dla_core,
@@ -116,12 +125,12 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
     if partition:
         if engine_only:
             raise OptionError("--partition and --engine-only do not go together")
-        with console.progress_status("building segments", quiet=as_json):
+        with progress_status("building segments", quiet=as_json):
             report = api.build_partitioned(model, target, Path(outdir) if outdir else None, options,
                                            jetpack=jetpack, min_segment_nodes=min_segment_nodes)
         render: Callable[[Any], None] = console.render_partition
     else:
-        with console.progress_status("building", quiet=as_json) as update:
+        with progress_status("building", quiet=as_json) as update:
             report = api.build(model, target, Path(outdir) if outdir else None, options, jetpack=jetpack,
                                progress=update)
         render = console.render_build

@@ -25,11 +25,11 @@ def import_command(ctx: click.Context, outdir: Path, result: Path) -> None:
     Exit code 0 when the engine was verified on the device, 1 when it failed there, 2 when the
     result is unreadable or from another bundle (the directory is left as it was).
     """
-    from deploycc.pipeline.device import VERIFIED_ON_DEVICE, import_result
+    from deploycc.pipeline.device import import_result
 
     report = import_result(outdir, result)
-    click.echo(f"{report['status']}: {report['summary']}")
-    ctx.exit(0 if report["status"] == VERIFIED_ON_DEVICE else 1)
+    click.echo(f"{report.status}: {report.summary}")
+    ctx.exit(report.exit_code)
 
 
 @device_command.command("run")
@@ -51,11 +51,11 @@ def run_command(ctx: click.Context, outdir: Path, host: str, port: int | None, i
     device, 1 failed there (or the run left no result), 2 when the host cannot be reached or
     OUTDIR has no bundle.
     """
-    from deploycc.pipeline.device import VERIFIED_ON_DEVICE, import_result
+    from deploycc.pipeline.device import import_result
     from deploycc.pipeline.remote import Remote, run_on_board
 
     remote = Remote(host, port, identity, list(ssh_option))
     result = run_on_board(outdir, remote, python=python, engine=engine, iterations=iterations)
     report = import_result(outdir, result)
-    click.echo(f"{report['status']}: {report['summary']}")
-    ctx.exit(0 if report["status"] == VERIFIED_ON_DEVICE else 1)
+    click.echo(f"{report.status}: {report.summary}")
+    ctx.exit(report.exit_code)

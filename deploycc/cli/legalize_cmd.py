@@ -118,6 +118,7 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
     illegal or verification fails (nothing is written then), 2 on bad input or options.
     """
     from deploycc.report import console
+    from deploycc.report.progress import progress_status
 
     options = options_from_flags(**flags)
     if partition:
@@ -126,14 +127,14 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
 
         if output is None:
             raise OptionError("--partition writes a directory", hint="pass -o OUTDIR")
-        with console.progress_status("partitioning", quiet=as_json):
+        with progress_status("partitioning", quiet=as_json):
             split = api.build_partitioned(model, target, Path(output),
                                           BuildOptions(legalize=options, bench=False, force=force),
                                           jetpack=jetpack,
                                           build_engines=False)
         emit(split, as_json, console.render_partition)
         ctx.exit(split.exit_code)
-    status = console.progress_status("legalizing", quiet=as_json)
+    status = progress_status("legalizing", quiet=as_json)
     with status as update:
         report = api.legalize(model, target, output, options, jetpack=jetpack, progress=update, force=force)
     if report_path:

@@ -28,13 +28,13 @@ def probe_command(target: str, output: str | None, limit: int | None, cases: tup
     from deploycc.backends.registry import get_backend
     from deploycc.errors import OptionError
     from deploycc.io import write_text_atomic
-    from deploycc.report import console
+    from deploycc.report.progress import progress_bar
 
     resolved = api.get_target(target)
     if get_backend(resolved.backend.kind).builds_on_device:
         raise OptionError(f"probe runs the cases on the backend itself; {resolved.name} needs TensorRT on "
                           "the device", hint="run deploycc probe on the device")
-    with console.progress_bar(f"probing {resolved.name}", quiet=as_json) as update:
+    with progress_bar(f"probing {resolved.name}", quiet=as_json) as update:
         def finished(op: str, results: list, done: int, total: int) -> None:
             # off a terminal, where the bar is silent: a line per op (a full run has ~1,900 cases)
             failing = [r.case for r in results if r.legalized != "pass"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc.dtypes import type_name
 from deploycc.legality import onnx_schemas as schemas
 from deploycc.legality import predicates
-from deploycc.taxonomy import Refusal
+from deploycc.taxonomy import Condition, Legality, Refusal
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -26,12 +26,10 @@ if TYPE_CHECKING:
 # The fixed taxonomy of reasons a node is refused (audits reuse it).
 CATEGORIES = tuple(Refusal)
 
-LEGAL = "legal"
-ILLEGAL = "illegal"
-CONDITIONAL = "conditional"
-# The condition on a function op the target has no kernel for; deploycc expands such bodies
-# itself (rules/functions.py) rather than trust the runtime's copy of onnx to know the op.
-RUNTIME_EXPANDS = "expanded into its ONNX function body by the runtime"
+# How each condition deploycc acts on reads in a verdict. RUNTIME_EXPANDS is the condition on a
+# function op the target has no kernel for; deploycc expands such bodies itself
+# (rules/functions.py) rather than trust the runtime's copy of onnx to know the op.
+CONDITION_TEXT = {Condition.RUNTIME_EXPANDS: "expanded into its ONNX function body by the runtime"}
 
 
 @dataclass(frozen=True)
@@ -47,19 +45,24 @@ class NodeVerdict:
     op: str
     domain: str
     graph: str
-    status: str = LEGAL
+    status: Legality = Legality.LEGAL
     reasons: list[Reason] = field(default_factory=list)
-    conditions: list[str] = field(default_factory=list)
+    conditions: list[str] = field(default_factory=list)  # as the reports say them
+    acted_on: set[Condition] = field(default_factory=set)  # those among them deploycc acts on
     dla: str | None = None
 
     def refuse(self, category: str, summary: str, detail: str = "") -> None:
-        self.status = ILLEGAL
+        self.status = Legality.ILLEGAL
         self.reasons.append(Reason(category, summary, detail))
 
-    def allow_if(self, condition: str) -> None:
+    def allow_if(self, condition: str | Condition) -> None:
+        """Legal only if `condition` holds: a sentence, or a Condition deploycc acts on."""
+        if isinstance(condition, Condition):
+            self.acted_on.add(condition)
+            condition = CONDITION_TEXT[condition]
         self.conditions.append(condition)
-        if self.status == LEGAL:
-            self.status = CONDITIONAL
+        if self.status == Legality.LEGAL:
+            self.status = Legality.CONDITIONAL
 
 
 def _values_bound(node: ir.Node, schema: Any, constraint: str) -> list[ir.Value]:
@@ -92,7 +95,7 @@ class ConversionTarget:
     def accepts(self, model_opsets: dict[str, int], graph: str = "main") -> Callable[[ir.Node], bool]:
         """What a rule asks of the node it would write (compute-wider's op in the wider type): that
         this target does not refuse it. The legalize pass and `check --explain` ask the same."""
-        return lambda node: self.judge(node, model_opsets, graph).status != ILLEGAL
+        return lambda node: self.judge(node, model_opsets, graph).status != Legality.ILLEGAL
 
     def judge(self, node: ir.Node, model_opsets: dict[str, int], graph: str = "main") -> NodeVerdict:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
@@ -134,13 +137,13 @@ class ConversionTarget:
         dtype = type_name(first) if first is not None else None
         numpy_names = {"float32": "float32", "float64": "float64", "float16": "float16", "bool": "bool"}
         found = self.probed.get(f"{domain}|{node.op_type}|{version}|{numpy_names.get(dtype or '', dtype)}")
-        if found == "fail" and verdict.status != ILLEGAL:
+        if found == "fail" and verdict.status != Legality.ILLEGAL:
             verdict.refuse(Refusal.UNSUPPORTED_OP,
                            f"{node.op_type}-{version} on {dtype} failed when probed on {self.product}")
-        elif found == "pass" and verdict.status == ILLEGAL and \
+        elif found == "pass" and verdict.status == Legality.ILLEGAL and \
                 all(r.category in (Refusal.UNSUPPORTED_OP, Refusal.OPSET, Refusal.DTYPE)
                     for r in verdict.reasons):
-            verdict.status, verdict.reasons = CONDITIONAL, []
+            verdict.status, verdict.reasons = Legality.CONDITIONAL, []
             verdict.conditions.append(f"ran when probed on {self.product}")
 
     def _entry(self, node: ir.Node, domain: str, version: int | None, opset: int,
@@ -157,7 +160,7 @@ class ConversionTarget:
                 and schemas.has_function_body(node.op_type, domain, opset)):
             blocked = self._body_blocker(node.op_type, domain, opset, depth=0)
             if blocked is None:
-                verdict.allow_if(RUNTIME_EXPANDS)
+                verdict.allow_if(Condition.RUNTIME_EXPANDS)
             else:
                 verdict.refuse(Refusal.UNSUPPORTED_OP,
                                f"{label} has no implementation in {self.product} and its function "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deploycc.graph.graphs import all_graphs, dynamic_dims
-from deploycc.taxonomy import Refusal
+from deploycc.taxonomy import Refusal, Severity
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -23,7 +23,7 @@ NARROWING_READ_LIMIT = 1 << 20  # int64 initializers up to this many elements ar
 
 @dataclass
 class GraphFinding:
-    severity: str  # "illegal" or "note"
+    severity: Severity
     category: str
     message: str
 
@@ -39,11 +39,11 @@ def graph_findings(model: ir.Model, target: Target, *, legalized: bool = False) 
         outside = (f"model opset {opset} is outside {target.name}'s range "
                    f"{target.opset.min}..{target.opset.max}")
         if legalized:
-            findings.append(GraphFinding("illegal", Refusal.OPSET, outside))
+            findings.append(GraphFinding(Severity.ILLEGAL, Refusal.OPSET, outside))
         else:
             direction = "down" if opset > target.opset.max else "up"
             findings.append(GraphFinding(
-                "note", Refusal.OPSET,
+                Severity.NOTE, Refusal.OPSET,
                 f"{outside}; legalize converts it {direction} to {target.opset.preferred}"))
     graph = model.graph
     dynamic_inputs = []
@@ -56,12 +56,12 @@ def graph_findings(model: ir.Model, target: Target, *, legalized: bool = False) 
     if dynamic_inputs:
         if target.shapes.policy == "static":
             findings.append(GraphFinding(
-                "illegal", Refusal.DYNAMIC_SHAPE,
+                Severity.ILLEGAL, Refusal.DYNAMIC_SHAPE,
                 f"{target.name} needs static shapes, but inputs are dynamic: "
                 f"{'; '.join(dynamic_inputs)} (fix them with --shape NAME:DIMS or --batch N)"))
         elif get_backend(target.backend.kind).fixed_shape_engines:
             findings.append(GraphFinding(
-                "note", Refusal.DYNAMIC_SHAPE,
+                Severity.NOTE, Refusal.DYNAMIC_SHAPE,
                 f"dynamic inputs need a TensorRT optimization profile (min/opt/max): "
                 f"{'; '.join(dynamic_inputs)}"))
     findings.extend(_narrowing_findings(model, target))
@@ -99,12 +99,12 @@ def _narrowing_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
     findings = []
     if overflowing:
         findings.append(GraphFinding(
-            "illegal", "dtype",
+            Severity.ILLEGAL, Refusal.DTYPE,
             f"{target.name} carries int64 as int32; these int64 initializers hold values outside "
             f"int32 and would be clamped: {'; '.join(overflowing)}"))
     if count:
         findings.append(GraphFinding(
-            "note", "dtype",
+            Severity.NOTE, Refusal.DTYPE,
             f"{count} int64 initializer(s) will be carried as int32 by {target.backend.kind} "
             f"{target.backend.version}" + (f"; not range-checked (too large): {', '.join(unchecked)}"
                                            if unchecked else "")))

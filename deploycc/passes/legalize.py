@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
+from deploycc.taxonomy import Condition, Legality
 
 if TYPE_CHECKING:
     from deploycc.rules.engine import Decision, Rewrite
@@ -67,7 +68,7 @@ class LegalizePass(Pass):
     def _round(self, state: PipelineState) -> bool:
         """One sweep over the illegal nodes; True when something was rewritten."""
         from deploycc.graph.graphs import all_graphs, graph_label
-        from deploycc.legality.conversion_target import ILLEGAL, RUNTIME_EXPANDS, ConversionTarget
+        from deploycc.legality.conversion_target import ConversionTarget
         from deploycc.rules.engine import decide
 
         judge = ConversionTarget(state.target)
@@ -80,15 +81,15 @@ class LegalizePass(Pass):
             label = graph_label(state.model, graph)
             for node in list(graph):
                 verdict = judge.judge(node, opsets, label)
-                expand = RUNTIME_EXPANDS in verdict.conditions and not runtime_expands
-                if verdict.status != ILLEGAL and not expand:
+                expand = Condition.RUNTIME_EXPANDS in verdict.acted_on and not runtime_expands
+                if verdict.status != Legality.ILLEGAL and not expand:
                     continue
                 decision = decide(node, graph, opsets, prove=state.options.prove, graph_label=label,
                                   accepts=judge.accepts(opsets, label))
                 if decision.rewrite is not None:
                     state.rewrites.append(decision.rewrite)
                     changed = True
-                elif verdict.status == ILLEGAL:
+                elif verdict.status == Legality.ILLEGAL:
                     unresolved.append(decision)
         state.unresolved = unresolved
         return changed

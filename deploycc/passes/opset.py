@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from deploycc.errors import DeployccError
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
-from deploycc.taxonomy import Refusal
+from deploycc.taxonomy import Legality, Refusal
 
 if TYPE_CHECKING:
     import onnx
@@ -93,7 +93,7 @@ def kernel_opset(state: PipelineState, current: int) -> int | None:
     their op version, without making any other node illegal; None when there is none."""
     from deploycc.graph.graphs import all_graphs
     from deploycc.legality import onnx_schemas as schemas
-    from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget, NodeVerdict
+    from deploycc.legality.conversion_target import ConversionTarget, NodeVerdict
 
     judge = ConversionTarget(state.target)
     nodes = [node for graph in all_graphs(state.model.graph) for node in graph
@@ -111,7 +111,7 @@ def kernel_opset(state: PipelineState, current: int) -> int | None:
     def illegal_at(opset: int) -> dict[int, NodeVerdict]:
         opsets = dict(state.opsets, **{"": opset})
         verdicts = {index: judge.judge(node, opsets) for index, node in enumerate(nodes)}
-        return {index: verdict for index, verdict in verdicts.items() if verdict.status == ILLEGAL}
+        return {index: verdict for index, verdict in verdicts.items() if verdict.status == Legality.ILLEGAL}
 
     now = illegal_at(current)
     if not any(all(r.category == Refusal.OPSET for r in verdict.reasons) for verdict in now.values()):

@@ -11,89 +11,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, BuildRequest, Profile
-from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
+from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, BuildRequest
+from deploycc.errors import OptionError, PrecisionRefused
 from deploycc.options import BuildOptions
-from deploycc.results import Result
-from deploycc.taxonomy import BuildStatus
+from deploycc.pipeline.outcome import RUN_REFUSED, Clock, listing, next_step_after, summary_of, write_reports
+from deploycc.records.build import BuildReport
+from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
 from deploycc.verify.runner import RunError
 
 if TYPE_CHECKING:
     from deploycc.bench.latency import LatencyStats
-    from deploycc.pipeline.legalize import LegalizeReport
-    from deploycc.pipeline.shape_policy import ShapePlan
     from deploycc.quantize import QuantizeReport
+    from deploycc.records.legalize import LegalizeReport
     from deploycc.targets.schema import Target
     from deploycc.verify.verification import Verification
 
 LEGALIZED = "model.legalized.onnx"
 VERIFIED, PENDING, FAILED = BuildStatus.VERIFIED, BuildStatus.PENDING_ON_DEVICE, BuildStatus.FAILED
 NEEDS_INPUTS = BuildStatus.NEEDS_INPUTS
-
-
-@dataclass
-class BuildReport(Result):
-    model: str
-    target: str
-    outdir: str
-    status: str  # verified | pending-on-device | failed
-    stage: str  # the last stage reached: legalize | build | verify | bench | done
-    summary: str
-    next_step: str
-    precision: str
-    legalize: LegalizeReport | None
-    artifact: Artifact | None
-    verification: Verification | None
-    benchmark: LatencyStats | None
-    build_hash: str = ""
-    failure_category: str | None = None  # the backend's own failure category, when it gave one
-    files: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-    quantization: QuantizeReport | None = None  # --precision int8: how it was quantized and judged
-    notes: list[str] = field(default_factory=list)
-    shapes: ShapePlan | None = None  # what each input is built for, verified and timed at
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_FINDINGS if self.status in (FAILED, NEEDS_INPUTS) else EXIT_OK
-
-    def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
-        data["exit_code"] = self.exit_code
-        return data
-
-
-# An engine that refuses inputs its original takes (OpenVINO's pooling checks its kernel against
-# the input where ONNX Runtime does not): a backend error at verify, never a numeric mismatch.
-RUN_REFUSED = "the engine could not run inputs the original model takes"
-
-
-def _next_step(status: str, stage: str, message: str, target: Target) -> str:
-    if status == VERIFIED:
-        return "deploy the artifact; `deploycc bench` for a full benchmark"
-    if status == PENDING:
-        return ("copy bundle/ to the device, run `python3 run_on_device.py` there (builds, verifies and "
-                "times the engine), then `deploycc device import OUTDIR bundle/result.json`")
-    if status == NEEDS_INPUTS:
-        return "give inputs the model takes: --inputs data.npz (one array per input name)"
-    if stage == "verify" and message.startswith(RUN_REFUSED):
-        return (f"the {target.backend.kind} engine refuses these input sizes: verify at the sizes the model "
-                "is meant for (--inputs, or --shape NAME:DIMS to build for them)")
-    return {
-        "legalize": "no rule rewrites the illegal nodes below (`deploycc check --explain` says why each "
-                    "declines): --partition runs them on the host, or choose a different target/opset",
-        "build": f"the {target.backend.kind} build failed: {message}",
-        "quantize": "see the INT8 section of report.md: a larger --max-drop, samples closer to what the "
-                    "model will see, or no --require-int8 to build in float",
-        "verify": "the engine differs from the original beyond the precision's tolerance: try a higher "
-                  "precision (--precision fp32) or inspect the output named above",
-    }.get(stage, message)
 
 
 def build(model: str | Path, target: Target, outdir: str | Path, options: BuildOptions | None = None,
@@ -105,13 +45,13 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
 
     options = options or BuildOptions()
     source, outdir = Path(model), Path(outdir)
-    precision, notes = _precision(options, target)
+    precision, notes = resolve_precision(options, target)
     check_ready(target, precision, options.quantize)  # a tool missing, --require-int8 unmet: before any work
     backend = get_backend(target.backend.kind)
     seconds: dict[str, float] = {}
-    step = _Clock(seconds, progress)
+    step = Clock(seconds, progress)
     samples = None
-    if precision == "int8":
+    if precision == Precision.INT8:
         from deploycc.quantize import load_samples
 
         samples = load_samples(source, options.quantize)  # bad data is refused before any work
@@ -152,14 +92,14 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
             (staging / "bundle" / "manifest.json").write_text(manifest_text)
         report = BuildReport(
             model=str(source), target=target.name, outdir=str(outdir), status=done.status, stage=done.stage,
-            summary=_summary(done.status, done.message, target, artifact),
-            next_step=_next_step(done.status, done.stage, done.message, target),
+            summary=summary_of(done.status, done.message, target, artifact),
+            next_step=next_step_after(done.status, done.stage, done.message, target),
             precision=done.precision, legalize=legalized, artifact=artifact, verification=verification,
             benchmark=done.benchmark, build_hash=manifest["build_hash"],
-            failure_category=done.failure_category, files=_listing(staging), seconds=seconds,
+            failure_category=done.failure_category, files=listing(staging), seconds=seconds,
             quantization=done.quantization, notes=notes, shapes=shapes)
         step.stop()
-        _write_reports(staging, report)
+        write_reports(staging, report)
         staged.commit()
     return report
 
@@ -169,28 +109,28 @@ class _Done:
     """What the stages inside the staging folder came to."""
 
     legalized: LegalizeReport
-    status: str
-    stage: str
+    status: BuildStatus
+    stage: Stage
     message: str
-    precision: str
+    precision: Precision
     artifact: Artifact | None = None
     quantization: QuantizeReport | None = None
     verification: Verification | None = None
     benchmark: LatencyStats | None = None
-    failure_category: str | None = None
+    failure_category: Failure | None = None
     feeds: dict[str, Any] | None = None  # the inputs the engine was verified on
 
 
-def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, backend: Any, step: _Clock,
-            precision: str, samples: Any, notes: list[str]) -> _Done:
+def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, backend: Any, step: Clock,
+            precision: Precision, samples: Any, notes: list[str]) -> _Done:
     """Legalize, quantize, build, verify and bench, into the staging folder."""
     from deploycc.pipeline.legalize import legalize
 
     step("legalize")
     legalized = legalize(source, target, options.legalize, output=staging / LEGALIZED)
-    done = _Done(legalized, FAILED, "legalize", legalized.summary, precision)
+    done = _Done(legalized, FAILED, Stage.LEGALIZE, legalized.summary, precision)
     if legalized.verification is not None and legalized.verification.needs_inputs:
-        done.status, done.stage = NEEDS_INPUTS, "verify"
+        done.status, done.stage = NEEDS_INPUTS, Stage.VERIFY
     engine_model = staging / LEGALIZED
     quantization = None
     if legalized.success and samples is not None:
@@ -199,15 +139,15 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         step("quantize")
         quantization = done.quantization = quantize_for_target(staging / LEGALIZED, target, options.quantize,
                                                                samples, staging)
-        if options.quantize.require_int8 and quantization.decision != "int8":
-            done.stage = "quantize"
+        if options.quantize.require_int8 and quantization.decision != Precision.INT8:
+            done.stage = Stage.QUANTIZE
             done.message = f"--require-int8: the guard kept {quantization.decision}: {quantization.reason}"
         else:
             engine_model, done.precision = _engine_input(quantization, options, staging, notes)
-    if not legalized.success or done.stage == "quantize":
+    if not legalized.success or done.stage == Stage.QUANTIZE:
         return done
     step("build")
-    done.stage = "build"
+    done.stage = Stage.BUILD
     request = BuildRequest(
         model=engine_model, outdir=staging, target=target, precision=done.precision,
         artifact_format=options.artifact_format, dla_core=options.dla_core,
@@ -220,16 +160,16 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
     try:
         done.artifact = artifact = backend.build(request)
         if artifact.pending_on_device:
-            done.status, done.stage, done.message = PENDING, "done", artifact.notes[0]
+            done.status, done.stage, done.message = PENDING, Stage.DONE, artifact.notes[0]
             done.feeds = _add_reference(source, staging, artifact, backend, legalized, options,
                                         done.precision)
         else:
             step("verify")
-            done.stage = "verify"
+            done.stage = Stage.VERIFY
             done.verification, done.benchmark, done.feeds = _verify_and_bench(
                 source, staging, artifact, backend, request, legalized, options, step)
             if done.verification.passed:
-                done.status, done.stage, done.message = VERIFIED, "done", "verified"
+                done.status, done.stage, done.message = VERIFIED, Stage.DONE, "verified"
             elif done.verification.needs_inputs:
                 done.status, done.message = NEEDS_INPUTS, done.verification.problem
             else:
@@ -238,9 +178,9 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         done.message = str(error)
         done.failure_category = getattr(error, "category", None)
         if getattr(error, "stage", None) == "load":  # the engine built but does not load
-            done.stage = "build"
+            done.stage = Stage.BUILD
         elif getattr(error, "stage", None) == "run":  # it loaded and refused the inputs: not a mismatch
-            done.failure_category = done.failure_category or "backend-error"
+            done.failure_category = done.failure_category or Failure.BACKEND_ERROR
             done.message = f"{RUN_REFUSED}: {error}"
     except RunError as error:  # the reference run, when legalize did not verify
         done.status, done.message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
@@ -253,8 +193,6 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
 def _fixed_at_samples(options: BuildOptions, done: _Done) -> BuildOptions | None:
     """Options with every dynamic dim fixed at the size verification drew, when the backend could
     not build the graph with them dynamic and some are; else None."""
-    from deploycc.taxonomy import Failure
-
     drawn = done.legalized.verification
     if done.failure_category != Failure.DYNAMIC_SHAPE or drawn is None or not drawn.shapes:
         return None
@@ -310,19 +248,20 @@ def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: 
 
 
 def _engine_input(quantized: QuantizeReport, options: BuildOptions, staging: Path,
-                  notes: list[str]) -> tuple[Path, str]:
+                  notes: list[str]) -> tuple[Path, Precision]:
     """The model the backend builds from, and in which precision, after quantization."""
-    if quantized.decision != "int8":
+    if quantized.decision != Precision.INT8:
         notes.append(f"built in {quantized.decision}: {quantized.reason}")
         return staging / LEGALIZED, quantized.decision
     if options.dla_core is not None and quantized.calibration_cache:
         # The DLA takes implicit INT8 only: the fp32 model with the calibration cache.
-        return staging / LEGALIZED, "int8"
-    return staging / quantized.model, "int8"
+        return staging / LEGALIZED, Precision.INT8
+    return staging / quantized.model, Precision.INT8
 
 
-def _precision(options: BuildOptions, target: Target) -> tuple[str, list[str]]:
-    """The precision to build in, and a note when a fallback was taken (`--allow-fallback`)."""
+def resolve_precision(options: BuildOptions, target: Target) -> tuple[Precision, list[str]]:
+    """The precision to build in, and a note when a fallback was taken (`--allow-fallback`); a
+    precision the target declares it lacks is refused (PrecisionRefused, which the audit maps)."""
     precision = options.effective_precision(target)
     if precision in target.precision.supported:
         return precision, []
@@ -332,14 +271,13 @@ def _precision(options: BuildOptions, target: Target) -> tuple[str, list[str]]:
         return instead, [f"built in {instead}, not {precision}: {reason}"]
     if refusal is not None:
         reason, instead = refusal
-        raise OptionError(f"{target.name} has no {precision}: {reason}",
-                          hint=f"use --precision {instead}, or --allow-fallback to build {instead} instead")
+        raise PrecisionRefused(target.name, precision, reason, instead)
     raise OptionError(f"{target.name} does not support precision {precision}",
                       hint=f"supported: {', '.join(target.precision.supported)}")
 
 
 def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any, legalized: LegalizeReport,
-                   options: BuildOptions, precision: str) -> dict[str, Any]:
+                   options: BuildOptions, precision: Precision) -> dict[str, Any]:
     """The inputs verification drew and the original's outputs on them, for the device to judge
     its engine by; a model ORT cannot run on them leaves the bundle without (said in a note).
     Returns the inputs."""
@@ -357,22 +295,9 @@ def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any
     return feeds
 
 
-def _listing(staging: Path) -> list[str]:
-    """Every file the output directory will hold, the two reports written last included."""
-    files = [str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()]
-    return sorted([*files, "report.json", "report.md"])
-
-
-def _write_reports(staging: Path, report: BuildReport) -> None:
-    from deploycc.report.markdown import build_markdown
-
-    (staging / "report.json").write_text(report.to_json() + "\n")
-    (staging / "report.md").write_text(build_markdown(report))
-
-
 def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: Any,
                       request: BuildRequest, legalized: LegalizeReport, options: BuildOptions,
-                      step: _Clock) -> tuple[Verification, LatencyStats | None, dict[str, Any]]:
+                      step: Clock) -> tuple[Verification, LatencyStats | None, dict[str, Any]]:
     """The engine against the original on the inputs legalization verified on; when the engine
     refuses them (OpenVINO's pooling refuses a width the original takes), the next sizes both
     take. Returns the verification, the latency summary and the inputs."""
@@ -430,109 +355,8 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         runner.close()
 
 
-def verification_precision(legalized: LegalizeReport, precision: str) -> str:
+def verification_precision(legalized: LegalizeReport, precision: Precision) -> Precision:
     from deploycc.pipeline.manager import source_ops
     from deploycc.verify.verification import tolerance_precision
 
     return tolerance_precision(source_ops(legalized.passes), precision)
-
-
-def _summary(status: str, message: str, target: Target, artifact: Artifact | None) -> str:
-    if status == VERIFIED and artifact is not None:
-        return f"built {artifact.kind} for {target.name} and verified it against the original"
-    if status == PENDING:
-        return f"legalized and bundled for {target.name}; the TensorRT engine is pending on the device"
-    return message
-
-
-class _Clock:
-    """Times each stage and tells the progress display which one is running."""
-
-    def __init__(self, seconds: dict[str, float], progress: Callable[[str], None] | None) -> None:
-        self.seconds, self.progress = seconds, progress
-        self.current: str | None = None
-        self.started = time.perf_counter()
-
-    def __call__(self, stage: str) -> None:
-        self.stop()
-        self.current, self.started = stage, time.perf_counter()
-        if self.progress is not None:
-            self.progress(stage)
-
-    def stop(self) -> None:
-        if self.current is not None:
-            self.seconds[self.current] = round(time.perf_counter() - self.started, 3)
-            self.current = None
-
-
-def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOptions, *,
-                      target: str | None, jetpack: str | None,
-                      progress: Callable[[str], None] | None = None) -> BuildReport:
-    """On the device: build, verify and time the engine a device bundle describes."""
-    from deploycc import io
-    from deploycc.backends.registry import get_backend
-    from deploycc.backends.tensorrt import bundle as bundles
-    from deploycc.targets import registry
-    from deploycc.verify.inputs import generate
-
-    if not bundles.is_bundle(bundle_path):
-        raise OptionError(f"{bundle_path}: not a device bundle (no {bundles.BUNDLE_FILE})",
-                          hint="--engine-only takes the bundle/ folder that `deploycc build` wrote")
-    settings = bundles.read_bundle(bundle_path)["settings"]
-    if target not in (None, "ort-cpu", settings["target"]):
-        raise OptionError(f"the bundle was made for {settings['target']}, not {target}")
-    resolved = registry.resolve(settings["target"], jetpack or settings.get("jetpack"))
-    backend = get_backend("tensorrt")
-    reason = backend.unavailable_reason()
-    if reason is not None:
-        raise BackendUnavailable(f"cannot build the engine here: {reason}",
-                                 hint=f"run this on the {settings['target']}")
-    outdir = outdir or bundle_path.parent / "engine"
-    seconds: dict[str, float] = {}
-    step = _Clock(seconds, progress)
-    model = bundle_path / bundles.MODEL_NAME
-    with io.StagedDirectory(outdir, force=options.force, protect=(bundle_path,)) as staged:
-        staging = staged.staging
-        step("build")
-        request = BuildRequest(
-            model=model, outdir=staging, target=resolved, precision=settings["precision"],
-            profiles=[Profile(p["input"], p["min"], p["opt"], p["max"]) for p in settings["profiles"]],
-            dla_core=settings["dla_core"], gpu_fallback=settings["gpu_fallback"],
-            workspace_mb=settings["workspace_mb"], timing_cache=bundle_path / bundles.TIMING_CACHE)
-        verification, benchmark, status, stage = None, None, FAILED, "build"
-        try:
-            artifact: Artifact | None = backend.build(request)
-            step("verify")
-            stage = "verify"
-            graph = io.load(model, check=False).model.graph
-            feeds = generate([v for v in graph.inputs if v.name not in graph.initializers], seed=0)
-            from deploycc.verify.verification import compare_all, reference_outputs
-
-            expected, reference = reference_outputs(model, feeds)
-            assert artifact is not None
-            runner = backend.load(artifact, staging, request)
-            try:
-                verification = compare_all(expected, runner.run(feeds), reference=reference,
-                                           inputs="generated (seed 0)", precision=request.precision,
-                                           original=(model, feeds))
-                if options.bench and verification.passed:
-                    from deploycc.bench.latency import measure
-
-                    step("bench")
-                    benchmark = measure(runner, feeds, iterations=options.bench_iterations)
-            finally:
-                runner.close()
-            status, stage = (VERIFIED, "done") if verification.passed else (FAILED, "verify")
-            message = "verified" if verification.passed else f"verification failed: {verification.problem}"
-        except BackendError as error:
-            artifact, message = None, str(error)
-        step.stop()
-        report = BuildReport(
-            model=str(model), target=resolved.name, outdir=str(outdir), status=status, stage=stage,
-            summary=_summary(status, message, resolved, artifact),
-            next_step=_next_step(status, stage, message, resolved), precision=request.precision,
-            legalize=None, artifact=artifact, verification=verification, benchmark=benchmark,
-            files=_listing(staging), seconds=seconds)
-        _write_reports(staging, report)
-        staged.commit()
-    return report

@@ -13,67 +13,25 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from deploycc import io
-from deploycc.errors import EXIT_FINDINGS, EXIT_OK, DeployccError
+from deploycc.errors import EXIT_FINDINGS, DeployccError
 from deploycc.graph.shapes import load_inferred
 from deploycc.options import LegalizeOptions
 from deploycc.passes import default_passes
 from deploycc.passes.base import Pass, PipelineState
-from deploycc.pipeline.manager import PassRecord, run_passes, source_ops
-from deploycc.results import Result
+from deploycc.pipeline.manager import run_passes, source_ops
+from deploycc.records.legalize import LegalizeReport, PassRecord, Unresolved
+from deploycc.taxonomy import Legality, Precision, Refusal, Severity
 
 if TYPE_CHECKING:
     from deploycc.analysis.check import TargetVerdict
     from deploycc.io import LoadedModel
-    from deploycc.rules.engine import Rewrite
     from deploycc.targets.schema import Target
     from deploycc.verify.verification import Verification
-
-
-@dataclass
-class Unresolved:
-    node: str
-    op: str
-    reasons: list[str]
-    rules_tried: list[str]
-
-
-@dataclass
-class LegalizeReport(Result):
-    source: str
-    output: str | None
-    target: str
-    mode: str
-    success: bool
-    summary: str
-    opset: dict[str, int | None]
-    nodes: dict[str, int]
-    passes: list[PassRecord]
-    rewrites: list[Rewrite]
-    final: TargetVerdict
-    unresolved: list[Unresolved]
-    verification: Verification | None
-    signature_changes: list[str]
-    notes: list[str]
-    fed_layouts: dict[str, list[int]] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    # Why the model as exported (axes as asked) was no better, when deploycc's result was refused
-    # and that fallback was tried: then deploycc did not make the model worse.
-    as_exported: str = ""
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_OK if self.success else EXIT_FINDINGS
-
-    def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
-        data["exit_code"] = self.exit_code
-        return data
 
 
 def _unresolved(state: PipelineState, final: TargetVerdict) -> list[Unresolved]:
@@ -264,8 +222,8 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
             progress("verify")
         from deploycc.verify.verification import tolerance_precision, verify_files
 
-        verification = verify_files(loaded.path, staged, state, options,
-                                   precision=tolerance_precision(source_ops(attempt.records), "fp32"))
+        verification = verify_files(loaded.path, staged, state.model, state.fed_layouts, options,
+                                   precision=tolerance_precision(source_ops(attempt.records), Precision.FP32))
         if not verification.passed:
             success = False
             reason = f"verification failed: {verification.problem}"
@@ -288,14 +246,12 @@ def _publish(staged: Path, output: Path) -> list[Path]:
 def _opset_refused(final: TargetVerdict) -> bool:
     """The opset is outside the target's range: the target refuses the whole model, so partial
     mode has no node to leave for it to fall back on."""
-    from deploycc.taxonomy import Refusal
-
-    return any(f.severity == "illegal" and f.category == Refusal.OPSET for f in final.graph_findings)
+    return any(f.severity == Severity.ILLEGAL and f.category == Refusal.OPSET for f in final.graph_findings)
 
 
 def _problems(final: TargetVerdict) -> list[str]:
-    illegal = final.counts.get("illegal", 0)
-    findings = [f.message for f in final.graph_findings if f.severity == "illegal"]
+    illegal = final.counts.get(Legality.ILLEGAL, 0)
+    findings = [f.message for f in final.graph_findings if f.severity == Severity.ILLEGAL]
     return ([f"{illegal} node(s) still illegal"] if illegal else []) + findings
 
 
@@ -326,7 +282,7 @@ def _blame(path: str | Path, target: Target, options: LegalizeOptions,
         with tempfile.TemporaryDirectory(prefix="deploycc-blame-") as folder:
             staged = Path(folder) / "prefix.onnx"
             io.save(state.model, staged)
-            result = verify_files(loaded.path, staged, state, prefix)
+            result = verify_files(loaded.path, staged, state.model, state.fed_layouts, prefix)
         if not result.passed:
             culprit = ran[count - 1]
             rules = sorted({r.rule for r in state.rewrites}) if culprit in ("legalize", "opset") else []

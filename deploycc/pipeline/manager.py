@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from deploycc.errors import EXIT_FINDINGS, DeployccError, OptionError
 from deploycc.passes.base import Pass, PipelineState
+from deploycc.records.legalize import PassRecord
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -26,22 +26,6 @@ class InvariantError(DeployccError):
     then falls back to the model as exported; exit 1 when that cannot be kept either."""
 
     exit_code = EXIT_FINDINGS
-
-
-@dataclass
-class PassRecord:
-    name: str
-    ran: bool
-    seconds: float = 0.0
-    modified: bool = False
-    nodes_before: int = 0
-    nodes_after: int = 0
-    ops_before: dict[str, int] = field(default_factory=dict)
-    ops_after: dict[str, int] = field(default_factory=dict)
-    ops_added: dict[str, int] = field(default_factory=dict)
-    ops_removed: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    details: dict[str, object] = field(default_factory=dict)
 
 
 def source_ops(records: Sequence[PassRecord]) -> dict[str, int]:

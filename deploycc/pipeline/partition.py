@@ -16,65 +16,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.errors import EXIT_FINDINGS, EXIT_OK, OptionError
+from deploycc.errors import OptionError
 from deploycc.options import BuildOptions
 from deploycc.pipeline.build import FAILED, LEGALIZED, PENDING, VERIFIED
-from deploycc.results import Result
+from deploycc.records.partition import PartitionReport
+from deploycc.taxonomy import Legality, Precision
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
     from deploycc.partition.plan import PartitionPlan
-    from deploycc.pipeline.legalize import LegalizeReport
     from deploycc.targets.schema import Target
-    from deploycc.verify.verification import Verification
 
 SEGMENTS = "segments"
-
-
-@dataclass
-class PartitionReport(Result):
-    model: str
-    target: str
-    outdir: str
-    status: str  # verified | pending-on-device | failed
-    summary: str
-    precision: str
-    segments: list[dict[str, Any]]
-    host_nodes: dict[str, list[str]]  # node -> why it could not be made legal
-    cuts: list[dict[str, Any]]
-    device_flops_share: float
-    legalize: LegalizeReport | None
-    chain_on_ort: Verification | None  # every segment on ONNX Runtime CPU
-    chain_on_engines: Verification | None  # device segments on their built engines
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_OK if self.status in (VERIFIED, PENDING) else EXIT_FINDINGS
-
-    def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
-        data["exit_code"] = self.exit_code
-        return data
 
 
 def node_judge(model: ir.Model, target: Target) -> Callable[[ir.Node], list[str]]:
     """Why each top-level node is illegal on the target ([] = legal); a control-flow node is
     illegal when any node of its bodies is."""
     from deploycc.graph.graphs import all_graphs, opset_map
-    from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+    from deploycc.legality.conversion_target import ConversionTarget
 
     judge, opsets = ConversionTarget(target), opset_map(model)
 
     def reasons(node: ir.Node) -> list[str]:
         found = []
         verdict = judge.judge(node, opsets)
-        if verdict.status == ILLEGAL:
+        if verdict.status == Legality.ILLEGAL:
             found += [reason.summary for reason in verdict.reasons]
         for attr in node.attributes.values():
             bodies = attr.value if isinstance(attr.value, list) else [attr.value]
@@ -84,7 +56,7 @@ def node_judge(model: ir.Model, target: Target) -> Callable[[ir.Node], list[str]
                 for graph in all_graphs(body):
                     found += [f"{inner.op_type} in a body: {reason.summary}" for inner in graph
                               for verdict in [judge.judge(inner, opsets, graph="body")]
-                              if verdict.status == ILLEGAL for reason in verdict.reasons]
+                              if verdict.status == Legality.ILLEGAL for reason in verdict.reasons]
         return found
 
     return reasons
@@ -166,7 +138,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
             try:
                 report.chain_on_ort = compare_all(expected, chain.run(feeds), reference=reference,
                                                   inputs=described,
-                                                  precision=verification_precision(legalized, "fp32"))
+                                                  precision=verification_precision(legalized, Precision.FP32))
             except Exception as error:  # ORT refusing a segment is a cutting bug to report, not a crash
                 report.notes.append(f"the chain did not run on ONNX Runtime: {str(error).splitlines()[0]}")
             finally:
@@ -221,22 +193,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
 
 def _write(staging: Path, report: PartitionReport) -> None:
     from deploycc import io
+    from deploycc.report.markdown import partition_markdown
 
     io.write_text_atomic(staging / "report.json", report.to_json() + "\n")
-    io.write_text_atomic(staging / "report.md", _markdown(report))
-
-
-def _markdown(report: PartitionReport) -> str:
-    lines = [f"# {Path(report.model).name} on {report.target}, partitioned: {report.status}", "",
-             report.summary, "", "| segment | placement | nodes | inputs | outputs | decision |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {s['index']} | {s['placement']} | {s['nodes']} | {', '.join(s['inputs'])} | "
-              f"{', '.join(s['outputs'])} | {s['decision']} |" for s in report.segments]
-    if report.host_nodes:
-        lines += ["", "Host nodes and why each could not be made legal:", ""]
-        lines += [f"- {node}: {'; '.join(why)}" for node, why in sorted(report.host_nodes.items())]
-    for title, check in (("ONNX Runtime CPU", report.chain_on_ort), ("the engines", report.chain_on_engines)):
-        if check is not None:
-            lines += ["", f"Chain on {title}: {'passed' if check.passed else check.problem}"]
-    lines += [f"- {note}" for note in report.notes]
-    return "\n".join(lines) + "\n"
+    io.write_text_atomic(staging / "report.md", partition_markdown(report))

@@ -15,11 +15,12 @@ says which shapes the engine accepts, where each size came from, and which flag 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploycc.graph.dim_roles import BATCH, DimGuess, guess_dims
+from deploycc.records.shapes import InputShapes, ShapePlan
 from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE
 
 if TYPE_CHECKING:
@@ -29,33 +30,7 @@ if TYPE_CHECKING:
     from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
-FLAGS = "--batch N, --dynamic-batch MIN:OPT:MAX, --shape NAME:DIMS, --shape-range NAME:MIN:OPT:MAX"
 PROFILE_SPAN = 2  # a profile reaches from half the typical size to twice it, where the model takes both
-
-
-@dataclass
-class InputShapes:
-    """What one input is built and verified at."""
-
-    input: str
-    exported: list[int | str]  # the dims as the model declares them
-    accepts: str  # what the engine takes: "1x3x224x224", "Nx3x224x224", "1x3x[112..224..448]x[...]"
-    sample: list[int]  # the dims verification draws and bench times
-    profile: dict[str, list[int]] | None = None  # TensorRT: {"min": ..., "opt": ..., "max": ...}
-    how: list[str] = field(default_factory=list)  # per dynamic dim: what it is, its size and why
-
-
-@dataclass
-class ShapePlan:
-    """Every dynamic input's shapes, for the reports; empty when the model has no dynamic dim."""
-
-    inputs: list[InputShapes] = field(default_factory=list)
-    change_with: str = FLAGS
-    notes: list[str] = field(default_factory=list)
-
-    def line(self) -> str:
-        """One line for the console: what the engine accepts, per input."""
-        return "; ".join(f"{i.input} {i.accepts}" for i in self.inputs)
 
 
 @dataclass

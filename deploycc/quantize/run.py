@@ -26,15 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploycc.bench.run import Comparison  # at run time: a report read back from JSON needs it
 from deploycc.errors import OptionError
 from deploycc.quantize import metrics
 from deploycc.quantize.data import Sample, SampleSets, load_sample_sets, model_signature
 from deploycc.quantize.guard import GuardStep, greedy
 from deploycc.results import Result
+from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
     from deploycc.backends.base import Runner
-    from deploycc.bench.run import Comparison
     from deploycc.options import QuantizeOptions
     from deploycc.targets.schema import Target
 
@@ -56,7 +57,7 @@ class QuantizeReport(Result):
     method: str
     # int8, or the target's default precision where int8 did not pay off (slower, or not within
     # the budget)
-    decision: str
+    decision: Precision
     reason: str
     metric: str
     fp32_metric: float
@@ -110,16 +111,16 @@ class QuantizeReport(Result):
         return f"not faster beyond noise (int8/fp32 latency {interval})"
 
 
-def check_ready(target: Target, precision: str, options: QuantizeOptions) -> None:
+def check_ready(target: Target, precision: Precision, options: QuantizeOptions) -> None:
     """Refuse, before any work, an int8 request this machine or these options cannot honour:
     --require-int8 on a build that is not int8, and OpenVINO without NNCF (an optional extra;
     quantizing without it would only fall back to fp32 and call that a result)."""
-    if options.require_int8 and precision != "int8":
+    if options.require_int8 and precision != Precision.INT8:
         if options.allow_fallback:
             raise OptionError(f"--require-int8, but this build is {precision}: --require-int8 and "
                               "--allow-fallback ask for opposite things")
         raise OptionError(f"--require-int8, but this build is {precision}: add --precision int8")
-    if precision == "int8" and target.backend.kind == "openvino":
+    if precision == Precision.INT8 and target.backend.kind == "openvino":
         try:
             import nncf  # noqa: F401
         except ImportError:
@@ -148,10 +149,10 @@ class _Context:
     reference: list[dict[str, np.ndarray]] = field(default_factory=list)
 
     @property
-    def fallback(self) -> str:
+    def fallback(self) -> Precision:
         """What is built where int8 does not pay off: the target's default precision."""
         default = self.target.precision.default
-        return default if default != "int8" else "fp32"
+        return default if default != Precision.INT8 else Precision.FP32
 
     @functools.cached_property
     def calibration(self) -> list[Sample]:
@@ -269,7 +270,7 @@ def _report(context: _Context, method: str, steps: list[GuardStep],
     the chosen model against fp32 here, faster beyond noise; else the target's fallback."""
     chosen = steps[-1]
     report = QuantizeReport(
-        target=context.target.name, method=method, decision="int8", reason="", metric=context.metric,
+        target=context.target.name, method=method, decision=Precision.INT8, reason="", metric=context.metric,
         fp32_metric=round(chosen.score.fp32, 6), int8_metric=round(chosen.score.value, 6),
         drop=round(chosen.score.drop, 6), max_drop=context.options.max_drop,
         within_budget=chosen.within_budget, calibration_samples=len(context.sets.calibration),
@@ -332,7 +333,7 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
                      None if on_device else race)
     report.notes += quantizer.notes
     report.kept_float = sorted({*quantizer.wide, *report.kept_float})
-    if on_device and report.decision == "int8":
+    if on_device and report.decision == Precision.INT8:
         import onnx
 
         low, high = context.target.opset.min, context.target.opset.max
@@ -340,7 +341,7 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         if problems:  # never ship what the parser would refuse
             report.decision = context.fallback
             report.reason = f"the Q/DQ model is not in TensorRT's form: {problems[0]}"
-    if report.decision == "int8":
+    if report.decision == Precision.INT8:
         shutil.copyfile(chosen, outdir / INT8_ONNX)
         report.model = INT8_ONNX
     if on_device:
@@ -428,7 +429,7 @@ def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
                               "compiled with INFERENCE_PRECISION_HINT f32", steps, lambda: race(pinned=True))
     unpinned = race(pinned=False)
     report.default_precision_latency_ms = {"fp32": unpinned.other_median_ms, "int8": unpinned.median_ms}
-    if report.decision == "int8":
+    if report.decision == Precision.INT8:
         # under the artifact's names: the backend builds this IR as it is, and it stays the one copy
         shutil.copyfile(path, outdir / OPENVINO_IR)
         shutil.copyfile(path.with_suffix(".bin"), (outdir / OPENVINO_IR).with_suffix(".bin"))

@@ -1,91 +1,31 @@
-"""Tables for people (rich). Machines get `--json`, rendered from the same result objects."""
+"""Tables for people (rich). Machines get `--json`, rendered from the same records."""
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from deploycc.taxonomy import BuildStatus, Legality, ProofStatus, Severity
+
 if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport, NodeGroup, TargetVerdict
     from deploycc.analysis.inspect import InspectReport
-    from deploycc.api import TargetListing
-    from deploycc.audit.records import AuditReport
     from deploycc.bench.run import BenchReport
-    from deploycc.pipeline.build import BuildReport
-    from deploycc.pipeline.legalize import LegalizeReport
-    from deploycc.pipeline.partition import PartitionReport
+    from deploycc.records.audit import AuditReport
+    from deploycc.records.build import BuildReport
+    from deploycc.records.legalize import LegalizeReport
+    from deploycc.records.partition import PartitionReport
+    from deploycc.records.targets import TargetListing
     from deploycc.targets.schema import Target
     from deploycc.verify.compare import OutputComparison
 
+# The colour of a build's status: green where it deploys, yellow where the board has the last word.
+STATUS_COLOURS = {BuildStatus.VERIFIED: "green", BuildStatus.PENDING_ON_DEVICE: "yellow"}
+
 MAX_NODES_SHOWN = 6
-
-
-class progress_status:
-    """A rich status line naming the running step (silent with --json or off a terminal)."""
-
-    def __init__(self, title: str, quiet: bool = False) -> None:
-        self.title, self.quiet = title, quiet
-        self._status: Any = None
-
-    def __enter__(self):
-        out = Console(stderr=True)
-        if not self.quiet and out.is_terminal:
-            self._status = out.status(f"{self.title}...")
-            self._status.__enter__()
-
-        def update(step: str) -> None:
-            if self._status is not None:
-                self._status.update(f"{self.title}: {step}")
-
-        return update
-
-    def __exit__(self, *exc) -> None:
-        if self._status is not None:
-            self._status.__exit__(*exc)
-
-
-class progress_bar:  # a context manager: named like one
-    """Progress of a long run, on stderr. On a terminal a rich bar, moved by calling the object:
-    update(stage, done, total). Off a terminal (a pipe, a CI log) a bar shows nothing for minutes,
-    so there `line(text)` prints one plain line per finished item, flushed. `quiet` (--json)
-    silences the bar; the lines stay, since they go to stderr and stdout keeps the JSON."""
-
-    def __init__(self, title: str, quiet: bool = False) -> None:
-        self.title, self.quiet = title, quiet
-        self._progress: Any = None
-        self._task: Any = None
-        self._plain = False
-
-    def __enter__(self) -> progress_bar:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        out = Console(stderr=True)
-        self._plain = not out.is_terminal
-        if not self.quiet and out.is_terminal:
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), console=out, transient=True)
-            self._progress.__enter__()
-            self._task = self._progress.add_task(self.title, total=None)
-        return self
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, description=f"{self.title}: {stage}", completed=done,
-                                  total=total or None)
-
-    def line(self, text: str) -> None:
-        """One finished item, as plain text off a terminal (on one, the bar counts it)."""
-        if self._plain:
-            sys.stderr.write(text + "\n")
-            sys.stderr.flush()
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
 
 
 # Off a terminal no width is imposed: a table takes its natural width, so no cell is folded or
@@ -237,12 +177,12 @@ def _render_verdict(out: Console, verdict: TargetVerdict) -> None:
     jetpack = f", JetPack {verdict.jetpack}" if verdict.jetpack else ""
     counts = verdict.counts
     out.print(f"[bold]{verdict.target}[/bold] ({verdict.backend} {verdict.backend_version}{jetpack}): "
-              f"{status}: {counts['legal']} legal, {counts['conditional']} conditional, "
-              f"{counts['illegal']} illegal")
+              f"{status}: {counts[Legality.LEGAL]} legal, {counts[Legality.CONDITIONAL]} conditional, "
+              f"{counts[Legality.ILLEGAL]} illegal")
     if verdict.illegal:
         out.print(_group_table(f"illegal on {verdict.target}", verdict.illegal))
     for finding in verdict.graph_findings:
-        colour = "red" if finding.severity == "illegal" else "yellow"
+        colour = "red" if finding.severity == Severity.ILLEGAL else "yellow"
         out.print(f"  [{colour}]{finding.severity}[/{colour}] ({finding.category}): {finding.message}")
     if verdict.fixes:
         table = Table(title=f"what legalize would do on {verdict.target}")
@@ -311,7 +251,8 @@ def render_legalize(report: LegalizeReport) -> None:
         for rewrite in report.rewrites:
             cert = rewrite.certificate
             status = cert.status if cert else "not proven (--no-prove)"
-            colour = {"proven": "green", "failed": "red"}.get(status, "yellow")
+            colours: dict[str, str] = {ProofStatus.PROVEN: "green", ProofStatus.FAILED: "red"}
+            colour = colours.get(status, "yellow")
             rewrites.add_row(rewrite.rule, rewrite.node, f"[{colour}]{status}[/{colour}]",
                              f"{cert.max_abs_error:.2e}" if cert else "", cert.reference if cert else "")
         out.print(rewrites)
@@ -352,7 +293,7 @@ def _histogram(counts: dict[str, int]) -> str:
 
 def render_build(report: BuildReport) -> None:
     out = _console()
-    colour = {"verified": "green", "pending-on-device": "yellow"}.get(report.status, "red")
+    colour = STATUS_COLOURS.get(report.status, "red")
     out.print(f"[bold]{report.model}[/bold] -> {report.target} ({report.precision}): "
               f"[{colour}]{report.status}[/{colour}] (stage {report.stage})")
     legalized = report.legalize
@@ -403,7 +344,7 @@ def render_build(report: BuildReport) -> None:
 
 def render_partition(report: PartitionReport) -> None:
     out = _console()
-    colour = {"verified": "green", "pending-on-device": "yellow"}.get(report.status, "red")
+    colour = STATUS_COLOURS.get(report.status, "red")
     out.print(f"[bold]{report.model}[/bold] -> {report.target}, partitioned: "
               f"[{colour}]{report.status}[/{colour}]")
     for segment in report.segments:

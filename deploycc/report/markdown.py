@@ -1,12 +1,19 @@
-"""report.md: what a person reads after a build, rendered from the same BuildReport as report.json."""
+"""report.md: what a person reads after a build, rendered from the same record as report.json:
+a BuildReport (with the board's result once it is imported: `deploycc device import` renders it
+again from the updated record), or a PartitionReport."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
-    from deploycc.pipeline.build import BuildReport
     from deploycc.quantize import QuantizeReport
+    from deploycc.records.build import BuildReport
+    from deploycc.records.device import DeviceResult
+    from deploycc.records.partition import PartitionReport
 
 
 def _ops(counts: dict[str, int]) -> str:
@@ -98,6 +105,8 @@ def build_markdown(report: BuildReport) -> str:
                   f"p90 {bench.p90_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, {bench.throughput_per_s:.1f}/s; "
                   f"load {bench.load_ms:.1f} ms, first inference {bench.first_inference_ms:.3f} ms", ""]
     lines += ["## Files", ""] + [f"- `{name}`" for name in report.files] + [""]
+    if report.device is not None:
+        lines += [*_device(report.device), ""]
     return "\n".join(lines)
 
 
@@ -124,7 +133,7 @@ def _shapes(report: BuildReport) -> list[str]:
 def _quantization(quantized: QuantizeReport) -> list[str]:
     """--precision int8: what was quantized how, the metric fp32 vs int8, each step of the guard."""
     verdict = f"**Built in {quantized.decision}**: {quantized.reason}."
-    if quantized.required and quantized.decision != "int8":
+    if quantized.required and quantized.decision != Precision.INT8:
         verdict = (f"**Not built: int8 was required (--require-int8) and the guard kept "
                    f"{quantized.decision}**: {quantized.reason}.")
     lines = ["## INT8", "", verdict, "",
@@ -151,3 +160,73 @@ def _quantization(quantized: QuantizeReport) -> list[str]:
             lines.append(f"| {index} | {len(step['kept_float'])} | {step['int8']:.4f} | {step['drop']:.4f} | "
                          f"{'yes' if step['within_budget'] else 'no'} |")
     return [*lines, ""]
+
+
+def _shown(value: Any, absent: str = "") -> Any:
+    """What the board wrote, or `absent` where it wrote nothing."""
+    return absent if value is None else value
+
+
+def _device(device: DeviceResult) -> list[str]:
+    """The board's result (`deploycc device import`): its verification per output, latency,
+    power, clocks and memory, each measurement it could not take said so."""
+    lines = ["## On the device", "",
+             f"**{device.status}** (stage {device.stage}) with {device.engine} "
+             f"{_shown(device.engine_version)} on {_shown(device.host, '?')} "
+             f"({_shown(device.machine, '?')}, Python {_shown(device.python, '?')})."]
+    if device.reason:
+        lines += ["", f"Reason: {device.reason}"]
+    rows = device.outputs or []
+    if rows:
+        lines += ["", "| output | passed | max abs error | cosine |", "|---|---|---|---|"]
+        lines += [f"| {r['name']} | {r['passed']} | {r.get('max_abs_error', '')} | {r.get('cosine', '')} |"
+                  for r in rows]
+    latency = device.latency
+    if latency:
+        runs = f" over {latency['iterations']} runs" if latency.get("iterations") else ""
+        lines += ["", f"Latency: p50 {latency['p50_ms']} ms, p90 {latency['p90_ms']} ms, "
+                      f"p99 {latency['p99_ms']} ms{runs}; {latency['throughput_per_s']}/s."]
+    power = device.tegrastats_summary or {}
+    if power:
+        rails = ", ".join(f"{name} {mw} mW" for name, mw in (power.get("power_mean_mw") or {}).items())
+        mode = device.power_mode or "power mode unknown"
+        lines += ["", f"tegrastats ({power['samples']} samples, {mode}): "
+                      f"GPU {power.get('gr3d_mean_percent')}% on average, "
+                      f"RAM peak {power.get('ram_peak_mb')} MB"
+                      + (f"; mean power {rails}" if rails else "") + "."]
+    clocks = device.clocks or {}
+    if clocks.get("jetson_clocks") is not None:
+        lines += ["", "Clocks locked (jetson_clocks): timings are stable." if clocks["jetson_clocks"] else
+                      f"Clocks not locked (CPU {clocks.get('cpu_locked')}, GPU {clocks.get('gpu_locked')}, "
+                      f"GPU at {clocks.get('gpu_mhz')} MHz): run `sudo jetson_clocks` for stable timings."]
+    nvml = device.nvml or {}
+    if nvml.get("before") and nvml.get("after"):
+        before, after = nvml["before"], nvml["after"]
+        lines += ["", f"NVML: GPU memory {before['gpu_memory_used_kb']} kB before timing, "
+                      f"{after['gpu_memory_used_kb']} kB after; power {after.get('power_mw')} mW."]
+    memory = device.memory or {}
+    if memory:
+        rss, nvmap = memory.get("peak_rss_kb"), memory.get("nvmap_delta_kb")
+        rss_text = f"{rss} kB" if rss is not None else "n/a (not measured off Linux)"
+        nvmap_text = (f"{nvmap} kB" if nvmap is not None else
+                      "n/a (no NvMapMemUsed in the board's /proc/meminfo: not a Jetson)")
+        lines += ["", f"Memory: peak RSS {rss_text}, NvMap delta {nvmap_text}."]
+    return lines
+
+
+def partition_markdown(report: PartitionReport) -> str:
+    """report.md of a build with host segments: each segment, why each host node could not be
+    made legal, and the chain's two checks."""
+    lines = [f"# {Path(report.model).name} on {report.target}, partitioned: {report.status}", "",
+             report.summary, "", "| segment | placement | nodes | inputs | outputs | decision |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {s['index']} | {s['placement']} | {s['nodes']} | {', '.join(s['inputs'])} | "
+              f"{', '.join(s['outputs'])} | {s['decision']} |" for s in report.segments]
+    if report.host_nodes:
+        lines += ["", "Host nodes and why each could not be made legal:", ""]
+        lines += [f"- {node}: {'; '.join(why)}" for node, why in sorted(report.host_nodes.items())]
+    for title, check in (("ONNX Runtime CPU", report.chain_on_ort), ("the engines", report.chain_on_engines)):
+        if check is not None:
+            lines += ["", f"Chain on {title}: {'passed' if check.passed else check.problem}"]
+    lines += [f"- {note}" for note in report.notes]
+    return "\n".join(lines) + "\n"

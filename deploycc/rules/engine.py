@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 from deploycc.graph.graphs import node_label
 from deploycc.rules.base import Builder, Decline, Site
 from deploycc.rules.catalog import rules_for
+from deploycc.rules.proof import Certificate  # at run time: a report read back from JSON needs it
 
 if TYPE_CHECKING:
     import onnx_ir as ir
-
-    from deploycc.rules.proof import Certificate
 
 
 @dataclass

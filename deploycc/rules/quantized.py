@@ -33,6 +33,7 @@ import numpy as np
 from deploycc.graph.graphs import constant_tensor
 from deploycc.rules.base import Builder, GraphRule
 from deploycc.rules.catalog import register_graph
+from deploycc.taxonomy import Legality
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -363,11 +364,11 @@ class _RefusedForm(GraphRule):
 
     def refused(self, model: ir.Model, target: Target) -> list[ir.Node] | None:
         from deploycc.graph.graphs import opset_map
-        from deploycc.legality.conversion_target import ILLEGAL, ConversionTarget
+        from deploycc.legality.conversion_target import ConversionTarget
 
         judge, opsets = ConversionTarget(target), opset_map(model)
         nodes = [node for node in model.graph if node.op_type in self.ops
-                 and judge.judge(node, opsets).status == ILLEGAL]
+                 and judge.judge(node, opsets).status == Legality.ILLEGAL]
         return nodes or None
 
 

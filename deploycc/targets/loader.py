@@ -38,12 +38,13 @@ from deploycc.targets.schema import (
     OpsetRange,
     OpSupport,
     OpTable,
-    Precision,
+    PrecisionPolicy,
     PredicateRef,
     Provenance,
     ShapePolicy,
     Target,
 )
+from deploycc.taxonomy import Precision
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -406,15 +407,16 @@ def build_target(path: Path, jetpack: str | None) -> Target:
     shapes_r = top.table("shapes", required=True)
     precision_r = top.table("precision", required=True)
     assert shapes_r and precision_r
-    supported_precisions = precision_r.strings("supported", PRECISIONS)
+    supported_precisions = tuple(Precision(p) for p in precision_r.strings("supported", PRECISIONS))
     if not supported_precisions:
         raise precision_r.fail("supported", "must list at least one precision")
-    default_precision = precision_r.choice("default", supported_precisions)
+    default_precision = Precision(precision_r.choice("default", supported_precisions))
     refused = []
     for refused_r in precision_r.tables("refused"):
         refused_r.reject_unknown({"precision", "reason", "instead"})
-        refused.append((refused_r.choice("precision", PRECISIONS), refused_r.text("reason", required=True),
-                        refused_r.choice("instead", supported_precisions)))
+        refused.append((Precision(refused_r.choice("precision", PRECISIONS)),
+                        refused_r.text("reason", required=True),
+                        Precision(refused_r.choice("instead", supported_precisions))))
     memory_r = top.table("memory") or Reader({}, path, "memory.")
     memory_r.reject_unknown(_keys(Memory))
 
@@ -425,7 +427,7 @@ def build_target(path: Path, jetpack: str | None) -> Target:
         dla_table_name = dla_r.text("table")
         dla = Dla(
             cores=dla_r.integer("cores", required=True),
-            precisions=dla_r.strings("precisions", PRECISIONS),
+            precisions=tuple(Precision(p) for p in dla_r.strings("precisions", PRECISIONS)),
             table=load_table(find_table(dla_table_name, path)) if dla_table_name else None,
             shape_policy=dla_r.choice("shape_policy", SHAPE_POLICIES, default="static"),
         )
@@ -457,8 +459,8 @@ def build_target(path: Path, jetpack: str | None) -> Target:
             notes=dtypes_r.strings("notes"),
         ),
         shapes=_shape_policy(shapes_r),
-        precision=Precision(supported=supported_precisions, default=default_precision,
-                            refused=tuple(refused)),
+        precision=PrecisionPolicy(supported=supported_precisions, default=default_precision,
+                                  refused=tuple(refused)),
         memory=Memory(
             budget_mb=memory_r.integer("budget_mb"),
             workspace_mb=memory_r.integer("workspace_mb"),

@@ -14,6 +14,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from deploycc.taxonomy import Precision
+
 BACKEND_KINDS = ("onnxruntime", "openvino", "tensorrt")
 DEVICE_KINDS = ("CPU", "GPU", "DLA")
 SHAPE_POLICIES = ("static", "dynamic")
@@ -24,7 +26,7 @@ LEGALIZE_MODES = ("full", "partial", "partition")
 # "extended" keeps the saved model portable across CPUs; "all" adds layout transforms (NCHWc)
 # tied to the building machine's instruction set.
 OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
-PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8", "int4")
+PRECISIONS = tuple(p.value for p in Precision)
 OP_STATUSES = ("supported", "unsupported", "uncertain")
 DTYPE_MODES = ("primary", "constraints", "none")
 OPEN_RANGES = ("latest", "next_schema_version")
@@ -177,13 +179,13 @@ class ShapePolicy:
 
 
 @dataclass(frozen=True)
-class Precision:
-    supported: tuple[str, ...]
-    default: str
+class PrecisionPolicy:
+    supported: tuple[Precision, ...]
+    default: Precision
     # Why the target has no such precision, and what to use instead: (precision, reason, instead)
-    refused: tuple[tuple[str, str, str], ...] = ()
+    refused: tuple[tuple[Precision, str, Precision], ...] = ()
 
-    def refusal(self, precision: str) -> tuple[str, str] | None:
+    def refusal(self, precision: str) -> tuple[str, Precision] | None:
         """(reason, the precision to use instead) for a precision the target declares it lacks."""
         return next(((why, instead) for name, why, instead in self.refused if name == precision), None)
 
@@ -198,7 +200,7 @@ class Memory:
 @dataclass(frozen=True)
 class Dla:
     cores: int
-    precisions: tuple[str, ...]
+    precisions: tuple[Precision, ...]
     table: OpTable | None = None
     shape_policy: str = "static"
 
@@ -223,7 +225,7 @@ class Target:
     ops: OpTable
     dtypes: DtypePolicy
     shapes: ShapePolicy
-    precision: Precision
+    precision: PrecisionPolicy
     memory: Memory
     dla: Dla | None
     jetpack: JetPack | None

@@ -9,19 +9,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from deploycc.taxonomy import Precision
+
 # (atol, rtol, minimum cosine similarity) per precision the target computes in. An element
 # passes when |actual - expected| <= atol + rtol * |expected|.
-TOLERANCES: dict[str, tuple[float, float, float]] = {
-    "fp32": (1e-4, 1e-3, 0.9999),
-    "fp16": (1e-2, 1e-2, 0.999),
-    "bf16": (5e-2, 5e-2, 0.995),  # 8-bit mantissa: ~4e-3 per rounding, accumulated over layers
-    "int8": (1e-1, 1e-1, 0.99),
+TOLERANCES: dict[Precision, tuple[float, float, float]] = {
+    Precision.FP32: (1e-4, 1e-3, 0.9999),
+    Precision.FP16: (1e-2, 1e-2, 0.999),
+    Precision.BF16: (5e-2, 5e-2, 0.995),  # 8-bit mantissa: ~4e-3 per rounding, accumulated over layers
+    Precision.INT8: (1e-1, 1e-1, 0.99),
 }
 # The share of elements that may lie beyond the tolerance, per precision. An int8 model is judged
 # by its accuracy budget and by cosine; element by element a few always flip (a text detector's
 # map: 0.85% of its pixels at the edges of words, where a logit near 0 crosses it). Polygraphy's
 # --check-error-stat lets a user judge by a statistic for the same reason.
-MISMATCH_SHARE: dict[str, float] = {"int8": 0.01}
+MISMATCH_SHARE: dict[Precision, float] = {Precision.INT8: 0.01}
+
+
+def judged_as(precision: str) -> Precision:
+    """The precision whose tolerances judge an engine built in `precision`: its own, or int8's
+    for the narrower ones (fp8, int4) that have none of their own."""
+    return Precision(precision) if precision in TOLERANCES else Precision.INT8
 
 
 @dataclass

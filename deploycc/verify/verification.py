@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, OutputComparison, compare, degenerate_outputs
+from deploycc.taxonomy import Precision
+from deploycc.verify.compare import (
+    MISMATCH_SHARE,
+    TOLERANCES,
+    OutputComparison,
+    compare,
+    degenerate_outputs,
+    judged_as,
+)
 from deploycc.verify.inputs import MAX_DRAWN_ELEMENTS, SYMBOLIC_DIM_SIZE
 from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, run_reference
 
@@ -19,7 +27,6 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
     from deploycc.options import LegalizeOptions
-    from deploycc.passes.base import PipelineState
 
 
 @dataclass
@@ -27,7 +34,7 @@ class Verification:
     passed: bool
     reference: str
     inputs: str
-    precision: str
+    precision: Precision  # whose tolerances judged it
     outputs: list[OutputComparison] = field(default_factory=list)
     problem: str = ""
     blame: str | None = None
@@ -122,18 +129,20 @@ def attempts_for(graph: ir.Graph, options: LegalizeOptions, metadata: Mapping[st
     return max((g.attempts for g in guesses if g.role != BATCH), default=1)
 
 
-def verify_files(original: Path, candidate: Path, state: PipelineState, options: LegalizeOptions,
-                 precision: str = "fp32") -> Verification:
+def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: dict[str, list[int]],
+                 options: LegalizeOptions, precision: Precision = Precision.FP32) -> Verification:
     """The candidate against the original on ORT, on inputs the original runs on and answers with
-    some signal: the typical sizes first, then each role's fallbacks; needs-inputs when none does."""
-    graph, metadata = state.model.graph, state.model.metadata_props
+    some signal: the typical sizes first, then each role's fallbacks; needs-inputs when none does.
+    `model` is the candidate's graph in memory; `fed_layouts`, the layouts its inputs are fed in
+    (the axes pass's transposes)."""
+    graph, metadata = model.graph, model.metadata_props
     attempts = attempts_for(graph, options, metadata)
     why_not = ""
     for attempt in range(attempts):
         shapes = drawn_shapes(graph, options, attempt, metadata) if options.inputs is None else {}
         if attempt and _drawn_elements(shapes) > MAX_DRAWN_ELEMENTS:
             continue
-        feeds, original_feeds, described = feeds_for(graph, options, state.fed_layouts, shapes)
+        feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes)
         try:
             expected, reference = _run_original(original, original_feeds)
         except RunError as error:
@@ -173,21 +182,21 @@ QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", 
                  "com.microsoft::QLinearLeakyRelu"}
 
 
-def tolerance_precision(source_ops: Mapping[str, int], precision: str) -> str:
+def tolerance_precision(source_ops: Mapping[str, int], precision: Precision) -> Precision:
     """A quantized model is judged with int8 tolerances whatever precision it is built in: an engine
     with real int8 kernels (OpenVINO fuses Q/DQ pairs, ONNX Runtime's optimizer makes QLinearConv)
     and its float form round differently by one step of the quantization grid."""
-    return "int8" if QUANTIZED_OPS & set(source_ops) else precision
+    return Precision.INT8 if QUANTIZED_OPS & set(source_ops) else precision
 
 
 def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], *, reference: str,
-                inputs: str, precision: str,
+                inputs: str, precision: Precision,
                 original: tuple[Path, dict[str, np.ndarray]] | None = None) -> Verification:
     """Every output the candidate produces, compared with the reference's, at the precision's
     tolerances. With `original` (its file and the feeds `expected` came from), a failing output is
     checked for ill-conditioning before it is called a mismatch."""
-    atol, rtol, min_cosine = TOLERANCES[precision if precision in TOLERANCES else "int8"]
-    share = MISMATCH_SHARE.get(precision if precision in TOLERANCES else "int8", 0.0)
+    atol, rtol, min_cosine = TOLERANCES[judged_as(precision)]
+    share = MISMATCH_SHARE.get(judged_as(precision), 0.0)
     result = Verification(passed=True, reference=reference, inputs=inputs, precision=precision)
     for name, array in actual.items():
         if name not in expected:

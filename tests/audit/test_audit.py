@@ -14,10 +14,10 @@ import onnx
 import pytest
 
 from deploycc import api
-from deploycc.audit.cells import CATEGORIES, STATUSES, CellSpec
 from deploycc.audit.isolate import run_isolated
 from deploycc.audit.run import AuditOptions
 from deploycc.errors import OptionError
+from deploycc.records.audit import CATEGORIES, STATUSES, CellSpec
 from examples.make_models import encoder_block, small_cnn
 from tests.cli.test_cli import run
 
@@ -162,8 +162,8 @@ def test_audit_cli(corpus: Path, tmp_path: Path) -> None:
 def test_the_store_runs_cells_again_that_failed_for_want_of_a_resource_or_time(tmp_path: Path) -> None:
     """A rerun after a board joined the cluster must not reuse 'unschedulable'; a real failure
     (an illegal op) is kept."""
-    from deploycc.audit.cells import CellResult
     from deploycc.audit.store import CellStore
+    from deploycc.records.audit import CellResult
 
     store = CellStore(tmp_path / "cells")
     for key, category in (("a", "unschedulable"), ("b", "timeout"), ("c", "unsupported-op")):

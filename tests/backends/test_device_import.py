@@ -86,3 +86,45 @@ def test_a_failed_import_says_what_failed_and_the_way_past_it(ran_on_board: Path
     assert status.startswith("**Status: failed-on-device** (stage reached: verify).")
     assert report["summary"] in status
     assert step == f"- next step: {report['next_step']}" and "pending" not in step
+
+
+def _spliced(markdown: str, report: dict, device_section: str) -> str:
+    """report.md as `device import` wrote it by splicing text: the status line and the next step
+    replaced, the board's section appended. Rendering from the record must give the same."""
+    import re
+
+    status = f"**Status: {report['status']}** (stage reached: {report['stage']}). {report['summary']}"
+    markdown = re.sub(r"^\*\*Status: [^*]+\*\*.*$", lambda _: status, markdown, count=1, flags=re.M)
+    markdown = re.sub(r"^- next step: .*$", lambda _: f"- next step: {report['next_step']}", markdown,
+                      count=1, flags=re.M)
+    return markdown + device_section
+
+
+def test_import_renders_report_md_again_as_the_build_wrote_it(ran_on_board: Path, tmp_path: Path) -> None:
+    """report.md after the import is the build's, with the board's status, next step and section:
+    rendered again from the updated record, twice the same."""
+    before = (ran_on_board / "report.md").read_text()
+    code, report, _ = _import(ran_on_board, tmp_path, reason=None,
+                              clocks={"cpu_locked": True, "gpu_locked": True, "gpu_mhz": 921.6,
+                                      "jetson_clocks": True})
+    out = tmp_path / "out"
+    after = (out / "report.md").read_text()
+    section = after[after.index("\n## On the device"):]
+    assert code == 0 and "Clocks locked (jetson_clocks)" in section
+    assert after == _spliced(before, report, section)
+    again = run_cli("device", "import", str(out), str(out / "bundle" / "result.json"))
+    assert again.returncode == 0 and (out / "report.md").read_text() == after
+
+
+def test_a_result_of_a_newer_schema_is_refused_in_one_line(ran_on_board: Path, tmp_path: Path) -> None:
+    """A board's runner newer than this deploycc: refused, exit 2, the build directory untouched."""
+    out = tmp_path / "out"
+    shutil.copytree(ran_on_board, out)
+    kept = {name: (out / name).read_text() for name in ("report.json", "report.md", "manifest.json")}
+    result = json.loads((out / "bundle" / "result.json").read_text())
+    (tmp_path / "newer.json").write_text(json.dumps({**result, "schema": 2}))
+    refused = run_cli("device", "import", str(out), str(tmp_path / "newer.json"))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "result schema 2 is newer than this deploycc reads (1)" in lines[0], lines
+    assert {name: (out / name).read_text() for name in kept} == kept

@@ -179,6 +179,32 @@ def test_the_runners_comparison_is_deploycc_s() -> None:
     assert not compare("y", expected, few, atol=1e-2, rtol=1e-2).passed
 
 
+def test_the_result_schema_is_spelled_alike_on_the_board_and_the_host() -> None:
+    """result.json is read by the host (records/device.py) and written by the runner, which cannot
+    import deploycc: the two spellings of its schema must agree."""
+    from deploycc.records.device import REQUIRED, RESULT_SCHEMA
+    from deploycc.taxonomy import DEVICE_STAGES, BuildStatus
+
+    runner = _runner_module()
+    assert runner.RESULT_SCHEMA == RESULT_SCHEMA
+    assert (runner.VERIFIED, runner.FAILED) == (BuildStatus.VERIFIED_ON_DEVICE, BuildStatus.FAILED_ON_DEVICE)
+    assert runner.STAGES == tuple(DEVICE_STAGES)
+    assert set(runner.RESULT_KEYS) | {"model_sha256"} == set(REQUIRED)
+
+
+def test_the_runner_holds_its_result_to_the_schema(built: Path, tmp_path: Path) -> None:
+    """What the runner writes passes its own check; what would break the host's reading does not."""
+    runner = _runner_module()
+    code, result = _run_on_device(_copy(built, tmp_path) / "bundle")
+    assert code == 0 and runner.check_result(result) == []
+    unreadable = {"schema": 1, "engine": "tensorrt", "status": "failed-on-device", "stage": "read"}
+    assert runner.check_result(unreadable) == []  # the model was never read: no sha256 to give
+    for broken in ({**result, "status": "verified"}, {**result, "stage": "device"},
+                   {**result, "schema": 2}, {**result, "stage": "verify"},
+                   {key: value for key, value in result.items() if key != "model_sha256"}):
+        assert runner.check_result(broken), broken
+
+
 def test_tegrastats_lines_from_the_board_are_summarised_on_import(built: Path, tmp_path: Path) -> None:
     """The runner keeps tegrastats' raw lines (sampled while timing, on a Jetson); the host reads
     them. Two verbatim Nano lines (tests/backends/test_device_logs.py cites them)."""

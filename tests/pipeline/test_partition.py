@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from deploycc import api
 from deploycc.graph.shapes import load_inferred
 from deploycc.options import BuildOptions, LegalizeOptions
+from tests.records.test_round_trip import assert_reads_back
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 _vi = helper.make_tensor_value_info
@@ -70,6 +71,7 @@ def test_an_illegal_node_in_the_middle_makes_two_device_segments(tmp_path: Path,
     assert report.chain_on_ort.passed and report.chain_on_engines.passed
     assert any("Binarizer" in node for node in report.host_nodes)
     assert (tmp_path / "out" / "segments" / "00" / "model.xml").exists()  # a real OpenVINO engine
+    assert_reads_back(tmp_path / "out")  # report.md is rendered from the record in report.json
     from deploycc.runtime import Chain
 
     chain = Chain.load(tmp_path / "out" / "segments")

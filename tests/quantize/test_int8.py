@@ -22,6 +22,7 @@ from deploycc.quantize import calibration_cache
 from deploycc.quantize.ort_qdq import tensorrt_form_problems
 from examples.make_models import small_cnn
 from tests.cli.test_cli import run as run_cli
+from tests.records.test_round_trip import assert_reads_back
 
 
 def _samples(folder: Path, count: int, seed: int = 0, **shapes: tuple[int, ...]) -> Path:
@@ -90,6 +91,7 @@ def test_tensorrt_int8_is_symmetric_per_channel_qdq_with_a_cache(cnn, tmp_path: 
     assert settings["int8_implicit"] == {"model": "model.fp32.onnx", "cache": "calibration.cache"}
     fp32 = onnx.load(tmp_path / "xavier" / "bundle" / "model.fp32.onnx")
     assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in fp32.graph.node)
+    assert_reads_back(tmp_path / "xavier")  # `device import` renders report.md again from report.json
 
 
 def test_the_dla_builds_the_fp32_model_with_the_cache(cnn, tmp_path: Path) -> None:
@@ -182,6 +184,7 @@ def test_ort_cpu_int8_is_a_verified_qdq_model(cnn, tmp_path: Path) -> None:
     assert speed.ci95[0] <= speed.ratio_of_medians <= speed.ci95[1]
     assert (quantized.int8_latency_ms, quantized.fp32_latency_ms) == (speed.median_ms, speed.other_median_ms)
     assert quantized.speed_text in (tmp_path / "ort" / "report.md").read_text()
+    assert_reads_back(tmp_path / "ort")  # the race's interval and the latency come back from JSON too
     if quantized.decision == "int8":
         assert speed.ci95[1] < 1.0  # kept only where faster beyond noise
         assert report.verification is not None and report.verification.precision == "int8"

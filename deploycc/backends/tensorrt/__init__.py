@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from deploycc.backends.base import Artifact, Backend, BackendUnavailable, BuildRequest, Profile, Runner
 from deploycc.errors import DynamicShapeError
+from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,7 +32,7 @@ class TensorRTBackend(Backend):
         request.profiles = profiles_for(request.model, options)
 
     def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
-                      outputs: dict[str, np.ndarray], precision: str, described: str) -> None:
+                      outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
         if artifact.kind != "device-bundle":
             return
         version = str(artifact.settings.get("tensorrt") or "")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from deploycc.backends.base import Artifact, BuildRequest
+from deploycc.taxonomy import Precision
 
 BUNDLE_DIR = "bundle"
 BUNDLE_FILE = "bundle.json"
@@ -68,9 +69,9 @@ def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = P
     workspace = workspace_mb(request)
     if workspace:
         command.append(flags["workspace"].format(workspace))
-    if request.precision == "fp16":
+    if request.precision == Precision.FP16:
         command.append("--fp16")
-    elif request.precision == "int8":
+    elif request.precision == Precision.INT8:
         command += ["--int8", "--fp16"]
         if request.implicit_int8:  # the DLA's implicit quantization reads the scales from the cache
             command.append(f"--calib={CALIBRATION_CACHE}")
@@ -112,7 +113,7 @@ def write_bundle(request: BuildRequest) -> Artifact:
         shutil.copyfile(data, folder / data.name)
         files.append(f"{BUNDLE_DIR}/{data.name}")
     implicit_alternative = None
-    if request.precision == "int8" and request.calibration_cache is not None:
+    if request.precision == Precision.INT8 and request.calibration_cache is not None:
         shutil.copyfile(request.calibration_cache, folder / CALIBRATION_CACHE)
         files.append(f"{BUNDLE_DIR}/{CALIBRATION_CACHE}")
         if not request.implicit_int8 and request.fp32_model is not None:
@@ -173,11 +174,11 @@ def _sha256(path: Path) -> str:
 
 
 def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
-                    precision: str, tensorrt_version: str, described: str) -> list[str]:
+                    precision: Precision, tensorrt_version: str, described: str) -> list[str]:
     """The board's reference: each array as raw little-endian bytes in its binding dtype (the
     same files work as `trtexec --loadInputs=name:file`), and an index with names, shapes,
     dtypes, files and sha256s, the tolerances of the precision and the model they belong to."""
-    from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES
+    from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, judged_as
 
     reference = folder / REFERENCE_DIR
     reference.mkdir(exist_ok=True)
@@ -194,7 +195,7 @@ def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[s
                             "sha256": _sha256(reference / file)})
             files.append(f"{BUNDLE_DIR}/{REFERENCE_DIR}/{file}")
         index[kind] = entries
-    atol, rtol, min_cosine = TOLERANCES[precision if precision in TOLERANCES else "int8"]
+    atol, rtol, min_cosine = TOLERANCES[judged_as(precision)]
     document = {"schema": REFERENCE_SCHEMA, "model_sha256": _sha256(folder / MODEL_NAME),
                 "precision": precision, "tensorrt": tensorrt_version, "inputs_described": described,
                 "reference": "the original model on ONNX Runtime CPU",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc.backends.base import BackendError, BuildRequest, Placement, Runner
 from deploycc.backends.tensorrt import fingerprint
 from deploycc.backends.tensorrt.bundle import workspace_mb
+from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,10 +55,10 @@ def _configure(builder: Any, network: Any, request: BuildRequest, trt: Any) -> t
             config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace << 20)
         else:  # TensorRT < 8.4
             config.max_workspace_size = workspace << 20
-    if request.precision in ("fp16", "int8"):
+    if request.precision in (Precision.FP16, Precision.INT8):
         config.set_flag(trt.BuilderFlag.FP16)
     calibrator = None
-    if request.precision == "int8":
+    if request.precision == Precision.INT8:
         # A Q/DQ model is quantized explicitly; the DLA's implicit quantization reads the
         # calibration cache deploycc computed (the same calibrator as the board's runner).
         config.set_flag(trt.BuilderFlag.INT8)

@@ -11,7 +11,8 @@ TensorRT 8.2 through 10.x is told apart by what its API has, never by version st
 verify every output, time, measure memory, write result.json) with ONNX Runtime standing in for
 the engine: useful on any host, and how deploycc's own tests exercise this file.
 Exit code 0 when the outputs match the reference, 1 when they do not or a stage failed, 2 when
-the bundle itself is unreadable. The result is written to BUNDLE/result.json either way.
+the bundle itself is unreadable. The result is written to BUNDLE/result.json either way, checked
+first against its schema (RESULT_SCHEMA, which the host reads it by).
 """
 
 import argparse
@@ -22,9 +23,34 @@ import platform
 import sys
 import time
 
-SCHEMA = 1
+BUNDLE_SCHEMA = 1  # the newest bundle.json this runner reads (backends/tensorrt/bundle.py writes it)
 REFERENCE_DIR = "reference"
 INDEX = "reference.json"
+
+# result.json is the contract with the host, which reads it (deploycc/records/device.py) and refuses
+# a newer schema; check_result holds each result to it before it is written. This file cannot
+# import deploycc, so its side is spelled here; tests/backends/test_device_runner.py holds the
+# two spellings equal.
+RESULT_SCHEMA = 1
+VERIFIED, FAILED = "verified-on-device", "failed-on-device"
+STAGES = ("read", "build", "run", "verify", "bench", "done")
+RESULT_KEYS = ("schema", "engine", "status", "stage")  # and model_sha256 once the model was read
+
+
+def check_result(result):
+    """What breaks the result's schema (an empty list: nothing)."""
+    problems = ["no {}".format(key) for key in RESULT_KEYS if key not in result]
+    if result.get("schema") != RESULT_SCHEMA:
+        problems.append("schema {!r}, not {}".format(result.get("schema"), RESULT_SCHEMA))
+    if result.get("status") not in (VERIFIED, FAILED):
+        problems.append("status {!r}".format(result.get("status")))
+    if result.get("stage") not in STAGES:
+        problems.append("stage {!r}".format(result.get("stage")))
+    if result.get("status") == VERIFIED and result.get("stage") != "done":
+        problems.append("verified at stage {!r}, not done".format(result.get("stage")))
+    if "model_sha256" not in result and result.get("stage") != "read":
+        problems.append("no model_sha256 past the read stage")
+    return problems
 
 
 def sha256_of(path):
@@ -560,16 +586,16 @@ def faster_int8_form(explicit, bundle, settings, inputs, result):
 
 def run(bundle, engine_name, iterations, warmup_seconds):
     """The result (a dict for result.json) and the exit code."""
-    result = {"schema": SCHEMA, "engine": engine_name, "status": "failed-on-device", "stage": "read",
+    result = {"schema": RESULT_SCHEMA, "engine": engine_name, "status": FAILED, "stage": "read",
               "python": platform.python_version(), "machine": platform.machine(), "host": platform.node()}
     bundle_file = os.path.join(bundle, "bundle.json")
     model = os.path.join(bundle, "model.onnx")
     index_file = os.path.join(bundle, REFERENCE_DIR, INDEX)
     try:
         document = read_json(bundle_file)
-        if document.get("schema", 1) > SCHEMA:
+        if document.get("schema", 1) > BUNDLE_SCHEMA:
             raise ValueError("bundle.json schema {} is newer than this runner's {}".format(
-                document.get("schema"), SCHEMA))
+                document.get("schema"), BUNDLE_SCHEMA))
         settings = document["settings"]
         result["model_sha256"] = sha256_of(model)
         index = read_json(index_file)
@@ -618,7 +644,7 @@ def run(bundle, engine_name, iterations, warmup_seconds):
     after = nvmap_kb()
     result["memory"] = {"peak_rss_kb": peak_rss_kb(),
                         "nvmap_delta_kb": None if None in (after, memory_before) else after - memory_before}
-    result["status"], result["stage"] = "verified-on-device", "done"
+    result["status"], result["stage"] = VERIFIED, "done"
     return result, 0
 
 
@@ -631,6 +657,11 @@ def main(argv=None):
     parser.add_argument("--out", help="where to write the result (default BUNDLE/result.json)")
     args = parser.parse_args(argv)
     result, code = run(args.bundle, args.engine, max(1, args.iterations), args.warmup_s)
+    broken = check_result(result)
+    if broken:  # a bug here: better no result than one the host would misread
+        sys.stderr.write("run_on_device.py: the result breaks its schema ({}); nothing written\n".format(
+            "; ".join(broken)))
+        return 2
     out = args.out or os.path.join(args.bundle, "result.json")
     partial = out + ".partial"
     with open(partial, "w") as handle:

@@ -1,4 +1,5 @@
-"""An audit cell: one (model, target) pair run through the requested stages, and how it ended.
+"""The audit's records: what it is asked (AuditOptions), one cell (a (model, target) pair run
+through the requested stages, and how it ended), a summary per target and the whole report.
 
 The status taxonomy is fixed so audits can be compared across runs and corpora:
   statuses   legal-as-exported, legalized, built, verified, benchmarked, failed, host-segments
@@ -13,17 +14,49 @@ The status taxonomy is fixed so audits can be compared across runs and corpora:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploycc.taxonomy import FAILURE_OF_REFUSAL, CellStatus, Failure
+from deploycc.results import Result
+from deploycc.taxonomy import FAILURE_OF_REFUSAL, CellStatus, Failure, Precision, Stage
 
-STAGES = ("check", "legalize", "build", "verify", "bench")
-DEFAULT_STAGES = ("check", "legalize", "build", "verify")
+STAGES = (Stage.CHECK, Stage.LEGALIZE, Stage.BUILD, Stage.VERIFY, Stage.BENCH)
+DEFAULT_STAGES = (Stage.CHECK, Stage.LEGALIZE, Stage.BUILD, Stage.VERIFY)
 HOST_SEGMENTS = CellStatus.HOST_SEGMENTS
 STATUSES = tuple(CellStatus)
 CATEGORIES = tuple(Failure)
 FROM_LEGALITY = FAILURE_OF_REFUSAL  # a node's refusal as the failure of its cell
+
+
+@dataclass
+class AuditOptions:
+    stages: tuple[str, ...] = DEFAULT_STAGES
+    jobs: int = 1
+    timeout: float = 600.0
+    memory_limit_mb: int | None = None
+    fresh: bool = False
+    batch: int | None = None
+    # The axes flags `build` takes, for every model (a model's hints may say otherwise): --shape
+    # (inputs a model lacks are skipped), --dynamic-batch MIN:OPT:MAX, --shape-range.
+    shapes: dict[str, list[int | str]] = field(default_factory=dict)
+    batch_range: tuple[int, int, int] | None = None
+    shape_ranges: dict[str, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
+    executor: str = "local"
+    ray_address: str | None = None
+    partition: bool = False  # refused models tried again with host segments (build stage)
+    precision: Precision | None = None  # None: each target's default; int8 calibrates on the hints' samples
+    max_drop: float = 0.01
+    metric: str = "auto"
+    # Ray executor, TensorRT cells: the runner on the board. "onnxruntime" stands ONNX Runtime in
+    # for TensorRT (a node without TensorRT checks the loop); python: the board's interpreter for
+    # the runner when not the Ray worker's own (the system Python that has JetPack's bindings).
+    device_engine: str = "tensorrt"
+    device_python: str | None = None
+    device_iterations: int = 200
+    # The cell process; empty: deploycc's own (audit/isolate.py's WORKER). Tests substitute one
+    # that really crashes.
+    worker: Sequence[str] = ()
 
 
 @dataclass
@@ -47,7 +80,7 @@ class CellSpec:
     inputs: str | None = None
     hints_sha256: str = ""
     partition: bool = False  # a model refused as a whole is tried with host segments
-    precision: str | None = None  # None: the target's default
+    precision: Precision | None = None  # None: the target's default
     calibration: str | None = None  # int8: the hints' folder of samples
     max_drop: float = 0.01
     metric: str = "auto"
@@ -70,16 +103,16 @@ class CellSpec:
         from deploycc.backends.registry import get_backend
 
         return bool(backend) and get_backend(backend).builds_on_device and \
-            any(s in self.stages for s in ("build", "bench"))
+            any(s in self.stages for s in (Stage.BUILD, Stage.BENCH))
 
 
 @dataclass
 class CellResult:
     model: str
     target: str
-    status: str
-    stage: str  # the last stage reached (or the one that failed)
-    category: str | None = None
+    status: CellStatus
+    stage: Stage  # the last stage reached (or the one that failed)
+    category: Failure | None = None
     message: str = ""
     legal_as_exported: bool | None = None
     blocking_ops: list[str] = field(default_factory=list)
@@ -94,3 +127,30 @@ class CellResult:
     def succeeded(self) -> bool:
         """Deployed whole on the target (host segments are counted apart)."""
         return self.status not in (CellStatus.FAILED, HOST_SEGMENTS)
+
+
+@dataclass
+class TargetTally:
+    target: str
+    cells: int
+    legal_as_exported: int
+    succeeded: int
+    rate_as_exported: float
+    rate_after_deploycc: float
+    regressed: int = 0  # legal as exported, refused after deploycc: each one a deploycc bug
+    with_host_segments: int = 0  # refused as a whole, deployable with host segments (--partition)
+
+
+@dataclass
+class AuditReport(Result):
+    outdir: str
+    models: list[str]
+    targets: list[str]
+    stages: list[str]
+    cells: list[CellResult]
+    summary: list[TargetTally]
+    top_failures: list[dict[str, object]]
+    counts: dict[str, int]
+    seconds: float = 0.0
+    reused: int = 0
+    notes: list[str] = field(default_factory=list)

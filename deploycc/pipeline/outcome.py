@@ -1,0 +1,86 @@
+"""How a build's end is told and kept: its one-line summary and next step, the time of each
+stage, the listing of the output folder, and the two reports written from the one record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploycc.taxonomy import BuildStatus, Stage
+
+if TYPE_CHECKING:
+    from deploycc.backends.base import Artifact
+    from deploycc.records.build import BuildReport
+    from deploycc.targets.schema import Target
+
+# An engine that refuses inputs its original takes (OpenVINO's pooling checks its kernel against
+# the input where ONNX Runtime does not): a backend error at verify, never a numeric mismatch.
+RUN_REFUSED = "the engine could not run inputs the original model takes"
+
+
+def next_step_after(status: BuildStatus, stage: Stage, message: str, target: Target) -> str:
+    """What the user does next, after a build that ended so (report.json's `next_step`)."""
+    if status == BuildStatus.VERIFIED:
+        return "deploy the artifact; `deploycc bench` for a full benchmark"
+    if status == BuildStatus.PENDING_ON_DEVICE:
+        return ("copy bundle/ to the device, run `python3 run_on_device.py` there (builds, verifies and "
+                "times the engine), then `deploycc device import OUTDIR bundle/result.json`")
+    if status == BuildStatus.NEEDS_INPUTS:
+        return "give inputs the model takes: --inputs data.npz (one array per input name)"
+    if stage == Stage.VERIFY and message.startswith(RUN_REFUSED):
+        return (f"the {target.backend.kind} engine refuses these input sizes: verify at the sizes the model "
+                "is meant for (--inputs, or --shape NAME:DIMS to build for them)")
+    return {
+        Stage.LEGALIZE: "no rule rewrites the illegal nodes below (`deploycc check --explain` says why each "
+                        "declines): --partition runs them on the host, or choose a different target/opset",
+        Stage.BUILD: f"the {target.backend.kind} build failed: {message}",
+        Stage.QUANTIZE: "see the INT8 section of report.md: a larger --max-drop, samples closer to what the "
+                        "model will see, or no --require-int8 to build in float",
+        Stage.VERIFY: "the engine differs from the original beyond the precision's tolerance: try a higher "
+                      "precision (--precision fp32) or inspect the output named above",
+    }.get(stage, message)
+
+
+def summary_of(status: BuildStatus, message: str, target: Target, artifact: Artifact | None) -> str:
+    """The build's end in one line (report.json's `summary`)."""
+    if status == BuildStatus.VERIFIED and artifact is not None:
+        return f"built {artifact.kind} for {target.name} and verified it against the original"
+    if status == BuildStatus.PENDING_ON_DEVICE:
+        return f"legalized and bundled for {target.name}; the TensorRT engine is pending on the device"
+    return message
+
+
+def listing(staging: Path) -> list[str]:
+    """Every file the output directory will hold, the two reports written last included."""
+    files = [str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()]
+    return sorted([*files, "report.json", "report.md"])
+
+
+def write_reports(staging: Path, report: BuildReport) -> None:
+    """report.json and report.md, from the one record."""
+    from deploycc.report.markdown import build_markdown
+
+    (staging / "report.json").write_text(report.to_json() + "\n")
+    (staging / "report.md").write_text(build_markdown(report))
+
+
+class Clock:
+    """Times each stage and tells the progress display which one is running."""
+
+    def __init__(self, seconds: dict[str, float], progress: Callable[[str], None] | None) -> None:
+        self.seconds, self.progress = seconds, progress
+        self.current: str | None = None
+        self.started = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        self.stop()
+        self.current, self.started = stage, time.perf_counter()
+        if self.progress is not None:
+            self.progress(stage)
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.seconds[self.current] = round(time.perf_counter() - self.started, 3)
+            self.current = None

@@ -1,0 +1,57 @@
+"""What `deploycc build` did: the legalization, the artifact, its verification and latency, and,
+once a bundled build's result comes back from the board, what happened there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# At run time, not only for the type checker: `device import` reads the report back from JSON.
+from deploycc.backends.base import Artifact
+from deploycc.bench.latency import LatencyStats
+from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from deploycc.quantize import QuantizeReport
+from deploycc.records.device import DeviceResult
+from deploycc.records.legalize import LegalizeReport
+from deploycc.records.shapes import ShapePlan
+from deploycc.results import Result
+from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
+from deploycc.verify.verification import Verification
+
+SUCCEEDED = (BuildStatus.VERIFIED, BuildStatus.PENDING_ON_DEVICE, BuildStatus.VERIFIED_ON_DEVICE)
+
+
+@dataclass
+class BuildReport(Result):
+    model: str
+    target: str
+    outdir: str
+    status: BuildStatus
+    stage: Stage  # the last stage reached: legalize | quantize | build | verify | done (or the board's)
+    summary: str
+    next_step: str
+    precision: Precision
+    legalize: LegalizeReport | None
+    artifact: Artifact | None
+    verification: Verification | None
+    benchmark: LatencyStats | None
+    build_hash: str = ""
+    failure_category: Failure | None = None  # the backend's own failure category, when it gave one
+    files: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    quantization: QuantizeReport | None = None  # --precision int8: how it was quantized and judged
+    notes: list[str] = field(default_factory=list)
+    shapes: ShapePlan | None = None  # what each input is built for, verified and timed at
+    device: DeviceResult | None = None  # the board's result, once `deploycc device import` read it
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.status in SUCCEEDED else EXIT_FINDINGS
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data.pop("device")
+        data["exit_code"] = self.exit_code
+        if self.device is not None:  # after the exit code: the board's result came later
+            data["device"] = self.device.to_dict()
+        return data

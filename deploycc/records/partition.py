@@ -1,0 +1,41 @@
+"""What `build --partition` did: the segments, why each host node could not be made legal, and
+the chain verified against the original."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from deploycc.records.legalize import LegalizeReport
+from deploycc.results import Result
+from deploycc.taxonomy import BuildStatus, Precision
+from deploycc.verify.verification import Verification
+
+
+@dataclass
+class PartitionReport(Result):
+    model: str
+    target: str
+    outdir: str
+    status: BuildStatus  # verified | pending-on-device | failed
+    summary: str
+    precision: Precision
+    segments: list[dict[str, Any]]
+    host_nodes: dict[str, list[str]]  # node -> why it could not be made legal
+    cuts: list[dict[str, Any]]
+    device_flops_share: float
+    legalize: LegalizeReport | None
+    chain_on_ort: Verification | None  # every segment on ONNX Runtime CPU
+    chain_on_engines: Verification | None  # device segments on their built engines
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        deploys = self.status in (BuildStatus.VERIFIED, BuildStatus.PENDING_ON_DEVICE)
+        return EXIT_OK if deploys else EXIT_FINDINGS
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["exit_code"] = self.exit_code
+        return data
