@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
-from deploycc.taxonomy import Condition, Legality
+from deploycc.taxonomy import Condition, Legality, Precision
 
 if TYPE_CHECKING:
     from deploycc.rules.engine import Decision, Rewrite
@@ -127,13 +127,16 @@ class LegalizePass(Pass):
             op = "/".join(sorted({node.op_type for node in nodes})) or rule.op_type
             what = f"{op} node(s) {rule.done}" if nodes else rule.done
             certificate = self._prove_whole(
-                state, lambda model, rule=rule, nodes=nodes: rule.apply(model, nodes), rule.name, op, what)
+                state, lambda model, rule=rule, nodes=nodes: rule.apply(model, nodes), rule.name, op, what,
+                rule.proof_precision)
             state.rewrites.append(Rewrite(rule.name, "<graph>", op, "main", 0, certificate))
 
     @staticmethod
-    def _prove_whole(state: PipelineState, change, rule: str, op: str, what: str):
+    def _prove_whole(state: PipelineState, change, rule: str, op: str, what: str,
+                     precision: Precision = Precision.FP32):
         """Apply a whole-graph change, proven by running the graph before and after it; a change
-        whose proof fails is undone."""
+        whose proof fails is undone. `precision` "fp32" compares at 1e-5; another, at that
+        precision's verification tolerances."""
         from deploycc.graph.shapes import infer_shapes
         from deploycc.rules.proof import FAILED, PROVEN, UNPROVEN, Certificate
         from deploycc.verify.compare import compare
@@ -160,8 +163,12 @@ class LegalizePass(Pass):
             certificate.detail += f"; not run: {error}"
             return certificate
         certificate.reference, certificate.samples, certificate.status = expected.runtime, 1, PROVEN
+        from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES
+
+        atol, rtol, min_cosine = (1e-5, 1e-5, 0.0) if precision == Precision.FP32 else TOLERANCES[precision]
         for name, array in expected.outputs.items():
-            result = compare(name, array, actual.outputs[name], atol=1e-5, rtol=1e-5)
+            result = compare(name, array, actual.outputs[name], atol=atol, rtol=rtol, min_cosine=min_cosine,
+                             mismatch_share=MISMATCH_SHARE.get(precision, 0.0))
             certificate.max_abs_error = max(certificate.max_abs_error, result.max_abs_error)
             certificate.max_rel_error = max(certificate.max_rel_error, result.max_rel_error)
             if not result.passed:

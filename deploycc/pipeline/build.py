@@ -225,7 +225,7 @@ def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done
         graph_file = staging / LEGALIZED if (staging / LEGALIZED).exists() else source
         try:
             feeds, _, _ = signature_feeds(graph_file, options.legalize, legalized.fed_layouts,
-                                          drawn.shapes if drawn is not None else None)
+                                          drawn.shapes if drawn is not None else None, source)
         except Exception:  # the inputs could not be drawn at all: nothing to keep
             return
     np.savez(target, **feeds)
@@ -285,7 +285,8 @@ def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any
 
     drawn = legalized.verification
     feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
-                                                       legalized.fed_layouts, drawn.shapes if drawn else None)
+                                                       legalized.fed_layouts, drawn.shapes if drawn else None,
+                                                       source)
     try:
         expected, _ = reference_outputs(source, original_feeds)
     except RunError as error:
@@ -324,7 +325,7 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         refused: BackendError | None = None
         for shapes in candidates:
             feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
-                                                               legalized.fed_layouts, shapes)
+                                                               legalized.fed_layouts, shapes, source)
             try:
                 actual = runner.run(feeds)
             except BackendError as error:
@@ -357,6 +358,7 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
 
 def verification_precision(legalized: LegalizeReport, precision: Precision) -> Precision:
     from deploycc.pipeline.manager import source_ops
-    from deploycc.verify.verification import tolerance_precision
+    from deploycc.verify.verification import computes_in_float16, tolerance_precision
 
-    return tolerance_precision(source_ops(legalized.passes), precision)
+    return tolerance_precision(source_ops(legalized.passes), precision,
+                               float16=computes_in_float16(Path(legalized.source)))

@@ -220,10 +220,12 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
     if options.verify and success:
         if progress is not None:
             progress("verify")
-        from deploycc.verify.verification import tolerance_precision, verify_files
+        from deploycc.verify.verification import computes_in_float16, tolerance_precision, verify_files
 
+        precision = tolerance_precision(source_ops(attempt.records), Precision.FP32,
+                                        float16=computes_in_float16(loaded.path))
         verification = verify_files(loaded.path, staged, state.model, state.fed_layouts, options,
-                                   precision=tolerance_precision(source_ops(attempt.records), Precision.FP32))
+                                    precision=precision)
         if not verification.passed:
             success = False
             reason = f"verification failed: {verification.problem}"

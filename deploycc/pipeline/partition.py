@@ -119,7 +119,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                              min_segment_nodes=min_segment_nodes,
                              static_cuts=backend.fixed_shape_engines, **bounds)
             feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
-                                                               legalized.fed_layouts)
+                                                               legalized.fed_layouts, source=source)
             observed = observe_cut_shapes(graph_model, partition, feeds)
             if observed:
                 report.notes.append(f"cut tensor(s) without inferred shape given the rank they run with: "

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from deploycc.taxonomy import Precision
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx_ir as ir
@@ -232,6 +234,10 @@ class GraphRule:
     since: ClassVar[int] = 1
     until: ClassVar[int | None] = None
     done: ClassVar[str] = "changed"  # how the report says what was done to the nodes
+    # The tolerances its proof compares the graph before and after with: a rewrite of a quantized
+    # form moves outputs by a step of the quantization grid where ORT's integer kernels round in
+    # fixed point and the float form rounds once, as verification of a quantized model allows.
+    proof_precision: ClassVar[Precision] = Precision.FP32
 
     def refused(self, model: ir.Model, target: Target) -> list[ir.Node] | None:
         """The nodes to rewrite (an empty list: the whole graph), or None when nothing is refused."""

@@ -33,7 +33,7 @@ import numpy as np
 from deploycc.graph.graphs import constant_tensor
 from deploycc.rules.base import Builder, GraphRule
 from deploycc.rules.catalog import register_graph
-from deploycc.taxonomy import Legality
+from deploycc.taxonomy import Legality, Precision
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -381,6 +381,7 @@ class QOperatorToQdqRule(_RefusedForm):
     name = "qoperator-to-qdq"
     family = "quantized"
     done = "in QDQ form"
+    proof_precision = Precision.INT8  # ORT's QLinear kernels requantize in fixed point, the QDQ form in float
     ops = frozenset(op for _, op in QOPERATOR_OPS)
 
     def apply(self, model: ir.Model, nodes: list[ir.Node]) -> int:

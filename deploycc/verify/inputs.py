@@ -152,10 +152,13 @@ MAX_DRAWN_ELEMENTS = 1 << 26
 def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
              sizes: dict[str, int] | None = None, int_high: int | None = None,
              batch: int | None = None, symbolic_size: int = SYMBOLIC_DIM_SIZE,
-             shapes: dict[str, list[int]] | None = None) -> dict[str, np.ndarray]:
+             shapes: dict[str, list[int]] | None = None,
+             ranges_from: Mapping[str, ir.Value] | None = None) -> dict[str, np.ndarray]:
     """Seeded random arrays for the given graph inputs (integers below int_high when given;
     `batch` sets every input's dim 0, which must be dynamic; symbolic dims other than the batch
-    take `symbolic_size`, or the size `shapes` gives for that input's dim)."""
+    take `symbolic_size`, or the size `shapes` gives for that input's dim). An integer input's
+    values follow what reads it in `ranges_from` (the original model's inputs, by name) where
+    given: a rewrite may have folded the Equal that said which sample rate a model takes."""
     rng = np.random.default_rng(seed)
     sizes = {} if sizes is None else sizes
     feeds = {}
@@ -183,7 +186,8 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
                                   hint="build with --dynamic-batch (or legalize without --batch)")
             dims = [batch, *dims[1:]]
         dtype = value.dtype.numpy()
-        int_range = _range_from_uses(value) if np.issubdtype(dtype, np.integer) else None
+        read = (ranges_from or {}).get(value.name or "", value)
+        int_range = _range_from_uses(read) if np.issubdtype(dtype, np.integer) else None
         if int_range is not None:
             info = np.iinfo(dtype)
             int_range = (max(int_range[0], int(info.min)), min(int_range[1], int(info.max) + 1))

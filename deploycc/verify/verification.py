@@ -85,10 +85,11 @@ def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, n
 
 
 def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list[int]],
-              shapes: dict[str, list[int]] | None = None
+              shapes: dict[str, list[int]] | None = None, source: Path | None = None
               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
     """(inputs for the rewritten graph, the same laid out for the original, a description).
-    Drawn at `shapes` (default: the typical sizes, graph/dim_roles.py) unless the user gave inputs."""
+    Drawn at `shapes` (default: the typical sizes, graph/dim_roles.py) unless the user gave inputs;
+    integer values as the original model's graph (the file `source`) reads them, where given."""
     from deploycc.verify import inputs as input_data
 
     signature = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
@@ -97,13 +98,27 @@ def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list
         described = str(options.inputs)
     else:
         shapes = drawn_shapes(graph, options, 0) if shapes is None else shapes
-        feeds = input_data.generate(list(signature.values()), seed=options.seed, shapes=shapes)
+        feeds = input_data.generate(list(signature.values()), seed=options.seed, shapes=shapes,
+                                    ranges_from=_integer_inputs(source, signature))
         sizes = ", ".join(f"{name} {'x'.join(str(d) for d in array.shape) or 'scalar'}"
                           for name, array in feeds.items())
         described = f"generated (seed {options.seed}, {sizes})"
     original = {name: (np.transpose(array, layouts[name]) if name in layouts else array)
                 for name, array in feeds.items()}
     return feeds, original, described
+
+
+def _integer_inputs(source: Path | None, signature: Mapping[str, ir.Value]) -> dict[str, ir.Value]:
+    """The original model's integer inputs, when the rewritten graph has any: what reads them there
+    says which values they take (loaded only then)."""
+    integer = [name for name, value in signature.items() if value.dtype is not None and
+               np.issubdtype(value.dtype.numpy(), np.integer)]
+    if source is None or not integer:
+        return {}
+    from deploycc import io
+
+    graph = io.load(source, check=False).model.graph
+    return {v.name or "": v for v in graph.inputs if v.name in integer}
 
 
 def drawn_shapes(graph: ir.Graph, options: LegalizeOptions, attempt: int,
@@ -142,7 +157,7 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
         shapes = drawn_shapes(graph, options, attempt, metadata) if options.inputs is None else {}
         if attempt and _drawn_elements(shapes) > MAX_DRAWN_ELEMENTS:
             continue
-        feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes)
+        feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes, original)
         try:
             expected, reference = _run_original(original, original_feeds)
         except RunError as error:
@@ -165,8 +180,8 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
         return Verification(False, ORT, described, precision, problem=str(error))
     result = compare_all(expected, actual, reference=reference, inputs=described, precision=precision,
                          original=(original, original_feeds))
-    if options.inputs is None:
-        result.shapes = {name: list(array.shape) for name, array in feeds.items()}
+    # the given inputs' shapes too: a backend that needs static dims is built again at these
+    result.shapes = {name: list(array.shape) for name, array in feeds.items()}
     result.attempt = attempt
     return result
 
@@ -182,11 +197,35 @@ QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", 
                  "com.microsoft::QLinearLeakyRelu"}
 
 
-def tolerance_precision(source_ops: Mapping[str, int], precision: Precision) -> Precision:
+def tolerance_precision(source_ops: Mapping[str, int], precision: Precision, *,
+                        float16: bool = False) -> Precision:
     """A quantized model is judged with int8 tolerances whatever precision it is built in: an engine
     with real int8 kernels (OpenVINO fuses Q/DQ pairs, ONNX Runtime's optimizer makes QLinearConv)
-    and its float form round differently by one step of the quantization grid."""
-    return Precision.INT8 if QUANTIZED_OPS & set(source_ops) else precision
+    and its float form round differently by one step of the quantization grid. A model that
+    computes in float16 (`float16`: its weights are) is judged with float16's: a kernel that
+    accumulates in float32, or ops in another order, moves its outputs by float16 roundings."""
+    if QUANTIZED_OPS & set(source_ops):
+        return Precision.INT8
+    return Precision.FP16 if float16 and precision in (Precision.FP32, Precision.FP16) else precision
+
+
+FLOAT16_SHARE = 0.5  # of a model's floating-point weights, by element count
+
+
+def computes_in_float16(path: Path) -> bool:
+    """Whether most of a model file's floating-point weights are float16 (onnxconverter-common's
+    and ORT's float16 conversions): it then computes in float16 whatever it is built in."""
+    from deploycc import io
+
+    counts = {"half": 0, "other": 0}
+    graph = io.load(path, check=False).model.graph
+    for value in graph.initializers.values():
+        tensor = value.const_value
+        if tensor is None or not tensor.dtype.is_floating_point():
+            continue
+        counts["half" if tensor.dtype.name == "FLOAT16" else "other"] += tensor.size
+    total = counts["half"] + counts["other"]
+    return total > 0 and counts["half"] / total > FLOAT16_SHARE
 
 
 def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], *, reference: str,
@@ -321,9 +360,9 @@ def reference_outputs(original: Path, feeds: dict[str, np.ndarray]) -> tuple[dic
 
 
 def signature_feeds(model_path: Path, options: LegalizeOptions, layouts: dict[str, list[int]],
-                    shapes: dict[str, list[int]] | None = None
+                    shapes: dict[str, list[int]] | None = None, source: Path | None = None
                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
-    """feeds_for the graph of a model file."""
+    """feeds_for the graph of a model file (integer values as the original, `source`, reads them)."""
     from deploycc import io
 
-    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts, shapes)
+    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts, shapes, source)

@@ -627,3 +627,71 @@ def test_an_ml_only_model_gets_a_default_opset_and_ort_reading_of_coefficients(t
     assert report.opset["before"] is None and report.opset["after"] is not None
     assert not [n for n in onnx.load(out).graph.node if n.domain == "ai.onnx.ml"]
     _same_outputs(model, out, {"x": np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)})
+
+
+def test_a_quantized_form_is_proven_within_a_step_of_its_grid(tmp_path: Path) -> None:
+    """ORT's QLinearConv requantizes its int32 sums in fixed point; the QDQ form it is rewritten to
+    rounds a float sum once: over half a million outputs a few land a step apart (MobileNetV3's
+    QOperator export: 5e-5 of a block's outputs). The proof allows that step, as verification of a
+    quantized model does, and the rewrite is kept."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    rng = np.random.default_rng(9)
+    weights = [numpy_helper.from_array(rng.standard_normal((32, 3, 3, 3)).astype(np.float32) * 0.3, "w"),
+               numpy_helper.from_array(rng.standard_normal(32).astype(np.float32) * 0.1, "b")]
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([conv], "conv", [_vi("x", FLOAT, [1, 3, 128, 128])],
+                              [_vi("y", FLOAT, [1, 32, 128, 128])], weights)
+    float_model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                        "conv.onnx")
+
+    class Samples(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.samples = iter([{"x": rng.standard_normal((1, 3, 128, 128)).astype(np.float32)}
+                                 for _ in range(4)])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    model = tmp_path / "qconv.onnx"
+    quantize_static(str(float_model), str(model), Samples(), quant_format=QuantFormat.QOperator)
+    report = api.legalize(model, "jetson-xavier", tmp_path / "out.onnx")
+    assert report.success, report.summary
+    proof = next(r.certificate for r in report.rewrites if r.rule == "qoperator-to-qdq")
+    assert proof is not None and proof.status == "proven"
+    assert proof.max_abs_error > 1e-5  # a grid step apart somewhere: refused at float tolerances
+
+
+def test_a_backend_that_needs_static_dims_is_built_at_the_given_inputs(tmp_path: Path) -> None:
+    """Silero VAD with its inputs given (a corpus's hints): OpenVINO cannot type it while the batch
+    is dynamic, and the build fixes the dims at the given arrays' shapes."""
+    model = _save(tmp_path, squeeze_if_batch_one(), "vad.onnx")
+    rng = np.random.default_rng(0)
+    data = tmp_path / "vad.inputs.npz"
+    np.savez(data, x=rng.standard_normal((1, 2, 8)).astype(np.float32),
+             state=rng.standard_normal((2, 1, 4)).astype(np.float32))
+    report = api.build(model, "openvino-cpu", tmp_path / "out",
+                       BuildOptions(legalize=LegalizeOptions(inputs=data), bench=False))
+    assert report.status == "verified", report.summary
+    assert any("fixed at the verified sizes" in note for note in report.notes)
+
+
+def test_integer_inputs_are_drawn_as_the_original_reads_them(tmp_path: Path) -> None:
+    """The branch for 8 kHz cannot run with the width fixed at 4 and is dropped, and with it the
+    Equal(sr, 16000) that said which sample rate the model takes: the rewritten graph no longer
+    reads `sr`. Drawn from it, sr was 1..3 and the original took the dropped branch and failed."""
+    def branch(name: str, weights: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node("MatMul", ["x", weights], [f"{name}_y"])], name, [],
+                                 [_vi(f"{name}_y", FLOAT, ["N", 5])])
+
+    nodes = [helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
+             helper.make_node("If", ["is_16k"], ["y"], then_branch=branch("then", "w4"),
+                              else_branch=branch("else", "w3"))]
+    graph = helper.make_graph(
+        nodes, "vad", [_vi("x", FLOAT, ["N", "width"]), _vi("sr", INT64, [])], [_vi("y", FLOAT, ["N", 5])],
+        [_const("w4", np.arange(20).reshape(4, 5) / 10, np.float32),
+         _const("w3", np.arange(15).reshape(3, 5) / 10, np.float32), _const("rate", 16000)])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "vad.onnx")
+    report = api.legalize(model, "ort-cpu", tmp_path / "fixed.onnx", LegalizeOptions(shapes={"x": [1, 4]}))
+    assert report.success, report.summary
+    assert "If" not in [node.op_type for node in onnx.load(tmp_path / "fixed.onnx").graph.node]
