@@ -96,17 +96,21 @@ def main() -> None:
     listing = args.corpus / "corpus.txt"
     if not listing.exists():
         sys.exit(f"{listing} not found: make the corpus first (python benchmarks/corpus.py)")
-    from deploycc.report import console
+    from deploycc.report.progress import progress_bar
 
     options = AuditOptions(jobs=args.jobs, timeout=args.timeout, fresh=args.fresh, memory_limit_mb=12288,
                            partition=True)
-    with console.progress_bar("auditing the corpus") as update:
+    with progress_bar("auditing the corpus") as update:
         def progress(counts, total) -> None:
             update(", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",
                    sum(counts.values()), total)
 
+        def finished(cell, done, total) -> None:  # a line per cell in a log, where the bar is silent
+            update.line(f"[{done}/{total}] {Path(cell.model).stem} @ {cell.target}: {cell.status}"
+                        f"{f' ({cell.category})' if cell.category else ''}, {cell.seconds:.1f} s")
+
         report = api.audit([str(listing)], list(args.targets or TARGETS), args.out, options,
-                           progress=progress)
+                           progress=progress, finished=finished)
     text, summary = tables(report, ort_runs(args.corpus))
     results = HERE / "results"
     results.mkdir(exist_ok=True)

@@ -166,9 +166,9 @@ def main() -> None:
                     cells.append(kept)
                     continue
             todo.append((model, target, key, f"{digest}:{code}"))
-    from deploycc.report import console
+    from deploycc.report.progress import progress_bar
 
-    with console.progress_bar("headline command", quiet=False) as update, \
+    with progress_bar("headline command", quiet=False) as update, \
             ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_cell, model, target, args.work / "runs", args.timeout): (key, tag)
                    for model, target, key, tag in todo}

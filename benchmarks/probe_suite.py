@@ -104,7 +104,7 @@ def main() -> int:
 
     from deploycc import api
     from deploycc.audit.probe import capability_table
-    from deploycc.report import console
+    from deploycc.report.progress import progress_bar
 
     summary: dict[str, Any] = {"note": (
         f"onnx {onnx.__version__} conformance cases, each run in isolation, outputs compared with rtol "
@@ -115,7 +115,7 @@ def main() -> int:
         if args.from_reports:
             report = json.loads(path.read_text())
         else:
-            with console.progress_bar(f"probing {target}") as update:
+            with progress_bar(f"probing {target}") as update:
                 result = api.probe(target, jobs=args.jobs,
                                    progress=lambda done, total: update("cases", done, total))
             (RESULTS / f"probe-{target}.capabilities.json").write_text(

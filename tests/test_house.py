@@ -12,7 +12,7 @@ from deploycc.taxonomy import BuildStatus, CellStatus, Legality, Precision
 PACKAGE = Path(__file__).parents[1] / "deploycc"
 # The board's runner is one file on purpose: the bundle carries it alone, to a Python that has no
 # deploycc (a split would be a second file to copy, keep in step and check for Python 3.6).
-WHOLE_BY_DESIGN = {"backends/tensorrt/run_on_device.py"}
+WHOLE_BY_DESIGN = {"device/run_on_device.py"}
 LIMIT = 500
 
 

@@ -24,8 +24,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.audit import device_task
 from deploycc.audit.isolate import WORKER
+from deploycc.device import ray_task
+from deploycc.device.bundle import BUNDLE_DIR, RUNNER
 from deploycc.errors import DeployccError, OptionError
 from deploycc.io import StagedDirectory, tar_folder
 from deploycc.records.audit import CellResult, CellSpec
@@ -45,7 +46,7 @@ def _run_remote(spec_data: dict[str, Any], timeout: float, memory: int | None, w
     cell = run_isolated(spec, timeout=timeout, memory_limit=memory, worker=worker)
     workdir = Path(spec.workdir)
     bundled = spec.device_engine is not None and cell.status == CellStatus.LEGALIZED and \
-        (workdir / "bundle" / "run_on_device.py").is_file()
+        (workdir / BUNDLE_DIR / RUNNER).is_file()
     return {"cell": asdict(cell), "outputs": tar_folder(workdir) if bundled else None}
 
 
@@ -63,7 +64,7 @@ def _connect(options: AuditOptions) -> Any:
     # The on-board task travels by value: the board has Ray but not deploycc.
     from ray import cloudpickle
 
-    cloudpickle.register_pickle_by_value(device_task)
+    cloudpickle.register_pickle_by_value(ray_task)
     return ray
 
 
@@ -77,14 +78,14 @@ def _unschedulable(spec: CellSpec, resource: str) -> CellResult:
 def _receive(outputs: bytes, workdir: Path) -> None:
     """The build directory a node wrote, in place on this machine (whole, or as it was)."""
     with StagedDirectory(workdir, force=True) as staged:
-        device_task.unpack(outputs, str(staged.staging), strip=workdir.name)
+        ray_task.unpack(outputs, str(staged.staging), strip=workdir.name)
 
 
 def on_device_cell(prepared: CellResult, workdir: Path, outcome: dict[str, Any],
                    stages: tuple[str, ...]) -> CellResult:
     """The cell after its bundle ran on the board: the board's result imported into the build
     directory, and the cell's status from it."""
-    from deploycc.pipeline.device import import_result
+    from deploycc.pipeline.device_import import import_result
 
     cell = dataclasses.replace(prepared, details=dict(prepared.details), stage=Stage.DEVICE)
     host = str(outcome.get("host", "the device"))
@@ -125,7 +126,7 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions,
     ray = _connect(options)
     available = ray.cluster_resources()
     prepare = ray.remote(_run_remote)
-    on_board = ray.remote(device_task.run_bundle)
+    on_board = ray.remote(ray_task.run_bundle)
     memory = options.memory_limit_mb << 20 if options.memory_limit_mb else None
     futures: dict[Any, str] = {}
     specs = dict(cells)
@@ -159,7 +160,7 @@ def run_ray(cells: list[tuple[str, CellSpec]], options: AuditOptions,
             _receive(data["outputs"], workdir)
             prepared[key] = cell
             task = on_board.options(num_cpus=1, resources={spec.target: 1})
-            futures[task.remote(tar_folder(workdir / "bundle"), engine=spec.device_engine,
+            futures[task.remote(tar_folder(workdir / BUNDLE_DIR), engine=spec.device_engine,
                                 iterations=options.device_iterations, timeout=options.timeout,
                                 python=options.device_python)] = key
 

@@ -1,17 +1,21 @@
 """The small interface every backend implements (Polygraphy keeps a loader and a runner per
 backend; so do we): is it available here, describe the environment, build an artifact from a
-legalized ONNX model, say where each node runs, and load a runner for the artifact.
+legalized ONNX model, say where each node runs, and load a runner for the artifact. What only
+one backend knows is a hook here that the others leave at its default: its own options, how
+`--precision int8` quantizes for it, its conformance runner, and its half on a device (the
+bundle, a bundle's build request). Nothing outside backends/ tests a backend's kind.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.errors import DeployccError
-from deploycc.taxonomy import Failure, Precision
+from deploycc.errors import DeployccError, OptionError
+from deploycc.taxonomy import Failure, Name, Precision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,39 +45,58 @@ class BackendUnavailable(DeployccError):
 
 
 @dataclass
-class Profile:
-    """min/opt/max dims of one dynamic input (a TensorRT optimization profile)."""
-
-    input: str
-    min: list[int]
-    opt: list[int]
-    max: list[int]
+class BackendOptions:
+    """A backend's own options: the flags only it reads, from `Backend.backend_options`. Each
+    backend that has any subclasses this beside its code (OrtOptions, OpenVinoOptions,
+    TensorRTOptions); the build request carries one, and the backend reads its own back."""
 
 
 @dataclass
 class BuildRequest:
-    model: Path  # the legalized ONNX model
+    model: Path  # the legalized ONNX model (int8: the quantized one)
     outdir: Path  # where the artifact goes (the staging directory)
     target: Target
     precision: Precision
-    artifact_format: str = "onnx"  # ORT: "onnx" (optimized ONNX) or "ort" (ORT format)
-    profiles: list[Profile] = field(default_factory=list)
-    dla_core: int | None = None
-    gpu_fallback: bool = True
     fail_on_fallback: bool = False
-    workspace_mb: int | None = None
-    timing_cache: Path | None = None
-    cache_dir: Path | None = None
     threads: int | None = None  # runners: CPU threads (None: the backend's default)
     bundle_only: bool = False  # backends that build on the device: the bundle, never the engine here
-    # TensorRT INT8: the scales for implicit quantization (the DLA's); the GPU builds the Q/DQ model
+    # INT8: the float model the quantized one was made from, and the scales file the backend's
+    # int8 recipe had quantize/ write beside it (`Int8Recipe.calibration_cache`)
+    fp32_model: Path | None = None
     calibration_cache: Path | None = None
-    fp32_model: Path | None = None  # INT8: the float model the Q/DQ one was made from
+    backend_options: BackendOptions | None = None  # None: the backend's defaults
 
-    @property
-    def implicit_int8(self) -> bool:
-        return self.precision == Precision.INT8 and self.dla_core is not None and \
-            self.calibration_cache is not None
+
+class Quantizer(Name):
+    """The tools quantize/ runs for `--precision int8`."""
+
+    ORT_QDQ = "ort-qdq"  # ONNX Runtime's quantize_static, a Q/DQ ONNX model, judged on ONNX Runtime
+    NNCF = "nncf"  # NNCF on the backend's own model, judged and timed by the backend's quantize_runner
+
+
+class QdqLayout(Name):
+    """The Q/DQ layouts quantize/ort_qdq.py writes (its x86_form and tensorrt_form)."""
+
+    X86 = "x86"  # u8 activations, s8 weights: ONNX Runtime's fast kernels on x86
+    TENSORRT = "tensorrt"  # symmetric s8, Q/DQ only where TensorRT runs INT8, checked for its parser
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """How `--precision int8` makes this backend's model: the backend chooses, quantize/ does it.
+    `stand_in_for`: the engine is built elsewhere (on the board), so ONNX Runtime stands in for it
+    to judge the int8 model and nothing is timed here; `calibration_cache`: also write the
+    engine's implicit-quantization scales (TensorRT's cache, which its DLA builds from)."""
+
+    quantizer: Quantizer
+    qdq_layout: QdqLayout = QdqLayout.X86
+    stand_in_for: str | None = None
+    calibration_cache: bool = False
+
+
+# A conformance case run on a backend: the model's bytes and its feeds (exotic element types as
+# ml_dtypes arrays) -> its outputs in order (backends/raw_values.py reads and writes the raw bits)
+ConformanceRunner = Callable[[bytes, dict[str, Any]], list[Any]]
 
 
 @dataclass
@@ -131,19 +154,49 @@ class Backend(ABC):
     # the audit fixes the axes before it builds.
     fixed_shape_engines: bool = False
 
+    # How `--precision int8` quantizes for it (None: no int8 path)
+    int8: Int8Recipe | None = None
+
+    def backend_options(self, options: BuildOptions) -> BackendOptions:
+        """Its own options from what the user asked (`--format`, `--dla-core`, a model cache)."""
+        return BackendOptions()
+
     def prepare(self, request: BuildRequest, options: BuildOptions) -> None:  # noqa: B027
-        """Complete a build request from the user's options (profiles, caches); most need nothing."""
+        """Complete a build request from the model and the user's options (TensorRT's profiles);
+        most need nothing."""
+
+    def static_dims(self, options: BuildOptions) -> str | None:
+        """Why this build takes every dim the target's shape policy would give a profile at one
+        size instead, in the shape plan's words (TensorRT on a DLA core); None where profiles stand."""
+        return None
 
     def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],  # noqa: B027
                       outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
         """Give an artifact built on the device what the board needs to judge it: the inputs and
         the original model's outputs (a bundle's reference data); most artifacts need nothing."""
 
+    def device_folder(self, artifact: Artifact) -> str | None:
+        """The folder of `artifact` that travels to the device (it gets a copy of manifest.json),
+        or None for an artifact used where it was built."""
+        return None
+
+    def bundle_request(self, bundle: Path, outdir: Path, target: Target) -> BuildRequest:
+        """The build request a device bundle describes (`build --engine-only` on the board)."""
+        raise OptionError(f"{self.kind} writes no device bundle to build an engine from")
+
     def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
         """A runner on the model file as it is, for `bench` on an unbuilt model."""
-        from deploycc.errors import OptionError
-
         raise OptionError(f"benching a raw model on {self.kind} is not supported; build it first")
+
+    def quantize_runner(self, model: Path, pinned: bool = True) -> Runner:
+        """A runner that judges and times an int8 candidate here, for a quantizer that works on
+        the backend's own model (NNCF): `pinned` compiles it in the precision an int8 build pins
+        its float parts to, else in the device's default."""
+        raise OptionError(f"{self.kind} has no runner for its own int8 model")
+
+    def conformance_runner(self) -> ConformanceRunner:
+        """How `deploycc probe` runs one conformance case on this backend."""
+        raise OptionError(f"{self.kind} runs no conformance cases here")
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:

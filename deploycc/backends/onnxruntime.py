@@ -5,18 +5,33 @@ check that reads, from a profiled run, which execution provider ran every node.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest, Placement, Runner
+from deploycc.backends.base import (
+    Artifact,
+    Backend,
+    BackendError,
+    BackendOptions,
+    BuildRequest,
+    ConformanceRunner,
+    Int8Recipe,
+    Placement,
+    QdqLayout,
+    Quantizer,
+    Runner,
+)
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
+    from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
 LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
@@ -73,8 +88,25 @@ class OrtRunner(Runner):
         return as_arrays(dict(zip(self._outputs, results, strict=True)))  # sequences and maps
 
 
+@dataclass
+class OrtOptions(BackendOptions):
+    artifact_format: str = "onnx"  # "onnx" (optimized ONNX) or "ort" (ORT format): --format
+
+
+def _own(request: BuildRequest) -> OrtOptions:
+    options = request.backend_options
+    return options if isinstance(options, OrtOptions) else OrtOptions()
+
+
 class OnnxRuntimeBackend(Backend):
     kind = "onnxruntime"
+    int8 = Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.X86)
+
+    def backend_options(self, options: BuildOptions) -> BackendOptions:
+        return OrtOptions(artifact_format=options.artifact_format)
+
+    def conformance_runner(self) -> ConformanceRunner:
+        return run_conformance_case
 
     def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
         return OrtRunner(path, [target.backend.execution_provider or "CPUExecutionProvider"],
@@ -104,7 +136,8 @@ class OnnxRuntimeBackend(Backend):
                                "ORT CPU runs the model in the precision it was exported in",
                                hint="export the model in that precision, or use --precision fp32")
         level = request.target.backend.optimization_level or DEFAULT_LEVEL
-        ort_format = request.artifact_format == "ort"
+        artifact_format = _own(request).artifact_format
+        ort_format = artifact_format == "ort"
         name = "model.ort" if ort_format else "model.ort.onnx"
         external = "model.ort.onnx.data" if _has_external_data(request.model) and not ort_format else None
         options = session_options(level, optimized_path=request.outdir / name, ort_format=ort_format,
@@ -125,7 +158,7 @@ class OnnxRuntimeBackend(Backend):
                                hint="drop --fail-on-fallback to allow it")
         return Artifact(kind="ort-format" if ort_format else "ort-optimized-onnx", files=files,
                         settings={"graph_optimization_level": level, "execution_provider": provider,
-                                  "format": request.artifact_format},
+                                  "format": artifact_format},
                         placement=placement)
 
     def placement(self, artifact: Path, provider: str) -> Placement:
@@ -167,3 +200,46 @@ class OnnxRuntimeBackend(Backend):
 
 def _has_external_data(model: Path) -> bool:
     return model.with_name(model.name + ".data").exists()
+
+
+def _ort_value(array: np.ndarray) -> Any:
+    import onnxruntime as ort
+
+    from deploycc.backends.raw_values import elem_type, storage_bytes
+
+    raw = storage_bytes(array)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), elem_type(array))
+    ctypes.memmove(value.data_ptr(), raw, len(raw))
+    return value
+
+
+def _ort_output(value: Any) -> Any:
+    from deploycc.backends.raw_values import RAW_BITS, decode
+
+    if not value.is_tensor():
+        return value.numpy() if hasattr(value, "numpy") else value
+    kind = value.element_type()
+    if kind not in RAW_BITS:
+        return value.numpy()
+    shape = list(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    return decode(ctypes.string_at(value.data_ptr(), -(-count * RAW_BITS[kind] // 8)), shape, kind)
+
+
+def run_conformance_case(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
+    """One conformance case on ORT's defaults, as a user gets them (`deploycc probe`)."""
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from deploycc.backends.raw_values import RAW_BITS, is_exotic
+    from deploycc.verify.runner import session as ort_session
+
+    session = ort_session(model_bytes, optimize=True, threads=0)  # ORT's defaults, as a user gets them
+    feeds = {name: _ort_value(value) if is_exotic(value) else value for name, value in feeds.items()}
+    raw_names = {ir.DataType(kind).name.lower() for kind in RAW_BITS}  # ORT says tensor(bfloat16)
+    if not any(o.type.startswith("tensor(") and o.type[7:-1] in raw_names for o in session.get_outputs()):
+        return list(session.run(None, feeds))
+    # an output numpy cannot hold: run on OrtValues and read its storage bits
+    values = {name: value if not isinstance(value, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(value)
+              for name, value in feeds.items()}
+    return [_ort_output(out) for out in session.run_with_ort_values(None, values)]

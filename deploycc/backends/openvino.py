@@ -7,15 +7,28 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.backends.base import Artifact, Backend, BackendError, BuildRequest, Placement, Runner
+import numpy as np
+from onnx import TensorProto
+
+from deploycc.backends.base import (
+    Artifact,
+    Backend,
+    BackendError,
+    BackendOptions,
+    BuildRequest,
+    ConformanceRunner,
+    Int8Recipe,
+    Placement,
+    Quantizer,
+    Runner,
+)
 from deploycc.taxonomy import Failure, Precision
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
@@ -28,6 +41,16 @@ def default_cache_dir() -> Path:
     """Compiled-blob cache outside the output directory: blobs are machine-specific."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "deploycc" / "openvino"
+
+
+@dataclass
+class OpenVinoOptions(BackendOptions):
+    cache_dir: Path | None = None  # the compiled-blob cache (CACHE_DIR); None: none
+
+
+def _own(request: BuildRequest) -> OpenVinoOptions:
+    options = request.backend_options
+    return options if isinstance(options, OpenVinoOptions) else OpenVinoOptions()
 
 
 # What the ONNX frontend says when a tensor's rank depends on a dynamic dim, as in a TorchScript
@@ -66,8 +89,9 @@ def compile_config(request: BuildRequest) -> dict[str, str]:
     config = {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION[request.precision]}
     if request.target.backend.performance_hint:
         config["PERFORMANCE_HINT"] = request.target.backend.performance_hint
-    if request.cache_dir is not None:
-        config["CACHE_DIR"] = str(request.cache_dir)
+    cache_dir = _own(request).cache_dir
+    if cache_dir is not None:
+        config["CACHE_DIR"] = str(cache_dir)
     if request.threads:
         config["INFERENCE_NUM_THREADS"] = str(request.threads)
     return config
@@ -138,9 +162,27 @@ class OpenVinoBackend(Backend):
     # OpenVINO 2026.4 fails to compile Silero VAD once its If branches hold their own
     # initializers ("op(s) not supported on CPU: ShapeOf, Gather ..."); as Constant nodes it runs.
     subgraph_initializers = False
+    # NNCF on the OpenVINO model, judged and timed by quantize_runner
+    int8 = Int8Recipe(Quantizer.NNCF)
+
+    def backend_options(self, options: BuildOptions) -> BackendOptions:
+        return OpenVinoOptions(cache_dir=default_cache_dir())
 
     def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
-        request.cache_dir = default_cache_dir()
+        if _own(request).cache_dir is None:  # a request made without the user's options (a segment's)
+            request.backend_options = OpenVinoOptions(cache_dir=default_cache_dir())
+
+    def quantize_runner(self, model: Path, pinned: bool = True) -> Runner:
+        """The int8 candidate compiled for latency on the CPU, in f32 (what an int8 build pins its
+        float parts to: INFERENCE_PRECISION above) or, unpinned, in the CPU's default (bf16 where it
+        has bf16 units)."""
+        config = {"PERFORMANCE_HINT": "LATENCY"}
+        if pinned:
+            config["INFERENCE_PRECISION_HINT"] = INFERENCE_PRECISION[Precision.INT8]
+        return OpenVinoRunner(model, "CPU", config)
+
+    def conformance_runner(self) -> ConformanceRunner:
+        return run_conformance_case
 
     def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
         config = {"PERFORMANCE_HINT": target.backend.performance_hint or "LATENCY"}
@@ -223,3 +265,55 @@ class OpenVinoBackend(Backend):
 
     def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:
         return OpenVinoRunner(outdir / artifact.files[0], request.target.device.kind, compile_config(request))
+
+
+# ONNX element types OpenVINO's Python bindings take only as raw storage bits, by OpenVINO's name
+OPENVINO_TYPE_NAMES: dict[int, str] = {
+    TensorProto.BFLOAT16: "bf16", TensorProto.FLOAT8E4M3FN: "f8e4m3", TensorProto.FLOAT8E5M2: "f8e5m2",
+    TensorProto.FLOAT8E8M0: "f8e8m0", TensorProto.INT4: "i4", TensorProto.UINT4: "u4",
+    TensorProto.FLOAT4E2M1: "f4e2m1"}
+
+
+def _openvino_type(kind: int) -> Any:
+    import openvino as ov
+
+    from deploycc.backends.raw_values import Refused
+
+    name = OPENVINO_TYPE_NAMES.get(kind)
+    if name is None:
+        raise Refused(f"OpenVINO has no element type {TensorProto.DataType.Name(kind)}")
+    return getattr(ov.Type, name)
+
+
+def _openvino_output(tensor: Any) -> np.ndarray:
+    import openvino as ov
+
+    from deploycc.backends.raw_values import decode
+
+    kind = {getattr(ov.Type, name): kind for kind, name in OPENVINO_TYPE_NAMES.items()}[tensor.element_type]
+    raw = np.ascontiguousarray(tensor.data).view(np.uint8).tobytes()
+    return decode(raw, list(tensor.shape), kind)
+
+
+def run_conformance_case(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
+    """One conformance case compiled on the CPU in f32 (`deploycc probe`)."""
+    import openvino as ov
+
+    from deploycc.backends.raw_values import elem_type, is_exotic, storage_bytes
+
+    compiled = compile_model(model_bytes, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    # OpenVINO drops graph inputs nothing reads (a Shape folded to a constant): feed what it kept
+    kept = {name for port in compiled.inputs for name in port.get_names()}
+    tensors = {}
+    for name, value in feeds.items():
+        if name not in kept:
+            continue
+        if is_exotic(value):
+            value = ov.Tensor(np.frombuffer(storage_bytes(value), dtype=np.uint8).copy(),
+                              ov.Shape(list(value.shape)), _openvino_type(elem_type(value)))
+        tensors[name] = value
+    request = compiled.create_infer_request()
+    results = request.infer(tensors)
+    exotic = {getattr(ov.Type, name) for name in OPENVINO_TYPE_NAMES.values()}
+    return [_openvino_output(request.get_output_tensor(index)) if port.element_type in exotic
+            else results[port] for index, port in enumerate(compiled.outputs)]

@@ -1,17 +1,12 @@
-"""Backends by kind: the target file names the kind, this table finds the code. A new backend
-is one module implementing `backends.base.Backend` and one line here."""
+"""Backends by kind: the target file names the kind, `targets.schema.BACKENDS` (the one table of
+kinds, which the target loader checks a file against) names the class, and this imports it."""
 
 from __future__ import annotations
 
 from importlib import import_module
 
 from deploycc.backends.base import Backend
-
-BACKENDS = {
-    "onnxruntime": "deploycc.backends.onnxruntime:OnnxRuntimeBackend",
-    "openvino": "deploycc.backends.openvino:OpenVinoBackend",
-    "tensorrt": "deploycc.backends.tensorrt:TensorRTBackend",
-}
+from deploycc.targets.schema import BACKENDS
 
 
 def get_backend(kind: str) -> Backend:

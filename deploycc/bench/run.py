@@ -159,10 +159,13 @@ def _build_subject(path: Path, target: Target, artifact: dict[str, Any], precisi
     built = Artifact(kind=artifact["kind"], files=artifact["files"], settings=artifact.get("settings", {}))
 
     def make(threads: int | None) -> Runner:
-        from deploycc.backends.openvino import default_cache_dir
+        from deploycc.options import BuildOptions
 
+        # loaded with the backend's own options as a build with default flags has them (OpenVINO's
+        # model cache)
         request = BuildRequest(model=path / "model.legalized.onnx", outdir=path, target=target,
-                               precision=precision, cache_dir=default_cache_dir(), threads=threads)
+                               precision=precision, threads=threads,
+                               backend_options=backend.backend_options(BuildOptions()))
         return backend.load(built, path, request)
 
     return Subject(str(path), "build", target, built.kind, path / "model.legalized.onnx", make,

@@ -6,6 +6,7 @@ import click
 
 from deploycc.cli import emit
 from deploycc.cli.build_cmd import PRECISION_CHOICE
+from deploycc.device import BOARD_ENGINE, RUNNER_ENGINES
 from deploycc.records.audit import DEFAULT_STAGES, STAGES, AuditOptions
 
 
@@ -39,7 +40,7 @@ from deploycc.records.audit import DEFAULT_STAGES, STAGES, AuditOptions
               help="int8: top1, cosine, sqnr or module:function.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--ray-address", help="Ray cluster address (default: start or join a local one).")
-@click.option("--device-engine", type=click.Choice(["tensorrt", "onnxruntime"]), default="tensorrt",
+@click.option("--device-engine", type=click.Choice(RUNNER_ENGINES), default=BOARD_ENGINE,
               show_default=True,
               help="Ray: what the runner on a board runs TensorRT cells with (onnxruntime checks the loop "
                    "on a node without TensorRT).")

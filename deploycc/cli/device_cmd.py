@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from deploycc.device import BOARD_ENGINE, RUNNER_ENGINES
+
 
 @click.group("device")
 def device_command() -> None:
@@ -25,7 +27,7 @@ def import_command(ctx: click.Context, outdir: Path, result: Path) -> None:
     Exit code 0 when the engine was verified on the device, 1 when it failed there, 2 when the
     result is unreadable or from another bundle (the directory is left as it was).
     """
-    from deploycc.pipeline.device import import_result
+    from deploycc.pipeline.device_import import import_result
 
     report = import_result(outdir, result)
     click.echo(f"{report.status}: {report.summary}")
@@ -39,7 +41,7 @@ def import_command(ctx: click.Context, outdir: Path, result: Path) -> None:
 @click.option("--identity", type=click.Path(dir_okay=False, path_type=Path), help="SSH private key.")
 @click.option("--ssh-option", multiple=True, metavar="KEY=VALUE", help="Passed to ssh as -o.")
 @click.option("--python", default="python3", show_default=True, help="The board's Python (3.6 or newer).")
-@click.option("--engine", type=click.Choice(["tensorrt", "onnxruntime"]), default="tensorrt",
+@click.option("--engine", type=click.Choice(RUNNER_ENGINES), default=BOARD_ENGINE,
               show_default=True, help="onnxruntime: ORT stands in for TensorRT (any host).")
 @click.option("--iterations", type=int, default=200, show_default=True)
 @click.pass_context
@@ -51,8 +53,8 @@ def run_command(ctx: click.Context, outdir: Path, host: str, port: int | None, i
     device, 1 failed there (or the run left no result), 2 when the host cannot be reached or
     OUTDIR has no bundle.
     """
-    from deploycc.pipeline.device import import_result
-    from deploycc.pipeline.remote import Remote, run_on_board
+    from deploycc.device.remote import Remote, run_on_board
+    from deploycc.pipeline.device_import import import_result
 
     remote = Remote(host, port, identity, list(ssh_option))
     result = run_on_board(outdir, remote, python=python, engine=engine, iterations=iterations)

@@ -88,8 +88,9 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
                                   environment=environment)
         manifest_text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         (staging / "manifest.json").write_text(manifest_text)
-        if artifact is not None and artifact.kind == "device-bundle":
-            (staging / "bundle" / "manifest.json").write_text(manifest_text)
+        travelling = backend.device_folder(artifact) if artifact is not None else None
+        if travelling is not None:  # the folder that goes to the device carries its manifest
+            (staging / travelling / "manifest.json").write_text(manifest_text)
         report = BuildReport(
             model=str(source), target=target.name, outdir=str(outdir), status=done.status, stage=done.stage,
             summary=summary_of(done.status, done.message, target, artifact),
@@ -143,20 +144,19 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
             done.stage = Stage.QUANTIZE
             done.message = f"--require-int8: the guard kept {quantization.decision}: {quantization.reason}"
         else:
-            engine_model, done.precision = _engine_input(quantization, options, staging, notes)
+            engine_model, done.precision = _engine_input(quantization, staging, notes)
     if not legalized.success or done.stage == Stage.QUANTIZE:
         return done
     step("build")
     done.stage = Stage.BUILD
     request = BuildRequest(
         model=engine_model, outdir=staging, target=target, precision=done.precision,
-        artifact_format=options.artifact_format, dla_core=options.dla_core,
-        gpu_fallback=options.gpu_fallback, fail_on_fallback=options.fail_on_fallback,
-        workspace_mb=options.workspace_mb, bundle_only=options.bundle_only,
+        fail_on_fallback=options.fail_on_fallback, bundle_only=options.bundle_only,
         calibration_cache=staging / quantization.calibration_cache
         if quantization is not None and quantization.calibration_cache else None,
-        fp32_model=staging / LEGALIZED if quantization is not None else None)
-    backend.prepare(request, options)
+        fp32_model=staging / LEGALIZED if quantization is not None else None,
+        backend_options=backend.backend_options(options))
+    backend.prepare(request, options)  # the backend's own completion (TensorRT: profiles, the DLA's model)
     try:
         done.artifact = artifact = backend.build(request)
         if artifact.pending_on_device:
@@ -247,15 +247,12 @@ def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: 
                                                                      inputs=staging / VERIFY_INPUTS))
 
 
-def _engine_input(quantized: QuantizeReport, options: BuildOptions, staging: Path,
-                  notes: list[str]) -> tuple[Path, Precision]:
-    """The model the backend builds from, and in which precision, after quantization."""
+def _engine_input(quantized: QuantizeReport, staging: Path, notes: list[str]) -> tuple[Path, Precision]:
+    """The model the backend builds from, and in which precision, after quantization (a backend
+    that builds its INT8 from the float model and the scales takes it in `prepare`)."""
     if quantized.decision != Precision.INT8:
         notes.append(f"built in {quantized.decision}: {quantized.reason}")
         return staging / LEGALIZED, quantized.decision
-    if options.dla_core is not None and quantized.calibration_cache:
-        # The DLA takes implicit INT8 only: the fp32 model with the calibration cache.
-        return staging / LEGALIZED, Precision.INT8
     return staging / quantized.model, Precision.INT8
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, BuildRequest, Profile
+from deploycc.backends.base import Artifact, BackendError, BackendUnavailable
+from deploycc.device.bundle import BUNDLE_FILE, is_bundle, read_bundle
 from deploycc.errors import OptionError
 from deploycc.options import BuildOptions
 from deploycc.pipeline.outcome import Clock, listing, next_step_after, summary_of, write_reports
 from deploycc.records.build import BuildReport
-from deploycc.taxonomy import BuildStatus, Precision, Stage
+from deploycc.taxonomy import BuildStatus, Stage
 
 
 def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOptions, *,
@@ -20,18 +21,17 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
     """On the device: build, verify and time the engine a device bundle describes."""
     from deploycc import io
     from deploycc.backends.registry import get_backend
-    from deploycc.backends.tensorrt import bundle as bundles
     from deploycc.targets import registry
     from deploycc.verify.inputs import generate
 
-    if not bundles.is_bundle(bundle_path):
-        raise OptionError(f"{bundle_path}: not a device bundle (no {bundles.BUNDLE_FILE})",
+    if not is_bundle(bundle_path):
+        raise OptionError(f"{bundle_path}: not a device bundle (no {BUNDLE_FILE})",
                           hint="--engine-only takes the bundle/ folder that `deploycc build` wrote")
-    settings = bundles.read_bundle(bundle_path)["settings"]
+    settings = read_bundle(bundle_path)["settings"]
     if target not in (None, "ort-cpu", settings["target"]):
         raise OptionError(f"the bundle was made for {settings['target']}, not {target}")
     resolved = registry.resolve(settings["target"], jetpack or settings.get("jetpack"))
-    backend = get_backend("tensorrt")
+    backend = get_backend(resolved.backend.kind)
     reason = backend.unavailable_reason()
     if reason is not None:
         raise BackendUnavailable(f"cannot build the engine here: {reason}",
@@ -39,15 +39,11 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
     outdir = outdir or bundle_path.parent / "engine"
     seconds: dict[str, float] = {}
     step = Clock(seconds, progress)
-    model = bundle_path / bundles.MODEL_NAME
     with io.StagedDirectory(outdir, force=options.force, protect=(bundle_path,)) as staged:
         staging = staged.staging
         step("build")
-        request = BuildRequest(
-            model=model, outdir=staging, target=resolved, precision=Precision(settings["precision"]),
-            profiles=[Profile(p["input"], p["min"], p["opt"], p["max"]) for p in settings["profiles"]],
-            dla_core=settings["dla_core"], gpu_fallback=settings["gpu_fallback"],
-            workspace_mb=settings["workspace_mb"], timing_cache=bundle_path / bundles.TIMING_CACHE)
+        request = backend.bundle_request(bundle_path, staging, resolved)
+        model = request.model
         verification, benchmark, status, stage = None, None, BuildStatus.FAILED, Stage.BUILD
         try:
             artifact: Artifact | None = backend.build(request)

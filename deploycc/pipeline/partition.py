@@ -157,7 +157,9 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                     where.mkdir()
                     request = BuildRequest(model=folder / pipeline["segments"][segment.index]["file"],
                                            outdir=where, target=target, precision=precision)
-                    backend.prepare(request, options)  # as `build` does (TensorRT: dynamic inputs' profiles)
+                    # as `build` does (TensorRT: dynamic inputs' profiles); the backend's own options
+                    # (--format, --dla-core, --workspace-mb) stay its defaults here, as they always have
+                    backend.prepare(request, options)
                     artifact = backend.build(request)
                     report.segments[segment.index]["artifact"] = {
                         "kind": artifact.kind, "files": artifact.files, "settings": artifact.settings}

@@ -64,8 +64,9 @@ def plan_shapes(source: Path, target: Target, options: BuildOptions) -> tuple[Sh
     if not guesses:
         plan.inputs = [_as_given(name, dims, options) for name, dims in declared.items()]
         return plan, options
-    profiles_built = get_backend(target.backend.kind).fixed_shape_engines
-    dims = [_decide(guess, target, options, profiles_built) for guess in guesses]
+    backend = get_backend(target.backend.kind)
+    profiles_built, static = backend.fixed_shape_engines, backend.static_dims(options)
+    dims = [_decide(guess, target, options, profiles_built, static) for guess in guesses]
     if options.legalize.inputs is None:
         _find_sizes(source, model, dims, options, plan)
     else:
@@ -93,7 +94,10 @@ def _sizes_given(inputs: Path, dims: list[_Dim]) -> None:
             d.low = d.opt = d.high = size
 
 
-def _decide(guess: DimGuess, target: Target, options: BuildOptions, profiles_built: bool) -> _Dim:
+def _decide(guess: DimGuess, target: Target, options: BuildOptions, profiles_built: bool,
+            static: str | None) -> _Dim:
+    """`static`: why this build fixes the dims the policy would give a profile (TensorRT on a DLA
+    core), or None."""
     policy = target.shapes
     legalize = options.legalize
     if guess.role == BATCH:
@@ -109,12 +113,11 @@ def _decide(guess: DimGuess, target: Target, options: BuildOptions, profiles_bui
             return _Dim(guess, "fixed", policy.batch_size, f"{target.name}'s shape policy")
         return _Dim(guess, "dynamic", SYMBOLIC_DIM_SIZE, f"{target.name} takes it dynamic")
     decision = policy.dims
-    if options.dla_core is not None and decision == "profile":
-        decision = "fixed"  # the DLA builds static shapes only
+    if static is not None and decision == "profile":
+        decision = "fixed"
     if decision == "profile" and not profiles_built:
         decision = "dynamic"
-    by = "the DLA's static shapes" if options.dla_core is not None and policy.dims == "profile" \
-        else f"{target.name}'s shape policy"
+    by = static if static is not None and policy.dims == "profile" else f"{target.name}'s shape policy"
     return _Dim(guess, decision, guess.typical, by, guess.typical, guess.typical, guess.typical)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from deploycc.backends.base import QdqLayout
 from deploycc.quantize.data import Sample
 
 # ops whose inputs TensorRT quantizes (its "Q/DQ placement" recommendations): the rest run in
@@ -46,6 +47,9 @@ class QdqForm:
     reduce_range: bool
     quantize_bias: bool
     op_types: tuple[str, ...] | None = None  # None: every op ORT knows how to quantize
+    # a Q/DQ pair of its own for each consumer, MatMul weights per column: TensorRT's parser
+    # fuses each pair into the op it feeds
+    dedicated_pairs: bool = False
 
     def describe(self) -> str:
         activations = "u8" if self.unsigned_activations else "s8"
@@ -96,7 +100,12 @@ def x86_form() -> QdqForm:
 
 def tensorrt_form() -> QdqForm:
     return QdqForm("tensorrt", unsigned_activations=False, symmetric_activations=True, reduce_range=False,
-                   quantize_bias=False, op_types=TENSORRT_OPS)
+                   quantize_bias=False, op_types=TENSORRT_OPS, dedicated_pairs=True)
+
+
+def form_for(layout: QdqLayout) -> QdqForm:
+    """The form a backend's int8 recipe names (`Int8Recipe.qdq_layout`)."""
+    return {QdqLayout.X86: x86_form, QdqLayout.TENSORRT: tensorrt_form}[layout]()
 
 
 class SampleReader:
@@ -217,7 +226,7 @@ class QdqQuantizer:
             "ActivationSymmetric": self.form.symmetric_activations, "WeightSymmetric": True,
             "QuantizeBias": self.form.quantize_bias,
         }
-        if self.form.name == "tensorrt":
+        if self.form.dedicated_pairs:
             extra.update(DedicatedQDQPair=True, QDQOpTypePerChannelSupportToAxis={"MatMul": 1})
         kwargs: dict[str, Any] = {"calibration_cache_path": self._cache} if self._caches else {}
         with quiet():  # the calibrator prints its progress

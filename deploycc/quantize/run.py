@@ -3,14 +3,15 @@ validation samples, keep layers in float while the budget is not met, and keep f
 does not pay off (not within budget with most layers still int8, or not faster beyond noise when
 the two are timed in interleaved rounds). --require-int8 makes that a failed build instead.
 
-  ort-cpu       ONNX Runtime's quantize_static, Q/DQ in the x86 form (ort_qdq)
-  openvino-cpu  NNCF on the OpenVINO model; NNCF's accuracy control as the guard
-  TensorRT      Q/DQ in the form TensorRT takes, plus TensorRT's own calibration cache: the DLA
-                builds the fp32 model with it (implicit INT8, all it runs); on the GPU the board's
-                runner builds both forms, times them and keeps the faster
-                ONNX Runtime's quantizer, not NVIDIA's Model Optimizer: ModelOpt writes opset 19
-                or newer, which TensorRT 8.5's parser (JetPack 5, the Xavier) does not read;
-                ORT's writes any opset from 13, so one tool serves TensorRT 8.5 to 10.
+The backend chooses how (`Backend.int8`, an `Int8Recipe`); this package does it:
+
+  Quantizer.ORT_QDQ  ONNX Runtime's quantize_static, Q/DQ in the recipe's layout (ort_qdq: the
+                     x86 form for ort-cpu, the form TensorRT takes), judged on ONNX Runtime
+  Quantizer.NNCF     NNCF on the backend's own model (openvino-cpu), judged and timed by the
+                     backend's quantize_runner; NNCF's accuracy control as the guard
+  calibration_cache  also the engine's own calibration cache (TensorRT's): the DLA builds the fp32
+                     model with it (implicit INT8, all it runs); on the GPU the board's runner
+                     builds both forms, times them and keeps the faster
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploycc.backends.base import Int8Recipe, QdqLayout, Quantizer
 from deploycc.bench.run import Comparison  # at run time: a report read back from JSON needs it
 from deploycc.errors import OptionError
 from deploycc.quantize import metrics
@@ -35,15 +37,14 @@ from deploycc.results import Result
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
-    from deploycc.backends.base import Runner
+    from deploycc.backends.base import Backend, Runner
     from deploycc.options import QuantizeOptions
     from deploycc.targets.schema import Target
 
 INT8_ONNX, CALIBRATION_CACHE = "model.int8.onnx", "calibration.cache"
-# OpenVINO's int8 IR is written under the artifact's own names: the backend takes it as it is,
-# where a second name would leave two byte-identical copies in the output directory
+# NNCF's int8 IR is written under the OpenVINO artifact's own names: the backend takes it as it
+# is, where a second name would leave two byte-identical copies in the output directory
 OPENVINO_IR = "model.xml"
-BACKENDS = ("onnxruntime", "openvino", "tensorrt")
 # int8 against fp32: warm-up runs each, then interleaved pairs (bench --compare-to's A/B), as many
 # as fit in about RACE_SECONDS within these bounds. On a busy 2-core machine 50 pairs of a 0.4 ms
 # model left an interval reaching 1.01 around a ratio of 0.4; 400 pairs of it take 0.2 s.
@@ -120,11 +121,22 @@ def check_ready(target: Target, precision: Precision, options: QuantizeOptions) 
             raise OptionError(f"--require-int8, but this build is {precision}: --require-int8 and "
                               "--allow-fallback ask for opposite things")
         raise OptionError(f"--require-int8, but this build is {precision}: add --precision int8")
-    if precision == Precision.INT8 and target.backend.kind == "openvino":
+    recipe = _recipe(target) if precision == Precision.INT8 else None
+    if recipe is not None and recipe.quantizer == Quantizer.NNCF:
         try:
             import nncf  # noqa: F401
         except ImportError:
             raise OptionError(f"int8 on {target.name} {NNCF_MISSING}") from None
+
+
+def _backend(target: Target) -> Backend:
+    from deploycc.backends.registry import get_backend
+
+    return get_backend(target.backend.kind)
+
+
+def _recipe(target: Target) -> Int8Recipe | None:
+    return _backend(target).int8
 
 
 def load_samples(source: Path, options: QuantizeOptions) -> SampleSets:
@@ -141,6 +153,8 @@ def _feeds(sample: Sample, inputs: Sequence[str], dtypes: dict[str, np.dtype]) -
 class _Context:
     model: Path  # the legalized fp32 model
     target: Target
+    backend: Backend
+    recipe: Int8Recipe
     options: QuantizeOptions
     sets: SampleSets
     inputs: list[str]
@@ -173,18 +187,11 @@ class _Context:
 
 
 def _ort_runner(model: Path) -> Runner:
+    """ONNX Runtime on the CPU, whatever the target: the fp32 reference every int8 model is judged
+    against (as verification's), and where ORT_QDQ's Q/DQ models are judged and timed."""
     from deploycc.backends.onnxruntime import OrtRunner
 
     return OrtRunner(model, ["CPUExecutionProvider"])
-
-
-def _openvino_runner(model: Path, pinned: bool) -> Runner:
-    from deploycc.backends.openvino import OpenVinoRunner
-
-    config = {"PERFORMANCE_HINT": "LATENCY"}
-    if pinned:
-        config["INFERENCE_PRECISION_HINT"] = "f32"
-    return OpenVinoRunner(model, "CPU", config)
 
 
 def _race(int8: Runner, fp32: Runner, feeds: dict[str, np.ndarray]) -> Comparison:
@@ -227,14 +234,17 @@ def output_heads(model: Path) -> dict[str, str]:
 
 def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, sets: SampleSets,
                         outdir: Path) -> QuantizeReport:
-    """Quantize the legalized fp32 `model` for `target` into `outdir` (model.int8.onnx, or on
-    OpenVINO the IR under the artifact's names model.xml/.bin, and calibration.cache on TensorRT)."""
-    kind = target.backend.kind
-    if kind not in BACKENDS:
-        raise OptionError(f"no INT8 path for the {kind} backend")
+    """Quantize the legalized fp32 `model` for `target` into `outdir` (model.int8.onnx, or with
+    NNCF the IR under OpenVINO's artifact names model.xml/.bin, and calibration.cache where the
+    recipe asks for it)."""
+    backend = _backend(target)
+    recipe = backend.int8
+    if recipe is None:
+        raise OptionError(f"no INT8 path for the {target.backend.kind} backend")
     signature = model_signature(model)
     inputs = list(signature)
-    context = _Context(model, target, options, sets, inputs, {n: s.dtype for n, s in signature.items()})
+    context = _Context(model, target, backend, recipe, options, sets, inputs,
+                       {n: s.dtype for n, s in signature.items()})
     reference_runner = _ort_runner(model)
     try:
         context.reference = [reference_runner.run(feeds) for feeds in context.validation]
@@ -243,15 +253,12 @@ def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, s
     context.metric = metrics.resolve(options.metric, context.reference, output_heads(model))
     work = Path(tempfile.mkdtemp(prefix="deploycc-int8-"))
     try:
-        if kind == "openvino":
-            report = _openvino(context, work, outdir)
-        else:
-            report = _qdq(context, work, outdir)
+        report = QUANTIZERS[recipe.quantizer](context, work, outdir)
     except (OptionError, KeyboardInterrupt):
         raise
     except Exception as error:  # the quantizer's own failure on this graph: the float build goes on
         first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
-        tool = "NNCF" if kind == "openvino" else "ONNX Runtime's quantizer"
+        tool = "NNCF" if recipe.quantizer == Quantizer.NNCF else "ONNX Runtime's quantizer"
         report = QuantizeReport(
             target=target.name, method=tool, decision=context.fallback,
             reason=f"{tool} failed on this graph ({type(error).__name__}: {first})", metric=context.metric,
@@ -300,8 +307,8 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
     from deploycc.quantize import ort_qdq
     from deploycc.quantize.sensitivity import rank_layers
 
-    on_device = context.target.backend.kind == "tensorrt"
-    form = ort_qdq.tensorrt_form() if on_device else ort_qdq.x86_form()
+    recipe = context.recipe
+    form = ort_qdq.form_for(recipe.qdq_layout)
     calibration = context.calibration
     quantizer = ort_qdq.QdqQuantizer(context.model, form, calibration, context.inputs, work=work)
     attempts: dict[int, Path] = {}
@@ -328,12 +335,14 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
     def race() -> Comparison:
         return _race(_ort_runner(chosen), _ort_runner(context.model), context.validation[0])
 
-    where = "ONNX Runtime stands in for TensorRT to judge it" if on_device else "timed on ONNX Runtime"
+    # an engine built elsewhere (on the board) is judged here with ONNX Runtime standing in, not timed
+    where = f"ONNX Runtime stands in for {recipe.stand_in_for} to judge it" if recipe.stand_in_for \
+        else "timed on ONNX Runtime"
     report = _report(context, f"onnxruntime quantize_static: {quantizer.form.describe()} ({where})", steps,
-                     None if on_device else race)
+                     None if recipe.stand_in_for else race)
     report.notes += quantizer.notes
     report.kept_float = sorted({*quantizer.wide, *report.kept_float})
-    if on_device and report.decision == Precision.INT8:
+    if recipe.qdq_layout == QdqLayout.TENSORRT and report.decision == Precision.INT8:
         import onnx
 
         low, high = context.target.opset.min, context.target.opset.max
@@ -344,7 +353,7 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
     if report.decision == Precision.INT8:
         shutil.copyfile(chosen, outdir / INT8_ONNX)
         report.model = INT8_ONNX
-    if on_device:
+    if recipe.calibration_cache:
         from deploycc.quantize.calibration_cache import entropy_scales, write_cache
 
         # the DLA builds the legalized fp32 model: the cache names its tensors
@@ -383,7 +392,7 @@ def _measured_ranking(context: _Context, quantizer: Any, by_sqnr: list[str], can
     return measured + [name for name in by_sqnr if name not in gains]
 
 
-def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
+def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
     import openvino as ov
 
     from deploycc.quantize import openvino_nncf
@@ -395,7 +404,7 @@ def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
     def judge(model: Any, name: str, kept: list[str]) -> tuple[GuardStep, Path]:
         path = work / name
         ov.save_model(model, str(path), compress_to_fp16=False)
-        runner = _openvino_runner(path, pinned=True)
+        runner = context.backend.quantize_runner(path, pinned=True)
         try:
             return context.judge(runner, kept), path
         finally:
@@ -423,7 +432,8 @@ def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         steps.append(step)
 
     def race(pinned: bool) -> Comparison:
-        return _race(_openvino_runner(path, pinned), _openvino_runner(context.model, pinned), feeds)
+        runner = context.backend.quantize_runner
+        return _race(runner(path, pinned), runner(context.model, pinned), feeds)
 
     report = _report(context, "NNCF quantize on the OpenVINO model (accuracy control as the guard), "
                               "compiled with INFERENCE_PRECISION_HINT f32", steps, lambda: race(pinned=True))
@@ -435,3 +445,8 @@ def _openvino(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         shutil.copyfile(path.with_suffix(".bin"), (outdir / OPENVINO_IR).with_suffix(".bin"))
         report.model = OPENVINO_IR
     return report
+
+
+# The quantizers a backend's recipe names, and the function here that runs each
+QUANTIZERS: dict[Quantizer, Callable[[_Context, Path, Path], QuantizeReport]] = {
+    Quantizer.ORT_QDQ: _qdq, Quantizer.NNCF: _nncf}

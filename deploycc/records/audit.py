@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploycc.device import BOARD_ENGINE
 from deploycc.results import Result
 from deploycc.taxonomy import FAILURE_OF_REFUSAL, CellStatus, Failure, Precision, Stage
 
@@ -48,10 +49,11 @@ class AuditOptions:
     precision: Precision | None = None  # None: each target's default; int8 calibrates on the hints' samples
     max_drop: float = 0.01
     metric: str = "auto"
-    # Ray executor, TensorRT cells: the runner on the board. "onnxruntime" stands ONNX Runtime in
-    # for TensorRT (a node without TensorRT checks the loop); python: the board's interpreter for
-    # the runner when not the Ray worker's own (the system Python that has JetPack's bindings).
-    device_engine: str = "tensorrt"
+    # Ray executor, TensorRT cells: the runner on the board (one of device.RUNNER_ENGINES:
+    # "onnxruntime" stands ONNX Runtime in for TensorRT, so a node without TensorRT checks the
+    # loop); python: the board's interpreter for the runner when not the Ray worker's own (the
+    # system Python that has JetPack's bindings).
+    device_engine: str = BOARD_ENGINE
     device_python: str | None = None
     device_iterations: int = 200
     # The cell process; empty: deploycc's own (audit/isolate.py's WORKER). Tests substitute one

@@ -4,7 +4,7 @@ on the device, as `deploycc device import` reads it from result.json.
 result.json is a contract between two programs that may be of different releases: the host's
 deploycc and the runner copied into a bundle, which runs on the board's Python alone. It carries
 its schema's version; the runner checks what it writes against the schema before writing it
-(`check_result` in backends/tensorrt/run_on_device.py) and the host checks what it reads here,
+(`check_result` in device/run_on_device.py) and the host checks what it reads here,
 refusing a newer schema in one line. tests/backends/test_device_runner.py holds the two sides'
 declarations equal.
 """

@@ -19,7 +19,7 @@ from deploycc.dtypes import KNOWN_DTYPES
 from deploycc.errors import TargetError
 from deploycc.legality import predicates
 from deploycc.targets.schema import (
-    BACKEND_KINDS,
+    BACKENDS,
     DEVICE_KINDS,
     DTYPE_MODES,
     LEGALIZE_MODES,
@@ -439,7 +439,7 @@ def build_target(path: Path, jetpack: str | None) -> Target:
         aliases=top.strings("aliases"),
         mode=top.choice("mode", LEGALIZE_MODES, default="full"),
         backend=BackendSpec(
-            kind=backend_r.choice("kind", BACKEND_KINDS),
+            kind=backend_r.choice("kind", tuple(BACKENDS)),
             version=backend_r.text("version", required=True),
             execution_provider=backend_r.text("execution_provider"),
             performance_hint=backend_r.choice("performance_hint", PERFORMANCE_HINTS, optional=True),

@@ -16,7 +16,14 @@ from typing import Any
 
 from deploycc.taxonomy import Precision
 
-BACKEND_KINDS = ("onnxruntime", "openvino", "tensorrt")
+# The backends a target file may name: kind -> the class that builds for it, as "module:Class"
+# (backends/registry.py imports it when first asked for). This is the one table of kinds: a new
+# backend is one module implementing backends.base.Backend and one line here.
+BACKENDS: dict[str, str] = {
+    "onnxruntime": "deploycc.backends.onnxruntime:OnnxRuntimeBackend",
+    "openvino": "deploycc.backends.openvino:OpenVinoBackend",
+    "tensorrt": "deploycc.backends.tensorrt:TensorRTBackend",
+}
 DEVICE_KINDS = ("CPU", "GPU", "DLA")
 SHAPE_POLICIES = ("static", "dynamic")
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")

@@ -14,8 +14,9 @@ import numpy as np
 import onnx
 import pytest
 
-from deploycc.audit.conformance import decode, elem_type, outcome, same, storage_bytes
+from deploycc.audit.conformance import outcome, same
 from deploycc.audit.probe import all_cases
+from deploycc.backends.raw_values import decode, elem_type, storage_bytes
 
 FED_CASES = ["test_cast_FLOAT_to_INT4", "test_cast_INT4_to_FLOAT", "test_cast_FLOAT_to_BFLOAT16",
              "test_cast_BFLOAT16_to_FLOAT", "test_cast_FLOAT8E4M3FN_to_FLOAT",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploycc.audit.device_task import run_bundle, unpack
+from deploycc.device.ray_task import run_bundle, unpack
 from deploycc.io import tar_folder
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploycc.backends.tensorrt.bundle import trtexec_flags
-from deploycc.backends.tensorrt.logs import parse_tegrastats, parse_trtexec_summary, summarize_tegrastats
+from deploycc.device.bundle import trtexec_flags
+from deploycc.device.logs import parse_tegrastats, parse_trtexec_summary, summarize_tegrastats
 
 # TensorRT 8.0-8.4 layout, one percentile: https://github.com/NVIDIA/TensorRT/issues/1221
 SUMMARY_SINGLE_PERCENTILE = """\

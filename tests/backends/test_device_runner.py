@@ -18,11 +18,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from deploycc import api
-from deploycc.backends.tensorrt.bundle import binding_dtype
+from deploycc.device.bundle import binding_dtype
 from deploycc.options import BuildOptions, LegalizeOptions
 from tests.cli.test_cli import run as run_cli
 
-RUNNER = Path(__file__).parents[2] / "deploycc" / "backends" / "tensorrt" / "run_on_device.py"
+RUNNER = Path(__file__).parents[2] / "deploycc" / "device" / "run_on_device.py"
 
 
 def _model(path: Path) -> Path:
@@ -190,6 +190,16 @@ def test_the_result_schema_is_spelled_alike_on_the_board_and_the_host() -> None:
     assert (runner.VERIFIED, runner.FAILED) == (BuildStatus.VERIFIED_ON_DEVICE, BuildStatus.FAILED_ON_DEVICE)
     assert runner.STAGES == tuple(DEVICE_STAGES)
     assert set(runner.RESULT_KEYS) | {"model_sha256"} == set(REQUIRED)
+
+
+def test_the_runners_engines_are_spelled_alike_on_the_board_and_the_host() -> None:
+    """`device run --engine` and `audit --device-engine` offer the runner's engines, with its
+    default (the board's own engine) as theirs."""
+    from deploycc.device import BOARD_ENGINE, RUNNER_ENGINES
+
+    assert set(RUNNER_ENGINES) == set(_runner_module().ENGINES)
+    default = f'parser.add_argument("--engine", choices=sorted(ENGINES), default="{BOARD_ENGINE}")'
+    assert default in RUNNER.read_text()
 
 
 def test_the_runner_holds_its_result_to_the_schema(built: Path, tmp_path: Path) -> None:

@@ -170,13 +170,15 @@ def test_fingerprints_say_what_differs(tmp_path: Path) -> None:
 
 def test_trtexec_command_for_dla(encoder: Path) -> None:
     from deploycc.backends.base import BuildRequest
+    from deploycc.backends.tensorrt.options import TensorRTOptions
     from deploycc.targets.registry import resolve
 
+    options = TensorRTOptions(dla_core=1, gpu_fallback=True)
     request = BuildRequest(model=encoder, outdir=encoder.parent, target=resolve("jetson-orin"),
-                           precision="fp16", dla_core=1, gpu_fallback=True)
+                           precision="fp16", backend_options=options)
     command = bundle.trtexec_command(request)
     assert "--useDLACore=1" in command and "--allowGPUFallback" in command
-    request.gpu_fallback = False
+    options.gpu_fallback = False
     assert "--allowGPUFallback" not in bundle.trtexec_command(request)
 
 

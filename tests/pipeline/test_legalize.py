@@ -416,7 +416,7 @@ def test_folding_keeps_castlike_saturate(tmp_path: Path, write_model) -> None:
     a float8 cast with saturate=0 must still give NaN, not 448, for a value beyond the range."""
     import ml_dtypes
 
-    from deploycc.audit.conformance import run_onnxruntime
+    from deploycc.backends.onnxruntime import run_conformance_case
 
     model = write_model("""
         <ir_version: 10, opset_import: ["" : 21]>
@@ -430,7 +430,7 @@ def test_folding_keeps_castlike_saturate(tmp_path: Path, write_model) -> None:
     assert saturate == [0]
     feeds = {"x": np.array([1.0, 1e6, -2.5], dtype=np.float32),
              "like": np.zeros(1, dtype=ml_dtypes.float8_e4m3fn)}
-    (y,) = run_onnxruntime(out.read_bytes(), feeds)
+    (y,) = run_conformance_case(out.read_bytes(), feeds)
     assert np.isnan(float(y[1])) and float(y[0]) == 1.0 and float(y[2]) == -2.5
 
 

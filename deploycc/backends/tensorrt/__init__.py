@@ -5,10 +5,31 @@ from __future__ import annotations
 
 import importlib.util
 import platform
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploycc.backends.base import Artifact, Backend, BackendUnavailable, BuildRequest, Profile, Runner
+from deploycc.backends.base import (
+    Artifact,
+    Backend,
+    BackendOptions,
+    BackendUnavailable,
+    BuildRequest,
+    Int8Recipe,
+    QdqLayout,
+    Quantizer,
+    Runner,
+)
+from deploycc.backends.tensorrt import bundle, fingerprint
+from deploycc.backends.tensorrt.options import Profile, TensorRTOptions, implicit_int8, own
+from deploycc.device.bundle import (
+    BUNDLE_DIR,
+    MODEL_NAME,
+    PLAN_NAME,
+    TIMING_CACHE,
+    read_bundle,
+    write_reference,
+)
 from deploycc.errors import DynamicShapeError
 from deploycc.taxonomy import Precision
 
@@ -16,7 +37,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from deploycc.options import BuildOptions
-from deploycc.backends.tensorrt import bundle, fingerprint
+    from deploycc.targets.schema import Target
+
+DEVICE_BUNDLE = "device-bundle"  # the artifact's kind where the engine is built on the device
 
 
 class TensorRTBackend(Backend):
@@ -27,17 +50,43 @@ class TensorRTBackend(Backend):
     subgraph_initializers = False
     builds_on_device = True
     fixed_shape_engines = True
+    # ONNX Runtime's quantizer, not NVIDIA's Model Optimizer: ModelOpt writes opset 19 or newer,
+    # which TensorRT 8.5's parser (JetPack 5, the Xavier) does not read; ORT's writes any opset from
+    # 13, so one tool serves TensorRT 8.5 to 10. The GPU builds the Q/DQ model; the DLA builds
+    # the fp32 model with the calibration cache (implicit INT8, all it runs).
+    int8 = Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.TENSORRT, stand_in_for="TensorRT", calibration_cache=True)
+
+    def backend_options(self, options: BuildOptions) -> BackendOptions:
+        return TensorRTOptions(dla_core=options.dla_core, gpu_fallback=options.gpu_fallback,
+                               workspace_mb=options.workspace_mb)
 
     def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
-        request.profiles = profiles_for(request.model, options)
+        if implicit_int8(request) and request.fp32_model is not None:
+            request.model = request.fp32_model  # the DLA takes implicit INT8 only: fp32 and the cache
+        request.backend_options = replace(own(request), profiles=profiles_for(request.model, options))
+
+    def static_dims(self, options: BuildOptions) -> str | None:
+        return "the DLA's static shapes" if options.dla_core is not None else None
 
     def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
                       outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
-        if artifact.kind != "device-bundle":
+        if artifact.kind != DEVICE_BUNDLE:
             return
         version = str(artifact.settings.get("tensorrt") or "")
-        artifact.files += bundle.write_reference(outdir / bundle.BUNDLE_DIR, inputs, outputs, precision,
-                                                 version, described)
+        artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, version, described)
+
+    def device_folder(self, artifact: Artifact) -> str | None:
+        return BUNDLE_DIR if artifact.kind == DEVICE_BUNDLE else None
+
+    def bundle_request(self, folder: Path, outdir: Path, target: Target) -> BuildRequest:
+        settings = read_bundle(folder)["settings"]
+        return BuildRequest(
+            model=folder / MODEL_NAME, outdir=outdir, target=target,
+            precision=Precision(settings["precision"]),
+            backend_options=TensorRTOptions(
+                dla_core=settings["dla_core"], gpu_fallback=settings["gpu_fallback"],
+                workspace_mb=settings["workspace_mb"], timing_cache=folder / TIMING_CACHE,
+                profiles=[Profile(p["input"], p["min"], p["opt"], p["max"]) for p in settings["profiles"]]))
 
     def unavailable_reason(self) -> str | None:
         missing = [name for name in ("tensorrt", "cuda") if importlib.util.find_spec(name) is None]
@@ -62,9 +111,9 @@ class TensorRTBackend(Backend):
             return bundle.write_bundle(request)
         from deploycc.backends.tensorrt.engine import build_plan
 
-        plan = request.outdir / bundle.PLAN_NAME
+        plan = request.outdir / PLAN_NAME
         placement, details = build_plan(request, request.model, plan)
-        return Artifact(kind="tensorrt-plan", files=[bundle.PLAN_NAME, bundle.PLAN_NAME + ".json"],
+        return Artifact(kind="tensorrt-plan", files=[PLAN_NAME, PLAN_NAME + ".json"],
                         settings={**bundle.settings(request), **details,
                                   "trtexec": " ".join(bundle.trtexec_command(request))},
                         placement=placement)

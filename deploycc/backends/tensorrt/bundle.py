@@ -1,70 +1,41 @@
-"""The device bundle: everything needed to build, verify and benchmark the TensorRT engine on
-the device, written when TensorRT is not importable where deploycc runs (as on the machines this
-project is developed on). It holds the legalized ONNX model, bundle.json (the build settings),
-the exact trtexec command equivalent to deploycc's build, the deploycc command, the reference
-data (inputs and the original model's outputs on ONNX Runtime, as raw little-endian binaries in
-the dtype the engine binding will have, with a JSON index and the precision's tolerances) and
-run_on_device.py, which builds, verifies and times the engine with the board's own Python.
+"""TensorRT's half of the device bundle: bundle.json (the build settings, the exact trtexec
+command equivalent to deploycc's build, the deploycc command), trtexec.sh, and the files it
+names, laid out in the bundle's folder with device/bundle.py, which also writes the reference
+data and carries run_on_device.py, the runner that builds, verifies and times the engine with
+the board's own Python.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import shutil
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from deploycc.backends.base import Artifact, BuildRequest
+from deploycc.backends.tensorrt.options import implicit_int8, own, workspace_mb
+from deploycc.device.bundle import (
+    BUNDLE_DIR,
+    BUNDLE_FILE,
+    BUNDLE_SCHEMA,
+    CALIBRATION_CACHE,
+    FP32_MODEL_NAME,
+    MODEL_NAME,
+    PLAN_NAME,
+    RUNNER,
+    TIMING_CACHE,
+    copy_model,
+    copy_runner,
+    dims_text,
+    trtexec_flags,
+)
 from deploycc.taxonomy import Precision
-
-BUNDLE_DIR = "bundle"
-BUNDLE_FILE = "bundle.json"
-MODEL_NAME = "model.onnx"
-PLAN_NAME = "model.plan"
-TIMING_CACHE = "timing.cache"
-CALIBRATION_CACHE = "calibration.cache"
-FP32_MODEL_NAME = "model.fp32.onnx"  # INT8 bundles for the GPU: the implicit form's model
-RUNNER = "run_on_device.py"
-TRTEXEC_RUNNER = "run_on_device.sh"
-TRTEXEC_OUTPUT, TRTEXEC_TIMES, TRTEXEC_LOG = "trtexec-output.json", "trtexec-times.json", "trtexec.log"
-BUNDLE_SCHEMA = 1  # bundle.json's layout; the runner refuses a newer one
-REFERENCE_DIR, REFERENCE_INDEX = "reference", "reference.json"
-REFERENCE_SCHEMA = 1
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-
-
-def workspace_mb(request: BuildRequest) -> int | None:
-    return request.workspace_mb or request.target.memory.workspace_mb
-
-
-def _dims(dims: list[int]) -> str:
-    return "x".join(str(d) for d in dims)
-
-
-def trtexec_flags(version: str) -> dict[str, str]:
-    """The spelling of the flags that changed, for trtexec of TensorRT `version`, as read from
-    samples/common/sampleOptions.cpp at tags 8.2.1, 8.4.3, 8.5.3, v8.6.1 and v10.0.1:
-    --workspace (MiB) until --memPoolSize arrived in 8.4 (deprecated then, gone in 10);
-    --buildOnly until --skipInference arrived in 8.6 (gone in 10); --streams until --infStreams
-    in 8.6. The pool size is given as a bare number: 8.4-8.6 read MiB with std::stod (a suffix is
-    ignored, so "4G" is 4 MiB), 10.0 reads a suffix as bytes before multiplying by 2^20 again,
-    and from 10.1 a bare number is MiB."""
-    new = _version_tuple(version) or (10, 0)
-    return {"workspace": "--memPoolSize=workspace:{}" if new >= (8, 4) else "--workspace={}",
-            "build_only": "--skipInference" if new >= (8, 6) else "--buildOnly",
-            "streams": "--infStreams={}" if new >= (8, 6) else "--streams={}"}
 
 
 def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = PLAN_NAME) -> list[str]:
     """trtexec flags equivalent to deploycc's TensorRT build, spelled for the target's TensorRT."""
     flags = trtexec_flags(request.target.backend.version)
+    options = own(request)
     command = ["trtexec", f"--onnx={onnx}", f"--saveEngine={plan}", f"--timingCacheFile={TIMING_CACHE}"]
     workspace = workspace_mb(request)
     if workspace:
@@ -73,31 +44,32 @@ def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = P
         command.append("--fp16")
     elif request.precision == Precision.INT8:
         command += ["--int8", "--fp16"]
-        if request.implicit_int8:  # the DLA's implicit quantization reads the scales from the cache
+        if implicit_int8(request):  # the DLA's implicit quantization reads the scales from the cache
             command.append(f"--calib={CALIBRATION_CACHE}")
-    if request.profiles:
+    if options.profiles:
         for flag, pick in (("--minShapes", "min"), ("--optShapes", "opt"), ("--maxShapes", "max")):
-            shapes = ",".join(f"{p.input}:{_dims(getattr(p, pick))}" for p in request.profiles)
+            shapes = ",".join(f"{p.input}:{dims_text(getattr(p, pick))}" for p in options.profiles)
             command.append(f"{flag}={shapes}")
-    if request.dla_core is not None:
-        command.append(f"--useDLACore={request.dla_core}")
-        if request.gpu_fallback:
+    if options.dla_core is not None:
+        command.append(f"--useDLACore={options.dla_core}")
+        if options.gpu_fallback:
             command.append("--allowGPUFallback")
     command.append(flags["build_only"])
     return command
 
 
 def settings(request: BuildRequest) -> dict[str, Any]:
+    options = own(request)
     return {
         "target": request.target.name,
         "jetpack": request.target.jetpack.release if request.target.jetpack else None,
         "tensorrt": request.target.backend.version,
         "precision": request.precision,
         "workspace_mb": workspace_mb(request),
-        "profiles": [{"input": p.input, "min": p.min, "opt": p.opt, "max": p.max} for p in request.profiles],
-        "dla_core": request.dla_core,
-        "gpu_fallback": request.gpu_fallback,
-        "int8_calibration_cache": CALIBRATION_CACHE if request.implicit_int8 else None,
+        "profiles": [{"input": p.input, "min": p.min, "opt": p.opt, "max": p.max} for p in options.profiles],
+        "dla_core": options.dla_core,
+        "gpu_fallback": options.gpu_fallback,
+        "int8_calibration_cache": CALIBRATION_CACHE if implicit_int8(request) else None,
     }
 
 
@@ -105,25 +77,14 @@ def write_bundle(request: BuildRequest) -> Artifact:
     """Copy the legalized model into OUTDIR/bundle with its build settings and commands."""
     folder = request.outdir / BUNDLE_DIR
     folder.mkdir()
-    shutil.copyfile(request.model, folder / MODEL_NAME)
-    files = [f"{BUNDLE_DIR}/{BUNDLE_FILE}", f"{BUNDLE_DIR}/{MODEL_NAME}"]
-    data = request.model.with_name(request.model.name + ".data")
-    if data.exists():
-        # The legalized model names its data file after itself; keep that name beside the copy.
-        shutil.copyfile(data, folder / data.name)
-        files.append(f"{BUNDLE_DIR}/{data.name}")
+    files = [f"{BUNDLE_DIR}/{BUNDLE_FILE}", *copy_model(request.model, folder, MODEL_NAME)]
     implicit_alternative = None
     if request.precision == Precision.INT8 and request.calibration_cache is not None:
         shutil.copyfile(request.calibration_cache, folder / CALIBRATION_CACHE)
         files.append(f"{BUNDLE_DIR}/{CALIBRATION_CACHE}")
-        if not request.implicit_int8 and request.fp32_model is not None:
+        if not implicit_int8(request) and request.fp32_model is not None:
             # The GPU's other INT8 form: the runner builds and times both and keeps the faster.
-            shutil.copyfile(request.fp32_model, folder / FP32_MODEL_NAME)
-            files.append(f"{BUNDLE_DIR}/{FP32_MODEL_NAME}")
-            fp32_data = request.fp32_model.with_name(request.fp32_model.name + ".data")
-            if fp32_data.exists():
-                shutil.copyfile(fp32_data, folder / fp32_data.name)
-                files.append(f"{BUNDLE_DIR}/{fp32_data.name}")
+            files += copy_model(request.fp32_model, folder, FP32_MODEL_NAME)
             implicit_alternative = {"model": FP32_MODEL_NAME, "cache": CALIBRATION_CACHE}
     command = trtexec_command(request)
     build = {**settings(request), "int8_implicit": implicit_alternative}
@@ -140,93 +101,10 @@ def write_bundle(request: BuildRequest) -> Artifact:
         "\"$TRTEXEC\" " + shlex.join(command[1:]) + "\n")
     (folder / "trtexec.sh").chmod(0o755)
     files.append(f"{BUNDLE_DIR}/trtexec.sh")
-    shutil.copyfile(Path(__file__).with_name(RUNNER), folder / RUNNER)
-    files.append(f"{BUNDLE_DIR}/{RUNNER}")
+    files.append(copy_runner(folder))
     return Artifact(kind="device-bundle", files=files, pending_on_device=True,
                     settings={**build, "trtexec": shlex.join(command), "deploycc": deploycc_command},
                     notes=[f"TensorRT is not installed here: the engine is pending on the device. "
                            f"Copy {BUNDLE_DIR}/ to the {request.target.name} and run `python3 {RUNNER}` "
                            f"there (it builds the engine, checks it against the reference and times it; "
                            f"`sh trtexec.sh` builds only), then `deploycc device import` its result.json."])
-
-
-def is_bundle(path: Path) -> bool:
-    return path.is_dir() and (path / BUNDLE_FILE).is_file()
-
-
-def read_bundle(path: Path) -> dict[str, Any]:
-    return json.loads((path / BUNDLE_FILE).read_text())
-
-
-def binding_dtype(dtype: np.dtype, tensorrt_version: str) -> np.dtype:
-    """The dtype a TensorRT engine binding has for an ONNX tensor of `dtype`: TensorRT 8.x carries
-    INT64 as INT32 and DOUBLE as FLOAT (onnx-tensorrt casts them at import); 10.x keeps INT64."""
-    major = _version_tuple(tensorrt_version)[:1] or (10,)
-    if dtype == np.float64:
-        return np.dtype(np.float32)
-    if dtype == np.int64 and major[0] < 10:
-        return np.dtype(np.int32)
-    return np.dtype(dtype)
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
-                    precision: Precision, tensorrt_version: str, described: str) -> list[str]:
-    """The board's reference: each array as raw little-endian bytes in its binding dtype (the
-    same files work as `trtexec --loadInputs=name:file`), and an index with names, shapes,
-    dtypes, files and sha256s, the tolerances of the precision and the model they belong to."""
-    from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, judged_as
-
-    reference = folder / REFERENCE_DIR
-    reference.mkdir(exist_ok=True)
-    files, index = [], {}
-    for kind, arrays in (("inputs", inputs), ("outputs", outputs)):
-        entries = []
-        for position, (name, array) in enumerate(arrays.items()):
-            dtype = binding_dtype(np.asarray(array).dtype, tensorrt_version)
-            data = np.ascontiguousarray(np.asarray(array).astype(dtype.newbyteorder("<")))
-            file = f"{kind}/{position:03d}.bin"
-            (reference / kind).mkdir(exist_ok=True)
-            (reference / file).write_bytes(data.tobytes())
-            entries.append({"name": name, "shape": list(data.shape), "dtype": dtype.name, "file": file,
-                            "sha256": _sha256(reference / file)})
-            files.append(f"{BUNDLE_DIR}/{REFERENCE_DIR}/{file}")
-        index[kind] = entries
-    atol, rtol, min_cosine = TOLERANCES[judged_as(precision)]
-    document = {"schema": REFERENCE_SCHEMA, "model_sha256": _sha256(folder / MODEL_NAME),
-                "precision": precision, "tensorrt": tensorrt_version, "inputs_described": described,
-                "reference": "the original model on ONNX Runtime CPU",
-                "tolerances": {"atol": atol, "rtol": rtol, "min_cosine": min_cosine,
-                               "mismatch_share": MISMATCH_SHARE.get(precision, 0.0)}, **index}
-    (reference / REFERENCE_INDEX).write_text(json.dumps(document, indent=1) + "\n")
-    files.append(write_trtexec_runner(folder, index["inputs"], tensorrt_version))
-    return [*files, f"{BUNDLE_DIR}/{REFERENCE_DIR}/{REFERENCE_INDEX}"]
-
-
-def write_trtexec_runner(folder: Path, inputs: list[dict[str, Any]], tensorrt_version: str) -> str:
-    """run_on_device.sh, for a board without TensorRT's Python bindings: trtexec builds the
-    engine as trtexec.sh does, runs it on the reference inputs (--loadInputs, at their shapes)
-    and times it, leaving its outputs (--exportOutput), times (--exportTimes) and log for
-    `deploycc device import OUTDIR bundle/` to judge on the host."""
-    build = json.loads((folder / BUNDLE_FILE).read_text())["trtexec"]
-    skip = trtexec_flags(tensorrt_version)["build_only"]
-    run = [flag for flag in build[1:] if flag != skip]
-    run.append("--loadInputs=" + ",".join(f"{e['name']}:{REFERENCE_DIR}/{e['file']}" for e in inputs))
-    shaped = [e for e in inputs if e["shape"]]  # a scalar input has no dims to give
-    if shaped:
-        run.append("--shapes=" + ",".join(f"{e['name']}:{_dims(e['shape'])}" for e in shaped))
-    run += [f"--exportOutput={TRTEXEC_OUTPUT}", f"--exportTimes={TRTEXEC_TIMES}"]
-    script = folder / TRTEXEC_RUNNER
-    script.write_text(
-        "#!/bin/sh\n# On a board without TensorRT's Python bindings: trtexec builds the engine, runs it on\n"
-        "# the reference inputs and times it. Bring this folder back and\n"
-        "# `deploycc device import OUTDIR bundle/`.\n"
-        "cd \"$(dirname \"$0\")\"\n"
-        "TRTEXEC=\"$(command -v trtexec || echo /usr/src/tensorrt/bin/trtexec)\"\n"
-        f"\"$TRTEXEC\" {shlex.join(run)} > {TRTEXEC_LOG} 2>&1\n"
-        "code=$?\necho \"trtexec exit $code (log: trtexec.log)\"\nexit $code\n")
-    script.chmod(0o755)
-    return f"{BUNDLE_DIR}/{TRTEXEC_RUNNER}"

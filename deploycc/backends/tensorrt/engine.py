@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc.backends.base import BackendError, BuildRequest, Placement, Runner
 from deploycc.backends.tensorrt import fingerprint
-from deploycc.backends.tensorrt.bundle import workspace_mb
+from deploycc.backends.tensorrt.options import implicit_int8, own, workspace_mb
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def _parse(network: Any, onnx_path: Path, logger: Any, trt: Any) -> Any:
 
 def _configure(builder: Any, network: Any, request: BuildRequest, trt: Any) -> tuple[Any, Any]:
     config = builder.create_builder_config()
+    options = own(request)
     workspace = workspace_mb(request)
     if workspace:
         if hasattr(config, "set_memory_pool_limit"):
@@ -62,20 +63,20 @@ def _configure(builder: Any, network: Any, request: BuildRequest, trt: Any) -> t
         # A Q/DQ model is quantized explicitly; the DLA's implicit quantization reads the
         # calibration cache deploycc computed (the same calibrator as the board's runner).
         config.set_flag(trt.BuilderFlag.INT8)
-        if request.implicit_int8 and request.calibration_cache is not None:
-            from deploycc.backends.tensorrt.run_on_device import cache_calibrator
+        if implicit_int8(request) and request.calibration_cache is not None:
+            from deploycc.device.run_on_device import cache_calibrator
 
             calibrator = cache_calibrator(trt, request.calibration_cache.read_bytes())
             config.int8_calibrator = calibrator
-    if request.dla_core is not None:
+    if options.dla_core is not None:
         config.default_device_type = trt.DeviceType.DLA
-        config.DLA_core = request.dla_core
-        if request.gpu_fallback:
+        config.DLA_core = options.dla_core
+        if options.gpu_fallback:
             config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
     dynamic = {network.get_input(i).name: network.get_input(i).shape for i in range(network.num_inputs)
                if any(d < 0 for d in network.get_input(i).shape)}
     if dynamic:
-        given = {p.input: p for p in request.profiles}
+        given = {p.input: p for p in options.profiles}
         missing = sorted(set(dynamic) - set(given))
         if missing:
             raise BackendError(f"dynamic inputs need an optimization profile: {', '.join(missing)}",
@@ -86,15 +87,15 @@ def _configure(builder: Any, network: Any, request: BuildRequest, trt: Any) -> t
             profile.set_shape(name, p.min, p.opt, p.max)
         config.add_optimization_profile(profile)
     cache = None
-    if request.timing_cache is not None:
-        blob = request.timing_cache.read_bytes() if request.timing_cache.exists() else b""
+    if options.timing_cache is not None:
+        blob = options.timing_cache.read_bytes() if options.timing_cache.exists() else b""
         cache = config.create_timing_cache(blob)
         config.set_timing_cache(cache, ignore_mismatch=False)
     return config, cache
 
 
 def layer_placement(network: Any, config: Any, request: BuildRequest, trt: Any) -> Placement:
-    if request.dla_core is None:
+    if own(request).dla_core is None:
         return Placement(primary="GPU", counts={"GPU": network.num_layers}, method="no DLA requested")
     counts = {"DLA": 0, "GPU": 0}
     fallback = []
@@ -118,7 +119,8 @@ def build_plan(request: BuildRequest, onnx_path: Path, plan_path: Path) -> tuple
     _parser = _parse(network, onnx_path, logger, trt)  # the parser must outlive the build
     config, cache = _configure(builder, network, request, trt)
     placement = layer_placement(network, config, request, trt)
-    if request.dla_core is not None and placement.fallback and not request.gpu_fallback:
+    options = own(request)
+    if options.dla_core is not None and placement.fallback and not options.gpu_fallback:
         raise BackendError(f"{len(placement.fallback)} layer(s) cannot run on DLA and GPU fallback is off: "
                            f"{', '.join(placement.fallback[:5])}", hint="allow it with --gpu-fallback")
     started = time.perf_counter()
@@ -128,8 +130,8 @@ def build_plan(request: BuildRequest, onnx_path: Path, plan_path: Path) -> tuple
     plan_path.write_bytes(bytes(serialized))
     stamp = fingerprint.current()
     plan_path.with_name(plan_path.name + ".json").write_text(json.dumps(stamp, indent=2) + "\n")
-    if cache is not None and request.timing_cache is not None:
-        request.timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
+    if cache is not None and options.timing_cache is not None:
+        options.timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
     return placement, {"build_seconds": round(time.perf_counter() - started, 3), "fingerprint": stamp}
 
 

@@ -1,5 +1,5 @@
 """The on-board half of a TensorRT audit cell under `--executor ray`: the bundle's own runner, run
-on the node that joined with the target's resource.
+on the node that joined with the target's resource (audit/ray_executor.py schedules it).
 
 This module is shipped to that node by value (the Ray executor registers it with cloudpickle), so
 it imports nothing but the standard library: the board needs Ray, its Python with numpy and the

@@ -6,7 +6,9 @@ and the reason), and puts the board's verification per output, latency and memor
 report.json, report.md and manifest.json. A result from another bundle (the model's sha256
 differs), one that is truncated, or one of a newer schema than this deploycc reads, is refused
 with one line and leaves the directory as it was. report.md is rendered again from the updated
-record, as `build` rendered it.
+record, as `build` rendered it. What the board left is read in the device room (deploycc/device/:
+trtexec.py judges run_on_device.sh's outputs, logs.py reads tegrastats); this merges it into
+the build's records.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from deploycc.device import BOARD_ENGINE
+from deploycc.device.bundle import BUNDLE_DIR, MODEL_NAME, REFERENCE_DIR, REFERENCE_INDEX
 from deploycc.errors import OptionError
 from deploycc.io import write_text_atomic
 from deploycc.records.build import BuildReport
-from deploycc.records.device import RESULT_SCHEMA, DeviceResult
-from deploycc.taxonomy import BuildStatus, Precision, Stage
+from deploycc.records.device import DeviceResult
+from deploycc.taxonomy import Precision, Stage
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def _next_step(device: DeviceResult, precision: Precision | None) -> str:
     (the stages are run_on_device.py's: read, build, run, verify, bench)."""
     again = "copy bundle/ to the device and run `python3 run_on_device.py` there again"
     if device.verified:
-        if not device.engine.startswith("tensorrt"):
+        if not device.engine.startswith(BOARD_ENGINE):
             return (f"{device.engine} stood in for TensorRT: run `python3 run_on_device.py` on the board "
                     "without --engine to build and verify the TensorRT engine itself, then import its result")
         return ("deploy model.plan from the bundle folder on the device (a plan runs only on the TensorRT "
@@ -70,59 +74,11 @@ def _next_step(device: DeviceResult, precision: Precision | None) -> str:
 
 
 def result_from_trtexec(folder: Path) -> DeviceResult:
-    """The result of a bundle run by run_on_device.sh: trtexec's exported outputs judged against
-    the reference here, its performance summary read from its log. trtexec writes its outputs
-    as `[{ "name": ..., "dimensions": "AxB", "values": [...] }, ...]` (exportJSONOutput in
-    samples/common/sampleReporting.cpp, 8.2.1 to 10.0.1)."""
-    import numpy as np
+    """The result of a bundle run by run_on_device.sh: trtexec's outputs judged here."""
+    from deploycc.device.trtexec import result_from_trtexec as judged
 
-    from deploycc.backends.tensorrt import bundle as bundles
-    from deploycc.backends.tensorrt.logs import parse_trtexec_summary
-    from deploycc.verify.compare import compare
-
-    index = _read_json(folder / bundles.REFERENCE_DIR / bundles.REFERENCE_INDEX, "reference index")
-    log_path = folder / bundles.TRTEXEC_LOG
-    log = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    digest = hashlib.sha256((folder / "model.onnx").read_bytes()).hexdigest()
-    result: dict[str, Any] = {"schema": RESULT_SCHEMA, "engine": "tensorrt (trtexec)",
-                              "status": BuildStatus.FAILED_ON_DEVICE, "stage": Stage.RUN,
-                              "model_sha256": digest}
-    exported = folder / bundles.TRTEXEC_OUTPUT
-    if not exported.is_file():
-        lines = [line for line in log.splitlines() if line.strip()]
-        result["reason"] = f"trtexec left no {bundles.TRTEXEC_OUTPUT}: {lines[-1] if lines else 'no log'}"
-        return DeviceResult.from_dict(result, str(folder))
-    outputs = json.loads(exported.read_text())
-    tolerances = index["tolerances"]
-    rows = []
-    for entry in index["outputs"]:
-        expected = np.fromfile(folder / bundles.REFERENCE_DIR / entry["file"],
-                               dtype=np.dtype(entry["dtype"]).newbyteorder("<")).reshape(entry["shape"])
-        found = next((o for o in outputs if o.get("name") == entry["name"]), None)
-        if found is None:
-            rows.append({"name": entry["name"], "passed": False, "problem": "not in trtexec's output"})
-            continue
-        dims = [int(d) for d in str(found.get("dimensions", "")).split("x") if d]
-        actual = np.asarray(found.get("values", []), dtype=np.float64).reshape(dims or [-1])
-        comparison = compare(entry["name"], expected, actual, atol=tolerances["atol"],
-                             rtol=tolerances["rtol"], min_cosine=tolerances["min_cosine"])
-        rows.append({"name": entry["name"], "passed": comparison.passed,
-                     "max_abs_error": comparison.max_abs_error, "cosine": comparison.cosine_similarity,
-                     "problem": comparison.problem})
-    result.update(outputs=rows, tolerances=tolerances, stage=Stage.VERIFY)
-    failed = [row for row in rows if not row["passed"]]
-    if failed:
-        result["reason"] = f"output '{failed[0]['name']}': {failed[0].get('problem') or 'differs'}"
-        return DeviceResult.from_dict(result, str(folder))
-    summary = parse_trtexec_summary(log)
-    latency = summary.get("latency") or {}
-    percentiles = latency.get("percentiles_ms", {})
-    result["latency"] = {"iterations": None, "p50_ms": latency.get("median_ms"),
-                         "p90_ms": percentiles.get("90"), "p99_ms": percentiles.get("99"),
-                         "mean_ms": latency.get("mean_ms"),
-                         "throughput_per_s": summary.get("throughput_qps"), "trtexec": summary}
-    result.update(status=BuildStatus.VERIFIED_ON_DEVICE, stage=Stage.DONE)
-    return DeviceResult.from_dict(result, str(folder))
+    index = _read_json(folder / REFERENCE_DIR / REFERENCE_INDEX, "reference index")
+    return DeviceResult.from_dict(judged(folder, index), str(folder))
 
 
 def import_result(outdir: Path, result_file: Path) -> BuildReport:
@@ -130,7 +86,7 @@ def import_result(outdir: Path, result_file: Path) -> BuildReport:
     into the build directory; the updated report."""
     from deploycc.report.markdown import build_markdown
 
-    report_path, model = outdir / "report.json", outdir / "bundle" / "model.onnx"
+    report_path, model = outdir / "report.json", outdir / BUNDLE_DIR / MODEL_NAME
     if not report_path.is_file() or not model.is_file():
         raise OptionError(f"{outdir}: not a build directory with a device bundle",
                           hint="give the -o folder of `deploycc build` for a TensorRT target")
@@ -141,7 +97,7 @@ def import_result(outdir: Path, result_file: Path) -> BuildReport:
         raise OptionError(f"{result_file}: the result is from another bundle (model sha256 "
                           f"{str(device.model_sha256)[:12]}..., this bundle {digest[:12]}...)")
     if device.tegrastats:
-        from deploycc.backends.tensorrt.logs import summarize_tegrastats
+        from deploycc.device.logs import summarize_tegrastats
 
         device.tegrastats_summary = summarize_tegrastats(device.tegrastats)
     try:

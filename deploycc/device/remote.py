@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploycc.device import BOARD_ENGINE
+from deploycc.device.bundle import BUNDLE_DIR, RUNNER
 from deploycc.errors import DeployccError, OptionError
 from deploycc.io import tar_folder
 
@@ -59,26 +61,26 @@ def _last_line(process: subprocess.CompletedProcess) -> str:
     return lines[-1].strip() if lines else f"exit {process.returncode}"
 
 
-def run_on_board(outdir: Path, remote: Remote, *, python: str = "python3", engine: str = "tensorrt",
+def run_on_board(outdir: Path, remote: Remote, *, python: str = "python3", engine: str = BOARD_ENGINE,
                  iterations: int = 200, timeout: float = 3600) -> Path:
     """Copy OUTDIR/bundle to the board (a tar stream over ssh: the board needs only sh and tar),
     run its runner there, fetch result.json; the local path of the fetched result (import it
-    with pipeline.device.import_result)."""
-    bundle = outdir / "bundle"
-    if not (bundle / "run_on_device.py").is_file():
-        raise OptionError(f"{outdir}: no bundle with run_on_device.py",
+    with pipeline.device_import.import_result)."""
+    bundle = outdir / BUNDLE_DIR
+    if not (bundle / RUNNER).is_file():
+        raise OptionError(f"{outdir}: no bundle with {RUNNER}",
                           hint="give the -o folder of `deploycc build` for a TensorRT target")
     folder = shlex.quote(f"{REMOTE_ROOT}/{outdir.resolve().name}")
-    copied = remote.ssh(f"rm -rf {folder}/bundle && mkdir -p {folder} && tar -xf - -C {folder}",
+    copied = remote.ssh(f"rm -rf {folder}/{BUNDLE_DIR} && mkdir -p {folder} && tar -xf - -C {folder}",
                         timeout=timeout, stdin=tar_folder(bundle))
     if copied.returncode == 255:  # ssh's own failure: the host was not reached
         raise OptionError(f"cannot reach {remote.host}: {_last_line(copied)}",
                           hint="check that `ssh HOST true` works without a password prompt (keys or agent)")
     if copied.returncode != 0:
         raise OptionError(f"cannot copy the bundle to {remote.host}: {_last_line(copied)}")
-    ran = remote.ssh(f"{shlex.quote(python)} {folder}/bundle/run_on_device.py --engine {shlex.quote(engine)} "
+    ran = remote.ssh(f"{shlex.quote(python)} {folder}/{BUNDLE_DIR}/{RUNNER} --engine {shlex.quote(engine)} "
                      f"--iterations {int(iterations)}", timeout=timeout)
-    fetched = remote.ssh(f"cat {folder}/bundle/result.json", timeout=CONNECT_TIMEOUT_S * 4)
+    fetched = remote.ssh(f"cat {folder}/{BUNDLE_DIR}/result.json", timeout=CONNECT_TIMEOUT_S * 4)
     if fetched.returncode != 0 or not fetched.stdout:
         raise RemoteError(f"the runner on {remote.host} left no result (exit {ran.returncode}): "
                           f"{_last_line(ran)}")
