@@ -186,7 +186,7 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         done.status, done.message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
     for judged in (legalized.verification, done.verification):
         if judged is not None and judged.inputs == str(staging / VERIFY_INPUTS):
-            judged.inputs = f"{VERIFY_INPUTS} (the first validation sample)"  # not the staging path
+            judged.inputs = SAMPLE_DESCRIBED  # not the staging path
     return done
 
 
@@ -235,6 +235,7 @@ def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done
 
 
 VERIFY_INPUTS = "verify-inputs.npz"
+SAMPLE_DESCRIBED = f"{VERIFY_INPUTS} (the first validation sample)"
 
 
 def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: Path) -> BuildOptions:
@@ -289,6 +290,8 @@ def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any
     except RunError as error:
         artifact.notes.append(f"no reference data for the device: {error}")
         return feeds
+    if described == str(staging / VERIFY_INPUTS):  # the staging path would change every build's hash
+        described = SAMPLE_DESCRIBED
     backend.add_reference(artifact, staging, feeds, expected, precision, described)
     return feeds
 

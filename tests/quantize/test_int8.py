@@ -91,6 +91,9 @@ def test_tensorrt_int8_is_symmetric_per_channel_qdq_with_a_cache(cnn, tmp_path: 
     assert settings["int8_implicit"] == {"model": "model.fp32.onnx", "cache": "calibration.cache"}
     fp32 = onnx.load(tmp_path / "xavier" / "bundle" / "model.fp32.onnx")
     assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in fp32.graph.node)
+    # the reference names the sample it holds, not the staging folder (which changed build_hash)
+    reference = json.loads((tmp_path / "xavier" / "bundle" / "reference" / "reference.json").read_text())
+    assert reference["inputs_described"] == "verify-inputs.npz (the first validation sample)"
     assert_reads_back(tmp_path / "xavier")  # `device import` renders report.md again from report.json
 
 
