@@ -34,6 +34,9 @@ class LegalizeOptions:
     mode: str | None = None  # None: the target's default (partial for ORT, full otherwise)
     disable_passes: tuple[str, ...] = ()
     only_passes: tuple[str, ...] = ()
+    # Rules set aside inside the passes that apply named rules (the catalog's, tidy's, fuse's):
+    # `--disable-rule`, and what blame sets aside when a rule's result fails verification.
+    disable_rules: tuple[str, ...] = ()
     simplifier: str | None = None
     fold_limit_bytes: int = DEFAULT_FOLD_LIMIT_BYTES
     prove: bool = True

@@ -30,7 +30,7 @@ def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch:
                        disable_pass: tuple[str, ...], only_pass: tuple[str, ...], simplifier: str | None,
                        opset: int | None, inputs: str | None, prove: bool, verify: bool,
                        fold_limit_mb: int, sample_shape: tuple[str, ...] = (),
-                       keep_map_outputs: bool = False) -> LegalizeOptions:
+                       keep_map_outputs: bool = False, disable_rule: tuple[str, ...] = ()) -> LegalizeOptions:
     from deploycc.passes.axes import parse_shape
 
     shapes = dict(parse_shape(text) for text in shape)
@@ -47,6 +47,7 @@ def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch:
         input_layout=_layouts(input_layout), keep_outputs=_split(keep_outputs) or None,
         keep_map_outputs=keep_map_outputs, mode=mode,
         disable_passes=tuple(_split(disable_pass)), only_passes=tuple(_split(only_pass)),
+        disable_rules=tuple(_split(disable_rule)),
         simplifier=simplifier, prove=prove, verify=verify, inputs=Path(inputs) if inputs else None,
         fold_limit_bytes=fold_limit_mb << 20, sample_shapes=samples)
 
@@ -76,6 +77,9 @@ def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
         click.option("--disable-pass", multiple=True, metavar="NAME",
                      help=f"Skip a pass ({', '.join(PASS_NAMES)})."),
         click.option("--only-pass", multiple=True, metavar="NAME", help="Run only these passes."),
+        click.option("--disable-rule", multiple=True, metavar="NAME",
+                     help="Set aside a rule inside a pass (a catalog rule, or a tidy/fuse step as the "
+                          "report's blame names it; `deploycc rules` lists the catalog)."),
         click.option("--simplifier", type=click.Choice(["onnxsim"]),
                      help="Also run onnxsim (in a child process; needs deploycc[onnxsim])."),
         click.option("--opset", type=int, help="Convert to this opset instead of the target's choice."),

@@ -72,5 +72,11 @@ class Pass:
         """
         return False
 
+    def rule_names(self, state: PipelineState) -> list[str]:
+        """The named rules this pass may apply on this target, in the order it applies them
+        (each can be set aside with `--disable-rule`); [] for a pass that is one step. The
+        catalog's rules are not listed here: the manager records those that fired."""
+        return []
+
     def run(self, state: PipelineState) -> PassOutcome:
         raise NotImplementedError

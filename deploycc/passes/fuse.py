@@ -116,11 +116,14 @@ class FusePass(Pass):
     summary = ("Conv+Add bias, Conv+Mul scale, Conv(Transpose)+BatchNormalization, Transpose pairs, "
                "MatMul+Add->Gemm")
 
+    def rule_names(self, state: PipelineState) -> list[str]:
+        return list(dict.fromkeys(r.name for r in fusion_rules(state.target)))
+
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx_ir.passes.common import RemoveUnusedNodesPass
         from onnxscript.rewriter import pattern
 
-        rules = fusion_rules(state.target)
+        rules = [r for r in fusion_rules(state.target) if r.name not in state.options.disable_rules]
         rule_set = pattern.RewriteRuleSet(rules)
         applied = 0
         for _ in range(3):  # Conv+Add -> Conv, then that Conv+BatchNormalization (PP-OCR's detector)

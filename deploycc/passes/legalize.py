@@ -85,7 +85,7 @@ class LegalizePass(Pass):
                 if verdict.status != Legality.ILLEGAL and not expand:
                     continue
                 decision = decide(node, graph, opsets, prove=state.options.prove, graph_label=label,
-                                  accepts=judge.accepts(opsets, label))
+                                  accepts=judge.accepts(opsets, label), disabled=state.options.disable_rules)
                 if decision.rewrite is not None:
                     state.rewrites.append(decision.rewrite)
                     changed = True
@@ -106,7 +106,8 @@ class LegalizePass(Pass):
                 if node.op_type != "Slice" or node.domain not in ("", "ai.onnx"):
                     continue
                 if clamp.check(Site(node, node.inputs, state.opsets.get("", 1))) is None:
-                    decision = decide(node, state.model.graph, state.opsets, prove=state.options.prove)
+                    decision = decide(node, state.model.graph, state.opsets, prove=state.options.prove,
+                                      disabled=state.options.disable_rules)
                     if decision.rewrite is not None:
                         state.rewrites.append(decision.rewrite)
         self._graph_rules(state, notes)
@@ -117,6 +118,8 @@ class LegalizePass(Pass):
         from deploycc.rules.engine import Rewrite
 
         for rule in graph_rules():
+            if rule.name in state.options.disable_rules:
+                continue
             nodes = rule.refused(state.model, state.target)
             if nodes is None:
                 continue

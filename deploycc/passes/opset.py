@@ -69,13 +69,14 @@ def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list
                     if unchanged_between(node, current, version):
                         continue
                     decision = decide(node, graph, state.opsets, prove=state.options.prove,
-                                      families=("old_forms",))
+                                      families=("old_forms",), disabled=state.options.disable_rules)
                     if decision.rewrite is not None:
                         state.rewrites.append(decision.rewrite)
                         fired.append(f"{decision.node}: {decision.rewrite.rule}")
                         progressed = True
                     continue
-                decision = decide(node, graph, state.opsets, prove=state.options.prove)
+                decision = decide(node, graph, state.opsets, prove=state.options.prove,
+                                  disabled=state.options.disable_rules)
                 if decision.rewrite is not None:
                     state.rewrites.append(decision.rewrite)
                     fired.append(f"{decision.node}: {decision.rewrite.rule}")

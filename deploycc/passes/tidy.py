@@ -15,10 +15,16 @@ onnxslim do on real exports, done here on the IR, in place, without loading weig
    full become initializers (Shape(h)[2] is 768 however dynamic the batch): shape_values.py.
 4. Common subexpressions are merged (onnx-ir's pass: same op, attributes and inputs; never a
    random op, never a node holding a subgraph).
-5. onnxscript's rewrite rules that only ever make a node disappear or become a simpler node of an
+5. A Concat read only by Concats on its axis is spliced into them; a Slice of a Slice on other
+   axes is one Slice, for every reader of the inner one; MatMuls reading one input with constant
+   weights of their own (Q, K, V) become one MatMul and a Split (passes/merge.py).
+6. onnxscript's rewrite rules that only ever make a node disappear or become a simpler node of an
    op the target has (`_rules`: Reshape/Unsqueeze/Transpose/Cast chains, a
-   Reshape whose shape is known, successive Relu/Clip/Min/Max, Pad folded into Conv), and one of
-   ours: a Slice of a Slice on other axes becomes one Slice.
+   Reshape whose output shape inference knows, never from a graph output's declared shape,
+   successive Relu/Clip/Min/Max, Pad folded into Conv), and ours: HardSwish written out becomes
+   one node.
+
+Each step and rule has a name that `--disable-rule` takes and blame reports (`rule_names`).
 
 Subexpressions and shape values are merged to a fixed point (up to `ROUNDS`: merged chains make
 their readers alike, and let ORT's inference name more dims alike); then the rules run once, and
@@ -32,6 +38,7 @@ import time
 from typing import TYPE_CHECKING
 
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
+from deploycc.passes.merge import inline_concat_of_concat, merge_sibling_matmuls, merge_slice_chains
 from deploycc.passes.shape_values import merge_equal_shape_values
 
 if TYPE_CHECKING:
@@ -68,48 +75,6 @@ def lift_constants(graph: ir.Graph, subgraphs: bool = False) -> int:
         graph.remove(node, safe=True)
         lifted += 1
     return lifted
-
-
-def _slice_chain_rules() -> list:
-    """Slice(Slice(x)) on different axes, every bound constant: one Slice with both sets of
-    bounds (torch's x[:, a:b][:, :, ::2] and an STFT's real and imaginary halves)."""
-    import numpy as np
-    import onnx_ir as ir
-    from onnxscript.rewriter import pattern
-
-    from deploycc.graph.private_api import MatchResult
-
-    def vector(value: ir.Value | None) -> np.ndarray | None:
-        tensor = value.const_value if value is not None else None
-        return None if tensor is None else tensor.numpy().reshape(-1).astype(np.int64)
-
-    class SliceOfSlice(pattern.RewriteRuleClassBase):
-        def pattern(self, op, x, s1, e1, a1, t1, s2, e2, a2, t2):
-            return op.Slice(op.Slice(x, s1, e1, a1, t1), s2, e2, a2, t2, _outputs=["sliced"])
-
-        def check(self, context, x, s1, e1, a1, t1, s2, e2, a2, t2, sliced) -> MatchResult:
-            result = MatchResult()
-            found = [vector(v) for v in (s1, e1, a1, t1, s2, e2, a2, t2)]
-            parts = [p for p in found if p is not None]
-            if len(parts) != len(found):
-                return result.fail("every bound must be a constant")
-            rank = x.shape.rank() if x.shape is not None else None
-            axes = [parts[2], parts[6]]
-            if rank is None and any((a < 0).any() for a in axes):
-                return result.fail("negative axes of a tensor of unknown rank")
-            first, second = ({int(a) % rank if rank else int(a) for a in axis} for axis in axes)
-            if first & second:
-                return result.fail("both slices cut the same axis")
-            return result
-
-        def rewrite(self, op, x, s1, e1, a1, t1, s2, e2, a2, t2, sliced):
-            pairs = ((s1, s2), (e1, e2), (a1, a2), (t1, t2))
-            merged = [np.concatenate([vector(p), vector(q)]) for p, q in pairs]  # type: ignore[list-item]
-            names = ("starts", "ends", "axes", "steps")
-            return op.Slice(x, *(op.initializer(ir.tensor(m), name=f"{sliced.name}_{names[i]}")
-                                 for i, m in enumerate(merged)))
-
-    return [SliceOfSlice.rule()]
 
 
 def one_unknown_reshape_dim(graph: ir.Graph) -> int:
@@ -153,6 +118,43 @@ def one_unknown_reshape_dim(graph: ir.Graph) -> int:
             node.replace_input_with(1, constant)
             changed += 1
     return changed
+
+
+def _known_reshape_rules() -> list:
+    """Reshape(x, computed shape) -> Reshape(x, constant) where inference knows the output's shape
+    with at most one symbolic dim (-1 for it): onnxscript's MaterializeReshapeShape, with two
+    guards it lacks. A graph output's shape is the exporter's declaration, not inference, and can
+    be wrong (ddddocr's recognizer declares [1, seqlen] for an output of rank 3): such a Reshape
+    stays. And the shape input's own length must equal the rank that is materialized."""
+    from onnxscript.rewriter import pattern
+
+    from deploycc.graph.private_api import MatchResult
+
+    class KnownReshapeShape(pattern.RewriteRuleClassBase):
+        def pattern(self, op, data, shape):
+            return op.Reshape(data, shape, _outputs=["reshaped"])
+
+        def check(self, context, data, shape, reshaped) -> MatchResult:
+            result = MatchResult()
+            if shape.const_value is not None:
+                return result.fail("the shape is already a constant")
+            if reshaped.is_graph_output():
+                return result.fail("a graph output's shape is declared, not inferred")
+            if reshaped.shape is None or shape.shape is None or list(shape.shape) != [len(reshaped.shape)]:
+                return result.fail("the output's rank is not the length of the shape it is given")
+            if sum(1 for dim in reshaped.shape if not isinstance(dim, int)) > 1:
+                return result.fail("more than one symbolic dim")
+            return result
+
+        def rewrite(self, op, data, shape, reshaped):
+            import onnx_ir as ir
+
+            dims = [dim if isinstance(dim, int) else -1 for dim in reshaped.shape]
+            # allowzero: a 0 inferred is a dim of size 0, not "copy the input's"
+            return op.Reshape(data, op.initializer(ir.tensor(dims, dtype=ir.DataType.INT64),
+                                                   name=f"{reshaped.name}_shape"), allowzero=1)
+
+    return [KnownReshapeShape.rule()]
 
 
 def _hard_swish_rules() -> list:
@@ -206,18 +208,18 @@ def _rules(state: PipelineState) -> list:
         (common.transpose_transpose_rule, ("Transpose",), 1),
         (common.squeeze_reshape_1d_rule, ("Identity",), 1),
         (common.collapse_slice_rule, ("Slice",), 10), (common.collapse_slice2_rule, ("Slice",), 10),
-        (common.materialize_reshape_shape_rule, ("Reshape",), 5),
         (common.successive_relu_rule, ("Relu",), 1), (common.successive_clip_rule, ("Clip",), 11),
         (common.successive_relu_clip_rule, ("Clip",), 11), (common.successive_clip_relu_rule, ("Clip",), 11),
         (common.min_min_rule, ("Min",), 1), (common.max_max_rule, ("Max",), 1),
         (common.min_max_rule, ("Clip",), 11), (common.max_min_rule, ("Clip",), 11),
         (common.fuse_pad_into_conv_rule, ("Conv",), 11),
     ]
-    candidates += [(rule, ("Slice",), 10) for rule in _slice_chain_rules()]
+    candidates += [(rule, ("Reshape",), 5) for rule in _known_reshape_rules()]
     candidates += [(rule, ("HardSwish",), 14) for rule in _hard_swish_rules()]
     ops, opset = state.target.ops, state.opsets.get("", 1)
     return [rule for rule, writes, born in candidates
-            if opset >= born and all(op == "Identity" or ops.lookup("", op) for op in writes)]
+            if opset >= born and all(op == "Identity" or ops.lookup("", op) for op in writes)
+            and rule.name not in state.options.disable_rules]
 
 
 def _allowzero_before_14(model: ir.Model) -> None:
@@ -235,9 +237,20 @@ def _allowzero_before_14(model: ir.Model) -> None:
             node.attributes.pop("allowzero")
 
 
+# tidy's own steps, by the names `--disable-rule` and blame know them by, in the order they run
+ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES = "one-unknown-reshape-dim", "shape-values"
+CONCAT_OF_CONCAT, SIBLING_MATMULS = "concat-of-concat", "sibling-matmuls"
+SLICE_OF_SLICE = "slice-of-slice"
+OWN_STEPS = (ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES, CONCAT_OF_CONCAT, SIBLING_MATMULS, SLICE_OF_SLICE)
+
+
 class TidyPass(Pass):
     name = "tidy"
-    summary = "lift constants, merge duplicate initializers and subexpressions, collapse op chains"
+    summary = ("lift constants, merge duplicate initializers and subexpressions, collapse op chains, "
+               "splice Concat of Concat, merge MatMuls of one input")
+
+    def rule_names(self, state: PipelineState) -> list[str]:
+        return [*OWN_STEPS, *dict.fromkeys(rule.name for rule in _rules(state))]
 
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx.defs import onnx_opset_version as onnx_defs_version
@@ -255,7 +268,10 @@ class TidyPass(Pass):
         model = state.model
         before, shape_before = len(model.graph), structure(model)
         counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0,
-                  "reshapes_known": 0}
+                  "reshapes_known": 0, "concats_spliced": 0, "matmuls_merged": 0, "slices_merged": 0}
+        opset = model.opset_imports.get("", 1)
+        skip = set(state.options.disable_rules)
+        split_runs = bool(state.target.ops.lookup("", "Split"))
 
         slow = {"inference_s": 0.0}
         lift_branches = get_backend(state.target.backend.kind).subgraph_initializers
@@ -270,11 +286,24 @@ class TidyPass(Pass):
             for _ in range(ROUNDS):
                 counts["rounds"] += 1
                 again = CommonSubexpressionEliminationPass(size_limit=CSE_MAX_ELEMENTS)(model).modified
-                counts["reshapes_known"] += one_unknown_reshape_dim(model.graph)
+                if ONE_UNKNOWN_RESHAPE_DIM not in skip:
+                    counts["reshapes_known"] += one_unknown_reshape_dim(model.graph)
+                if CONCAT_OF_CONCAT not in skip:
+                    spliced = inline_concat_of_concat(model.graph)
+                    counts["concats_spliced"] += spliced
+                    again |= bool(spliced)
+                if SLICE_OF_SLICE not in skip and opset >= 10:
+                    sliced = merge_slice_chains(model.graph)
+                    counts["slices_merged"] += sliced
+                    again |= bool(sliced)
+                if SIBLING_MATMULS not in skip and split_runs:
+                    merged_matmuls = merge_sibling_matmuls(model.graph, opset)
+                    counts["matmuls_merged"] += merged_matmuls
+                    again |= bool(merged_matmuls)
                 # Symbolic inference costs a serialization and, on images with dynamic height and
                 # width, sympy work that grows with the depth (SSDlite: 7 s a time): only where
                 # shapes are read, and again only while it is quick.
-                if reads_shapes and slow["inference_s"] < SLOW_INFERENCE_S:
+                if reads_shapes and slow["inference_s"] < SLOW_INFERENCE_S and SHAPE_VALUES not in skip:
                     started = time.perf_counter()
                     merged, known = merge_equal_shape_values(model)
                     slow["inference_s"] += time.perf_counter() - started
@@ -305,4 +334,10 @@ class TidyPass(Pass):
                          f"{counts['shape_values_known']} known in full")
         if counts["reshapes_known"]:
             notes.append(f"{counts['reshapes_known']} Reshape shape(s) made constant (-1 computed)")
+        if counts["concats_spliced"]:
+            notes.append(f"{counts['concats_spliced']} Concat(s) spliced into the Concat reading them")
+        if counts["matmuls_merged"]:
+            notes.append(f"{counts['matmuls_merged']} MatMul(s) merged into a sibling reading the same input")
+        if counts["slices_merged"]:
+            notes.append(f"{counts['slices_merged']} Slice(s) of a Slice on other axes merged")
         return PassOutcome(structure(model) != shape_before, notes, counts)

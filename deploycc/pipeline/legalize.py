@@ -23,8 +23,9 @@ from deploycc.graph.shapes import load_inferred
 from deploycc.options import LegalizeOptions
 from deploycc.passes import default_passes
 from deploycc.passes.base import Pass, PipelineState
-from deploycc.pipeline.manager import run_passes, source_ops
-from deploycc.records.legalize import LegalizeReport, PassRecord, Unresolved
+from deploycc.pipeline.blame import find_blame
+from deploycc.pipeline.manager import InvariantError, run_passes, source_ops
+from deploycc.records.legalize import Blame, LegalizeReport, PassRecord, Unresolved
 from deploycc.taxonomy import Legality, Precision, Refusal, Severity
 
 if TYPE_CHECKING:
@@ -78,7 +79,6 @@ class _Attempt:
 def _attempt(path: str | Path, target: Target, options: LegalizeOptions,
              progress: Callable[[str], None] | None) -> _Attempt:
     from deploycc.analysis.check import judge_model
-    from deploycc.pipeline.manager import InvariantError
 
     try:
         state, records, loaded = run_pipeline(path, target, options, progress=progress)
@@ -95,6 +95,9 @@ def _attempt(path: str | Path, target: Target, options: LegalizeOptions,
     # Every attempt, the model as exported too, is judged as a result: an opset left outside
     # the target's range is illegal, not a note that legalize will convert it.
     return _Attempt(state, records, loaded, judge_model(state.model, target, legalized=True))
+
+
+MAX_SET_ASIDE = 3  # passes or rules blamed and set aside before the model as exported is kept
 
 
 def _as_exported(options: LegalizeOptions) -> LegalizeOptions:
@@ -120,40 +123,61 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     if output is not None:  # fail fast on the obvious case; the input's own data files below
         source = Path(path)
         io.refuse_overwrite(Path(output), (source, source.with_name(source.name + ".data")))
-    attempts = [options] if options.only_passes == ("axes",) else [options, _as_exported(options)]
+    fallback = None if options.only_passes == ("axes",) else _as_exported(options)
     if output is not None:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".deploycc-", dir=Path(output).parent if output else None))
     chosen: tuple[_Attempt, _Outcome] | None = None
     tried: list[_Attempt] = []
+    blames: list[Blame] = []
     as_exported = ""
     set_aside = ""  # why the first attempt was not kept
+    current: LegalizeOptions | None = options
     try:
-        for number, attempt_options in enumerate(attempts):
-            attempt = _attempt(path, target, attempt_options, progress)
+        while current is not None:
+            is_fallback = current is fallback
+            attempt = _attempt(path, target, current, progress)
             tried.append(attempt)
-            if attempt.state is None:  # a pass broke: the next attempt, or a one-line error
-                if number > 0:
+            following = None if is_fallback else fallback
+            if attempt.state is None:  # a pass broke: without it, the fallback, or a one-line error
+                if is_fallback:
                     as_exported = _first_line(attempt.error)
                 set_aside = set_aside or _first_line(attempt.error)
+                broke = getattr(attempt.error, "pass_name", "")
+                if broke and not is_fallback and len(blames) < MAX_SET_ASIDE:
+                    blames.append(Blame(broke, None, "", f"the pass broke: {_first_line(attempt.error)}"))
+                    following = blames[-1].without(current)
+                current = following
                 continue
             assert attempt.loaded is not None and attempt.final is not None
-            if number > 0 and not attempt.final.legal and (mode == "full" or _opset_refused(attempt.final)):
+            if is_fallback and not attempt.final.legal and (mode == "full" or _opset_refused(attempt.final)):
                 as_exported = "; ".join(_problems(attempt.final))
                 break  # not legal as exported either: the first attempt's report stands
             if output is not None:
                 io.refuse_overwrite(Path(output), (attempt.loaded.path, *(
                     attempt.loaded.path.parent / f.location for f in attempt.loaded.external_files)))
-            outcome = _judge_and_write(target, attempt_options, attempt, mode, output, staging, progress)
+            outcome = _judge_and_write(target, current, attempt, mode, output, staging, progress)
             verification = outcome.verification
             if outcome.success or (verification is not None and verification.needs_inputs):
                 chosen = (attempt, outcome)
-                set_aside = set_aside if number > 0 else ""
+                if not is_fallback:
+                    for blame in blames:
+                        blame.set_aside = True
+                set_aside = set_aside if (is_fallback or blames) else ""
                 break
             if chosen is None:
                 chosen, set_aside = (attempt, outcome), outcome.reason
-            if number > 0:
+            if is_fallback:
                 as_exported = outcome.reason
+            elif verification is not None and len(blames) < MAX_SET_ASIDE:
+                if progress is not None:
+                    progress("blame")
+                found = find_blame(_verify_run(path, target, verification.precision), current,
+                                   attempt.records, verification)
+                if found is not None:
+                    blames.append(found)
+                    following = found.without(current)
+            current = following
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if chosen is None:
@@ -164,12 +188,14 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     attempt, outcome = chosen
     state, records, loaded, final = attempt.state, attempt.records, attempt.loaded, attempt.final
     assert state is not None and loaded is not None and final is not None
-    if outcome.success and set_aside:  # the fallback was kept
+    kept_own = [b for b in blames if b.set_aside]
+    if outcome.success and kept_own:
+        state.notes.append("set aside what failed verification, and kept the rest of deploycc's rewrites: "
+                           + "; ".join(str(b) for b in kept_own))
+    elif outcome.success and set_aside:  # the fallback was kept
         state.notes.append("kept the model as exported (axes as asked): deploycc's rewrites were set "
                            f"aside because {set_aside}")
     verification = outcome.verification
-    if verification is not None and not verification.passed and not verification.needs_inputs:
-        verification.blame = _blame(path, target, options, records)
     opset_after = state.opsets.get("")
     summary = _summary(final.legal, mode, verification, final, target, output if outcome.success else None)
     return LegalizeReport(
@@ -180,7 +206,30 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
         passes=records, rewrites=state.rewrites, final=final, unresolved=_unresolved(state, final),
         verification=verification, signature_changes=state.signature_changes,
         notes=state.notes, fed_layouts=state.fed_layouts, files=[str(f) for f in outcome.files],
-        seconds=round(time.perf_counter() - started, 3), as_exported="" if outcome.success else as_exported)
+        seconds=round(time.perf_counter() - started, 3), as_exported="" if outcome.success else as_exported,
+        blame=blames)
+
+
+def _verify_run(path: str | Path, target: Target, precision: Precision
+                ) -> Callable[[LegalizeOptions], Verification | None]:
+    """Blame's probe: the pipeline with the options it is given, verified at `precision`; None
+    when the pipeline broke (counted as failing)."""
+    from dataclasses import replace
+
+    from deploycc.verify.verification import verify_files
+
+    def run(options: LegalizeOptions) -> Verification | None:
+        try:
+            state, _, loaded = run_pipeline(path, target, replace(options, verify=False))
+            with tempfile.TemporaryDirectory(prefix="deploycc-blame-") as folder:
+                staged = Path(folder) / "prefix.onnx"
+                io.save(state.model, staged, force_external=bool(loaded.external_files))
+                return verify_files(loaded.path, staged, state.model, state.fed_layouts, options,
+                                    precision=precision)
+        except Exception:  # a prefix that breaks counts as failing
+            return None
+
+    return run
 
 
 class InternalError(DeployccError):
@@ -268,25 +317,3 @@ def _summary(legal: bool, mode: str, verification: Verification | None, final: T
     if not legal:
         return f"{problems}: left for {target.name} to fall back on (mode partial); {where}"
     return f"legal on {target.name}; {where}"
-
-
-def _blame(path: str | Path, target: Target, options: LegalizeOptions,
-           records: list[PassRecord]) -> str | None:
-    """Find the first pass whose output no longer matches the original (rerunning prefixes)."""
-    from dataclasses import replace
-
-    from deploycc.verify.verification import verify_files
-
-    ran = [r.name for r in records if r.ran]
-    for count in range(1, len(ran) + 1):
-        prefix = replace(options, only_passes=tuple(ran[:count]), disable_passes=(), verify=False)
-        state, _, loaded = run_pipeline(path, target, prefix)
-        with tempfile.TemporaryDirectory(prefix="deploycc-blame-") as folder:
-            staged = Path(folder) / "prefix.onnx"
-            io.save(state.model, staged)
-            result = verify_files(loaded.path, staged, state.model, state.fed_layouts, prefix)
-        if not result.passed:
-            culprit = ran[count - 1]
-            rules = sorted({r.rule for r in state.rewrites}) if culprit in ("legalize", "opset") else []
-            return f"pass {culprit}" + (f" (rules fired: {', '.join(rules)})" if rules else "")
-    return None

@@ -23,9 +23,17 @@ if TYPE_CHECKING:
 
 class InvariantError(DeployccError):
     """A pass broke a promise (signature or order): a deploycc bug, reported as one. legalize
-    then falls back to the model as exported; exit 1 when that cannot be kept either."""
+    then runs again without that pass; exit 1 when nothing can be kept."""
 
     exit_code = EXIT_FINDINGS
+
+    def __init__(self, message: str, pass_name: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.pass_name = pass_name
+
+
+class PassBroke(InvariantError):
+    """A pass raised on this model (a library under it, or a case it did not foresee)."""
 
 
 def source_ops(records: Sequence[PassRecord]) -> dict[str, int]:
@@ -90,24 +98,33 @@ def run_passes(passes: Sequence[Pass], state: PipelineState, *, progress=None) -
         model = state.model
         before_ops, before_signature = histogram(model.graph), signature(model.graph)
         started = time.perf_counter()
-        outcome = candidate.run(state)
+        rewrites_before = len(state.rewrites)
+        try:
+            outcome = candidate.run(state)
+        except DeployccError:
+            raise  # the user's input or options, or a finding: reported as such
+        except Exception as error:
+            raise PassBroke(f"pass {candidate.name!r} broke: {type(error).__name__}: {error}",
+                            candidate.name) from error
         seconds = time.perf_counter() - started
         if candidate.in_place and state.model is not model:
             raise InvariantError(f"pass {candidate.name!r} declares in_place but replaced the model; "
-                                 "a pass that replaces state.model declares in_place = False")
+                                 "a pass that replaces state.model declares in_place = False", candidate.name)
         graph = state.model.graph  # a pass that is not in_place may have replaced the model
         after_ops = histogram(graph)
         if not candidate.changes_signature(state.options) and signature(graph) != before_signature:
             raise InvariantError(f"pass {candidate.name!r} changed the graph's inputs or outputs: "
-                                 f"{before_signature} -> {signature(graph)}")
+                                 f"{before_signature} -> {signature(graph)}", candidate.name)
         problem = check_topological(graph)
         if problem:
-            raise InvariantError(f"pass {candidate.name!r} left the graph unsorted: {problem}")
+            raise InvariantError(f"pass {candidate.name!r} left the graph unsorted: {problem}",
+                                 candidate.name)
+        fired = list(dict.fromkeys(r.rule for r in state.rewrites[rewrites_before:]))
         records.append(PassRecord(
             name=candidate.name, ran=True, seconds=round(seconds, 4), modified=outcome.modified,
             nodes_before=sum(before_ops.values()), nodes_after=sum(after_ops.values()),
             ops_before=dict(sorted(before_ops.items())), ops_after=dict(sorted(after_ops.items())),
             ops_added=dict(sorted((after_ops - before_ops).items())),
             ops_removed=dict(sorted((before_ops - after_ops).items())),
-            notes=outcome.notes, details=outcome.details))
+            notes=outcome.notes, details=outcome.details, rules=fired or candidate.rule_names(state)))
     return records

@@ -4,7 +4,7 @@ verification against the original."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # At run time, not only for the type checker: a report read back from report.json needs them.
 from deploycc.analysis.check import TargetVerdict
@@ -12,6 +12,9 @@ from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.results import Result
 from deploycc.rules.engine import Rewrite
 from deploycc.verify.verification import Verification
+
+if TYPE_CHECKING:
+    from deploycc.options import LegalizeOptions
 
 
 @dataclass
@@ -30,6 +33,32 @@ class PassRecord:
     ops_removed: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     details: dict[str, object] = field(default_factory=dict)
+    # The named rules the pass applied (the catalog's), or may have applied (its own, in order):
+    # what blame bisects over and `--disable-rule` sets aside.
+    rules: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Blame:
+    """The first pass (and rule in it) whose result no longer verifies, with what it changed."""
+
+    pass_name: str
+    rule: str | None
+    output: str  # the first output that differs
+    problem: str  # the comparison's numbers for it
+    set_aside: bool = False  # legalize ran again without it, and kept that result
+
+    def __str__(self) -> str:
+        where = f"pass {self.pass_name}" + (f", rule {self.rule}" if self.rule else "")
+        return f"{where}: {self.problem}" if self.problem else where
+
+    def without(self, options: LegalizeOptions) -> LegalizeOptions:
+        """The options with the blamed rule, or the whole pass when no rule was found, set aside."""
+        from dataclasses import replace
+
+        if self.rule is not None:
+            return replace(options, disable_rules=(*options.disable_rules, self.rule))
+        return replace(options, disable_passes=(*options.disable_passes, self.pass_name))
 
 
 @dataclass
@@ -65,6 +94,9 @@ class LegalizeReport(Result):
     # Why the model as exported (axes as asked) was no better, when deploycc's result was refused
     # and that fallback was tried: then deploycc did not make the model worse.
     as_exported: str = ""
+    # The passes or rules whose results failed verification, in the order they were found; each
+    # set aside (legalize ran again without it) unless the model as exported had to be kept.
+    blame: list[Blame] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:

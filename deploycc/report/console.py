@@ -271,8 +271,11 @@ def render_legalize(report: LegalizeReport) -> None:
         if verification.passed and verification.caveat():
             out.print(f"  [yellow]verified with a caveat[/yellow]: {verification.caveat()}")
         if verification.problem:
-            out.print(f"  [red]verification failed[/red]: {verification.problem}"
-                      + (f" (introduced by {verification.blame})" if verification.blame else ""))
+            out.print(f"  [red]verification failed[/red]: {verification.problem}")
+    for blame in report.blame:
+        what = "set aside" if blame.set_aside else "blamed"
+        out.print(f"  [yellow]{what}[/yellow]: {escape(str(blame))}"
+                  + (f" (output {blame.output})" if blame.output else ""))
     for note in report.notes:
         out.print(f"  [yellow]note[/yellow]: {note}")
     colour = "green" if report.success else "red"

@@ -51,6 +51,13 @@ def build_markdown(report: BuildReport) -> str:
                                          else ("not proven", "", ""))
                 lines.append(f"| {rewrite.rule} | {rewrite.node} | {proof} | {error} | {runtime} |")
             lines.append("")
+        if legalized.blame:
+            lines += ["## Blamed for a failed verification", "",
+                      "| pass | rule | output | what it changed | set aside |", "|---|---|---|---|---|"]
+            lines += [f"| {b.pass_name} | {b.rule or '(the whole pass)'} | {b.output} | {b.problem} | "
+                      f"{'yes: the rest kept' if b.set_aside else 'no: the model as exported kept'} |"
+                      for b in legalized.blame]
+            lines.append("")
         if legalized.unresolved:
             lines += ["## Still illegal", ""]
             lines += [f"- `{u.node}` ({u.op}): {'; '.join(u.reasons)}; {'; '.join(u.rules_tried)}"

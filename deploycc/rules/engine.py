@@ -4,7 +4,7 @@ rewrite, and remember why every other rule declined (the final report lists them
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -67,9 +67,9 @@ def _replace(graph: ir.Graph, node: ir.Node, builder: Builder, outputs: list[ir.
 def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: bool = True,
            prove: bool = True, graph_label: str = "main",
            accepts: Callable[[ir.Node], bool] | None = None,
-           families: tuple[str, ...] | None = None) -> Decision:
-    """Try the catalog's rules for `node` (of `families` only, when given); with apply, rewrite
-    with the first that accepts."""
+           families: tuple[str, ...] | None = None, disabled: Collection[str] = ()) -> Decision:
+    """Try the catalog's rules for `node` (of `families` only, when given, and none of
+    `disabled`); with apply, rewrite with the first that accepts."""
     from deploycc.rules.proof import FAILED
     from deploycc.rules.proof import prove as prove_rewrite
 
@@ -79,6 +79,10 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
     decision = Decision(node=label, op=node.op_type if not domain else f"{domain}::{node.op_type}")
     for rule in rules_for(domain, node.op_type):
         if families is not None and rule.family not in families:
+            continue
+        if rule.name in disabled:
+            decision.declined.append((rule.name, "set aside (--disable-rule, or blamed for a failed "
+                                                 "verification)"))
             continue
         site = Site(node, node.inputs, site_opset, accepts)
         builder = Builder(opsets.get("", 1), f"{label}/{rule.name}")

@@ -37,7 +37,6 @@ class Verification:
     precision: Precision  # whose tolerances judged it
     outputs: list[OutputComparison] = field(default_factory=list)
     problem: str = ""
-    blame: str | None = None
     # The original itself fails on the inputs deploycc drew (a sample rate it checks, a Pad past
     # its bounds): nothing is judged; the user must give inputs the model takes (--inputs).
     needs_inputs: bool = False

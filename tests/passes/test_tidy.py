@@ -492,3 +492,120 @@ def test_an_equal_on_a_shape_known_in_full_becomes_a_constant(tmp_path: Path) ->
         feeds = {"x": np.zeros((batch, seq), np.float32),
                  "m": np.arange(batch * seq, dtype=np.float32).reshape(batch, 1, seq)}
         np.testing.assert_array_equal(second.run(None, feeds)[0], first.run(None, feeds)[0])
+
+
+def test_a_reshape_to_a_graph_output_keeps_its_computed_shape_when_the_declared_one_is_wrong(
+        tmp_path: Path) -> None:
+    """ddddocr's recognizer head: the output is declared [1, seqlen] (rank 2) but is computed as
+    Reshape(Gemm(...), [T, 1, -1]) from the input's own dims (rank 3). Taking the declaration as
+    the output's shape made it [1, T * 8210] under --no-verify."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             _const_node("i0", 0), _const_node("i1", 1), _const_node("axes", [0]), _const_node("m1", [-1]),
+             helper.make_node("Gather", ["s", "i0"], ["t"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["b"], axis=0),
+             helper.make_node("Unsqueeze", ["t", "axes"], ["tu"]),
+             helper.make_node("Unsqueeze", ["b", "axes"], ["bu"]),
+             _const_node("flat", [-1, 4]),
+             helper.make_node("Reshape", ["x", "flat"], ["rows"]),
+             helper.make_node("Gemm", ["rows", "w", "bias"], ["logits"], transB=1),
+             helper.make_node("Concat", ["tu", "bu", "m1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["logits", "shape"], ["y"])]
+    rng = np.random.default_rng(0)
+    model = _model(tmp_path, nodes,
+                   [helper.make_tensor_value_info("x", FLOAT, ["T", 1, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, [1, "seqlen"])],
+                   inits=[_init("w", rng.standard_normal((6, 4)).astype(np.float32)),
+                          _init("bias", rng.standard_normal(6).astype(np.float32))], opset=13)
+    cleaned, _ = _clean(tmp_path, model)
+    _same(model, cleaned, [{"x": (5, 1, 4)}, {"x": (1, 1, 4)}])
+    first = ort.InferenceSession(str(cleaned), providers=["CPUExecutionProvider"])
+    assert first.run(None, {"x": np.zeros((5, 1, 4), np.float32)})[0].shape == (5, 1, 6)
+
+
+def test_a_concat_read_only_by_concats_on_its_axis_is_spliced_and_one_read_by_another_op_stays(
+        tmp_path: Path) -> None:
+    nodes = [helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+             helper.make_node("Concat", ["x", "ab", "c"], ["y"], axis=-1),  # the same axis, negative
+             helper.make_node("Concat", ["ab", "ab"], ["v"], axis=1),  # a second reader, twice
+             helper.make_node("Concat", ["a", "c"], ["ac"], axis=1),
+             helper.make_node("Concat", ["ac", "x"], ["z"], axis=1),
+             helper.make_node("Relu", ["ac"], ["r"]),  # ac also read by a Relu: stays
+             helper.make_node("Concat", ["b", "c"], ["bc"], axis=0),
+             helper.make_node("Concat", ["bc", "bc"], ["w"], axis=1)]  # another axis: stays
+    value = [helper.make_tensor_value_info(n, FLOAT, [2, 3]) for n in ("x", "a", "b", "c")]
+    model = _model(tmp_path, nodes, value,
+                   [helper.make_tensor_value_info("y", FLOAT, [2, 12]),
+                    helper.make_tensor_value_info("v", FLOAT, [2, 12]),
+                    helper.make_tensor_value_info("z", FLOAT, [2, 9]),
+                    helper.make_tensor_value_info("r", FLOAT, [2, 6]),
+                    helper.make_tensor_value_info("w", FLOAT, [4, 6])])
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Concat"] == 6
+    graph = onnx.load(cleaned).graph
+    assert [list(n.input) for n in graph.node if n.output[0] in ("y", "v")] == [
+        ["x", "a", "b", "c"], ["a", "b", "a", "b"]]
+    _same(model, cleaned, [{n: (2, 3) for n in ("x", "a", "b", "c")}])
+
+
+def _projections(count: int, width: int = 8) -> tuple[list, list]:
+    rng = np.random.default_rng(1)
+    nodes, inits = [], []
+    for index in range(count):
+        inits.append(_init(f"w{index}", rng.standard_normal((width, 4 + index)).astype(np.float32)))
+        nodes.append(helper.make_node("MatMul", ["x", f"w{index}"], [f"p{index}"]))
+        nodes.append(helper.make_node("Relu", [f"p{index}"], [f"y{index}"]))
+    return nodes, inits
+
+
+def test_three_matmuls_of_one_input_become_one_matmul_and_a_split_at_opsets_11_and_17(tmp_path: Path) -> None:
+    for opset in (11, 17):
+        nodes, inits = _projections(3)
+        outputs = [helper.make_tensor_value_info(f"y{i}", FLOAT, ["N", "S", 4 + i]) for i in range(3)]
+        model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", "S", 8])],
+                       outputs, inits=inits, opset=opset)
+        cleaned, ops = _clean(tmp_path, model)
+        assert ops["MatMul"] == 1 and ops["Split"] == 1, ops
+        assert len(onnx.load(cleaned).graph.initializer) == 1 + (opset >= 13)
+        first = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        second = ort.InferenceSession(str(cleaned), providers=["CPUExecutionProvider"])
+        feeds = {"x": np.random.default_rng(2).standard_normal((2, 5, 8)).astype(np.float32)}
+        for expected, actual in zip(first.run(None, feeds), second.run(None, feeds), strict=True):
+            np.testing.assert_array_equal(actual, expected)  # each column reads its own weights
+
+
+def test_two_matmuls_of_one_input_and_a_weight_read_twice_stay(tmp_path: Path) -> None:
+    nodes, inits = _projections(2)
+    outputs = [helper.make_tensor_value_info(f"y{i}", FLOAT, ["N", 4 + i]) for i in range(2)]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 8])], outputs,
+                   inits=inits)
+    assert Counter(_clean(tmp_path, model)[1])["MatMul"] == 2  # two would be a MatMul and a Split: no fewer
+    nodes, inits = _projections(3)
+    nodes.append(helper.make_node("MatMul", ["z", "w0"], ["q"]))  # w0 shared: merging would copy it
+    outputs = [helper.make_tensor_value_info(f"y{i}", FLOAT, ["N", 4 + i]) for i in range(3)]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 8]),
+                                     helper.make_tensor_value_info("z", FLOAT, ["N", 8])],
+                   [*outputs, helper.make_tensor_value_info("q", FLOAT, ["N", 4])], inits=inits)
+    assert Counter(_clean(tmp_path, model)[1])["MatMul"] == 4
+
+
+def test_a_slice_read_by_two_slices_on_other_axes_becomes_two_slices_of_its_input(tmp_path: Path) -> None:
+    """YOLOX's Focus: x[..., ::2, :] and x[..., 1::2, :], each read by [..., ::2] and [..., 1::2]:
+    six Slices become four, each of x; with negative axes, as torch writes them."""
+    inits, nodes = [], []
+    for row in (0, 1):
+        inits += [_init(f"r{row}_{k}", np.array([v], np.int64)) for k, v in (("s", row), ("e", 2**62),
+                                                                             ("a", -2), ("t", 2))]
+        nodes.append(helper.make_node("Slice", ["x", *(f"r{row}_{k}" for k in "seat")], [f"rows{row}"]))
+        for col in (0, 1):
+            prefix = f"c{row}{col}"
+            inits += [_init(f"{prefix}_{k}", np.array([v], np.int64))
+                      for k, v in (("s", col), ("e", 2**62), ("a", 3), ("t", 2))]
+            nodes.append(helper.make_node("Slice", [f"rows{row}", *(f"{prefix}_{k}" for k in "seat")],
+                                          [f"y{row}{col}"]))
+    nodes.append(helper.make_node("Concat", ["y00", "y10", "y01", "y11"], ["y"], axis=1))
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 3, "H", "W"])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 12, "h", "w"])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops["Slice"] == 4, ops
+    assert all(n.input[0] == "x" for n in onnx.load(cleaned).graph.node if n.op_type == "Slice")
+    _same(model, cleaned, [{"x": (1, 3, 8, 6)}, {"x": (2, 3, 6, 10)}])

@@ -339,12 +339,15 @@ def test_a_wrong_rewrite_is_caught_by_its_proof_and_by_verification(
     gelu = [r for r in proven.rewrites if r.op == "Gelu"]
     assert gelu and {r.rule for r in gelu} == {"function-body"}
     assert proven.verification is not None and proven.verification.passed
+    # unproven, verification catches it, blame bisects to the opset pass and the gelu rule, and
+    # legalize runs again without that rule: Gelu's function body, the layer norm's rule kept
     unproven = api.legalize(encoder, "jetson-nano", tmp_path / "b.onnx", LegalizeOptions(prove=False))
-    assert not unproven.success and not (tmp_path / "b.onnx").exists()
-    verification = unproven.verification
-    assert verification is not None and not verification.passed
-    assert "output 'y'" in verification.problem
-    assert verification.blame == "pass opset (rules fired: gelu, layer-normalization)"
+    assert [(b.pass_name, b.rule, b.output, b.set_aside) for b in unproven.blame] == [
+        ("opset", "gelu", "y", True)]
+    assert "elements differ" in unproven.blame[0].problem
+    assert unproven.success and unproven.verification is not None and unproven.verification.passed
+    assert {r.rule for r in unproven.rewrites if r.op == "Gelu"} == {"function-body"}
+    assert "layer-normalization" in {r.rule for r in unproven.rewrites}
 
 
 def test_user_inputs_from_npz(encoder: Path, tmp_path: Path) -> None:
@@ -518,3 +521,57 @@ def test_an_opset_outside_the_range_is_never_legal(tmp_path: Path, write_model) 
     report = api.legalize(model, "jetson-xavier", out, LegalizeOptions(opset=18))  # as asked, refused
     assert not report.success and report.exit_code == 1 and not out.exists()
     assert "model opset 18 is outside jetson-xavier's range 7..17" in report.summary
+
+
+def test_a_broken_rule_is_blamed_and_set_aside_while_the_other_passes_work_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break one of tidy's steps on purpose (the spliced Concat's inputs swapped): verification
+    fails, blame bisects to that pass and that step, and legalize keeps everything else's work."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from deploycc.passes import merge, tidy
+
+    def swapped(graph) -> int:
+        spliced = merge.inline_concat_of_concat(graph)
+        for node in graph:
+            if spliced and node.op_type == "Concat" and len(node.inputs) > 2:
+                first, second = node.inputs[0], node.inputs[1]
+                node.replace_input_with(0, second)
+                node.replace_input_with(1, first)
+        return spliced
+
+    monkeypatch.setattr(tidy, "inline_concat_of_concat", swapped)
+    two = numpy_helper.from_array(np.full((2, 3), 2.0, np.float32), "two")
+    nodes = [helper.make_node("Add", ["two", "two"], ["four"]),  # folded: the fold pass's work
+             helper.make_node("Mul", ["x", "four"], ["x4"]),
+             helper.make_node("Concat", ["x4", "b"], ["xb"], axis=1),
+             helper.make_node("Concat", ["xb", "c"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])
+                                           for n in ("x", "b", "c")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 9])], [two])
+    source = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source)
+    report = api.legalize(source, "ort-cpu", tmp_path / "out.onnx")
+    assert report.success and report.verification is not None and report.verification.passed
+    assert [(b.pass_name, b.rule, b.output, b.set_aside) for b in report.blame] == [
+        ("tidy", "concat-of-concat", "y", True)]
+    assert "elements differ" in report.blame[0].problem
+    ops = [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node]
+    assert "Add" not in ops and ops.count("Concat") == 2  # folded; the broken splice set aside
+    assert any("set aside what failed verification" in note for note in report.notes)
+
+
+def test_a_pass_that_raises_is_set_aside_and_the_other_passes_run(
+        encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploycc.passes.tidy import TidyPass
+
+    def broken(self, state):
+        raise RuntimeError("a case the pass did not foresee")
+
+    monkeypatch.setattr(TidyPass, "run", broken)
+    report = api.legalize(encoder, "jetson-nano", tmp_path / "out.onnx")
+    assert report.success, report.summary
+    assert [(b.pass_name, b.rule, b.set_aside) for b in report.blame] == [("tidy", None, True)]
+    assert "RuntimeError: a case the pass did not foresee" in report.blame[0].problem
+    ran = {r.name for r in report.passes if r.ran}
+    assert "tidy" not in ran and {"opset", "fold", "legalize"} <= ran and report.rewrites

@@ -1,0 +1,234 @@
+"""Two clean-ups that make several nodes one, for tidy: a Concat read only by Concats on the same
+axis is spliced into them, and MatMuls that read one input with constant weights of their own
+(attention's Q, K and V projections) become one MatMul on the weights side by side and a Split.
+
+onnxsim and onnxslim do each of these on real exports (RAFT's correlation pyramid writes Concat of
+Concat; a dynamo-exported ViT three MatMuls per layer). Both are exact: a Concat of Concats
+copies the same elements in the same order, and each column of a MatMul's result reads only its
+own column of the weights, so splitting the wide product gives bit-identical parts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx_ir as ir
+
+# Fewer MatMuls do not pay below this many: two become a MatMul and a Split, no fewer nodes.
+MIN_MERGED_MATMULS = 3
+
+
+def _standard(node: ir.Node) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def _axis(node: ir.Node) -> int | None:
+    """The Concat's axis, made non-negative where the output's rank is known."""
+    axis = node.attributes.get_int("axis")
+    if axis is None:
+        return None
+    if axis >= 0:
+        return axis
+    shape = node.outputs[0].shape
+    return axis + len(shape) if shape is not None else None
+
+
+def _splice_targets(inner: ir.Node, graph: ir.Graph) -> list[ir.Node] | None:
+    """The Concats that read this Concat's result, when every reader is one on its axis in
+    `graph` (RAFT reads a pyramid level's Concat from two); else None."""
+    value = inner.outputs[0]
+    axis = _axis(inner)
+    if axis is None or value.is_graph_output() or not value.uses():
+        return None
+    readers = []
+    for user, _ in value.uses():
+        if user.op_type != "Concat" or not _standard(user) or user.graph is not graph or _axis(user) != axis:
+            return None
+        readers.append(user)
+    return list(dict.fromkeys(readers))
+
+
+def inline_concat_of_concat(graph: ir.Graph) -> int:
+    """Concat(a, Concat(b, c), d) on one axis -> Concat(a, b, c, d), where every reader of the
+    inner Concat is a Concat on that axis (not a graph output): the inner one goes. Returns the
+    Concats removed."""
+    from deploycc.graph.graphs import all_graphs
+
+    removed = 0
+    for sub in all_graphs(graph):
+        for inner in list(sub):
+            if inner.op_type != "Concat" or not _standard(inner) or inner.graph is not sub:
+                continue
+            readers = _splice_targets(inner, sub)
+            if readers is None:
+                continue
+            produced = inner.outputs[0]
+            for reader in readers:
+                spliced: list[ir.Value | None] = []
+                for value in reader.inputs:
+                    spliced.extend(inner.inputs if value is produced else [value])
+                _replace_inputs(reader, spliced)
+            sub.remove(inner, safe=True)
+            removed += 1
+    return removed
+
+
+def _replace_inputs(node: ir.Node, inputs: list[ir.Value | None]) -> None:
+    """Give a variadic node a new list of inputs."""
+    node.resize_inputs(len(inputs))
+    for index, value in enumerate(inputs):
+        node.replace_input_with(index, value)
+
+
+def _fresh(graph: ir.Graph, base: str) -> str:
+    """An initializer name not yet taken in `graph`."""
+    name, number = base, 0
+    while name in graph.initializers:
+        number += 1
+        name = f"{base}_{number}"
+    return name
+
+
+def _named(node: ir.Node, suffix: str) -> str | None:
+    """A name for what replaces `node`: an unnamed node's stays unnamed (ONNX wants node names
+    unique where given; two unnamed nodes are fine)."""
+    return f"{node.name}_{suffix}" if node.name else None
+
+
+def _weights(node: ir.Node) -> ir.Value | None:
+    """A MatMul's constant 2-D right-hand side read by this node alone, else None."""
+    value = node.inputs[1] if len(node.inputs) == 2 else None
+    if value is None or value.const_value is None or value.is_graph_output() or value.is_graph_input():
+        return None
+    if len(value.const_value.shape) != 2 or len(value.uses()) != 1:
+        return None
+    return value
+
+
+def merge_sibling_matmuls(graph: ir.Graph, opset: int) -> int:
+    """MatMul(x, W1), MatMul(x, W2), MatMul(x, W3) with constant weights of one dtype and one K ->
+    Split(MatMul(x, [W1 W2 W3]), [N1, N2, N3]) on the last axis. Returns the MatMuls removed."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc.graph.graphs import all_graphs
+
+    removed = 0
+    for sub in all_graphs(graph):
+        groups: dict[tuple[int, int, object], list[ir.Node]] = defaultdict(list)
+        for node in sub:
+            if node.op_type != "MatMul" or not _standard(node) or node.inputs[0] is None:
+                continue
+            weights = _weights(node)
+            if weights is None or weights.dtype is None:
+                continue
+            shape = weights.const_value.shape  # type: ignore[union-attr]
+            groups[(id(node.inputs[0]), int(shape[0]), weights.dtype)].append(node)  # type: ignore[arg-type]
+        for nodes in groups.values():
+            if len(nodes) < MIN_MERGED_MATMULS:
+                continue
+            if any(n.outputs[0].is_graph_output() for n in nodes):
+                continue
+            # The merged MatMul and its Split go where the first of them stood: x exists there,
+            # and every reader of a part came after that part's MatMul, so after the Split.
+            arrays = [n.inputs[1].const_value.numpy() for n in nodes]  # type: ignore[union-attr]
+            widths = [int(a.shape[1]) for a in arrays]
+            first = nodes[0]
+            stacked = ir.Value(name=_fresh(sub, f"{first.name or 'matmul'}_merged_weights"),
+                               const_value=ir.tensor(np.concatenate(arrays, axis=1)))
+            sub.register_initializer(stacked)
+            wide = ir.node("MatMul", [first.inputs[0], stacked], name=_named(first, "merged"))
+            sizes = ir.Value(name=_fresh(sub, f"{first.name or 'matmul'}_merged_sizes"),
+                             const_value=ir.tensor(np.array(widths, np.int64)))
+            if opset >= 13:
+                sub.register_initializer(sizes)
+                split = ir.node("Split", [wide.outputs[0], sizes], attributes={"axis": -1},
+                                num_outputs=len(nodes), name=_named(first, "split"))
+            else:
+                split = ir.node("Split", [wide.outputs[0]], attributes={"axis": -1, "split": widths},
+                                num_outputs=len(nodes), name=_named(first, "split"))
+            sub.insert_before(first, [wide, split])
+            for node, part in zip(nodes, split.outputs, strict=True):
+                old = node.outputs[0]
+                name, old.name = old.name, None
+                part.name, part.shape, part.type = name, old.shape, old.type
+                old.replace_all_uses_with(part)
+                weights = node.inputs[1]
+                sub.remove(node, safe=True)
+                if weights is not None and weights.name and weights.name in sub.initializers \
+                        and not weights.uses():
+                    sub.initializers.pop(weights.name)
+            removed += len(nodes) - 1
+    return removed
+
+
+def _slice_bounds(node: ir.Node, rank: int | None) -> list[np.ndarray] | None:
+    """A Slice's starts, ends, axes (made non-negative) and steps when every one is a constant."""
+    import numpy as np
+
+    if node.op_type != "Slice" or not _standard(node) or len(node.inputs) < 4:
+        return None
+    found = []
+    for value in node.inputs[1:5]:
+        tensor = value.const_value if value is not None else None
+        found.append(None if tensor is None else tensor.numpy().reshape(-1).astype(np.int64))
+    if len(found) == 3 or found[3] is None:  # steps left out: 1 on every axis
+        found[3:] = [np.ones_like(found[0]) if found[0] is not None else None]
+    known: list[np.ndarray] = [part for part in found if part is not None]
+    if len(known) != 4:
+        return None
+    axes = known[2]
+    if (axes < 0).any():
+        if rank is None:
+            return None
+        known[2] = np.where(axes < 0, axes + rank, axes)
+    return known
+
+
+def merge_slice_chains(graph: ir.Graph) -> int:
+    """Slice(Slice(x)) on other axes, every bound constant -> one Slice of x with both sets of
+    bounds (torch's x[:, a:b][:, :, ::2], YOLOX's Focus, an STFT's real and imaginary halves).
+    Where the inner Slice has several readers, each becomes one Slice of x, and only when every
+    reader can (else the inner one stays, and nothing is gained). Returns the Slices removed."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc.graph.graphs import all_graphs
+
+    removed = 0
+    for sub in all_graphs(graph):
+        for inner in list(sub):
+            data = inner.inputs[0] if inner.op_type == "Slice" and inner.inputs else None
+            rank = len(data.shape) if data is not None and data.shape is not None else None
+            first = _slice_bounds(inner, rank) if inner.graph is sub else None
+            produced = inner.outputs[0]
+            if first is None or produced.is_graph_output() or not produced.uses():
+                continue
+            readers = list(dict.fromkeys(user for user, _ in produced.uses()))
+            merged = []
+            for reader in readers:
+                second = _slice_bounds(reader, rank) if reader.graph is sub else None
+                if second is None or reader.inputs[0] is not produced or \
+                        any(value is produced for value in reader.inputs[1:]) or \
+                        set(first[2].tolist()) & set(second[2].tolist()):
+                    break
+                merged.append((reader, second))
+            if len(merged) != len(readers):
+                continue
+            for reader, second in merged:
+                bounds = []
+                for index, kind in enumerate(("starts", "ends", "axes", "steps")):
+                    name = _fresh(sub, f"{reader.name or 'slice'}_merged_{kind}")
+                    value = ir.Value(name=name, const_value=ir.tensor(np.concatenate([first[index],
+                                                                                      second[index]])))
+                    sub.register_initializer(value)
+                    bounds.append(value)
+                one = ir.node("Slice", [data, *bounds], name=_named(reader, "merged"))
+                ir.convenience.replace_nodes_and_values(sub, reader, [reader], [one],
+                                                        [reader.outputs[0]], [one.outputs[0]])
+            sub.remove(inner, safe=True)
+            removed += 1
+    return removed
