@@ -169,7 +169,7 @@ def measure(models: list[Path], work: Path, cache: dict, fresh: bool) -> dict:
         sha = _sha(model)
         for tool in (*TOOLS, VERIFIED):
             output = work / f"{name}.{tool}.onnx"
-            key = f"{name}|{tool}|{sha}|{_version(tool) if tool != 'deploycc' else 'head'}"
+            key = f"{name}|{tool}|{sha}|{_version(tool) if tool in ('onnxsim', 'onnxslim') else 'head'}"
             reusable = key in cache and (output.exists() or cache[key].get("error"))
             if tool in ("onnxsim", "onnxslim") and not fresh and reusable:
                 row[tool] = cache[key]

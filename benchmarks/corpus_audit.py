@@ -55,7 +55,7 @@ def tables(report, runs: dict[str, bool]) -> tuple[str, dict]:
         done = sum(1 for c in counted if c.status in DONE)
         hosted = sum(1 for c in counted if c.status == HOST_SEGMENTS)
         regressed = sum(1 for c in counted if c.regressed)
-        classes = Counter(c.category for c in counted if c.status == "failed")
+        classes = Counter(str(c.category) for c in counted if c.status == "failed")
         total = len(counted) or 1
         goal = GOALS.get(target)
         summary[target] = {"models": len(counted), "legal_as_exported": exported, "after_deploycc": done,

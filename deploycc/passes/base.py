@@ -38,6 +38,7 @@ class PipelineState:
     unresolved: list[Decision] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     signature_changes: list[str] = field(default_factory=list)  # what the user asked to change
+    retyped_outputs: set[str] = field(default_factory=set)  # outputs whose type changed on purpose
     fed_layouts: dict[str, list[int]] = field(default_factory=dict)
     source_opset: int | None = None
     source_nodes: int = 0  # input -> perm to the model's layout

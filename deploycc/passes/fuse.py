@@ -1,4 +1,5 @@
-"""Fuse: fold a per-channel Add, Mul and BatchNormalization into the Conv before it, merge consecutive
+"""Fuse: fold a per-channel Add, Mul and BatchNormalization into the Conv before it, a scalar Mul
+into the Conv after it, a per-channel Add into the ConvTranspose before it, merge consecutive
 Transposes, and, where the target has Gemm, turn a 2-D MatMul followed by a bias Add into Gemm
 (one node instead of two for every target; TensorRT's parser maps it to one fully-connected layer).
 
@@ -97,11 +98,101 @@ def _conv_bias_rules() -> list:
             for commuted in rule.rule().commute()]
 
 
+def _scalar(value) -> float | None:
+    """The one finite, non-zero value of a constant with one element, else None (a zero scale
+    would turn an infinite input into NaN one way and 0 the other)."""
+    tensor = value.const_value if value is not None else None
+    if tensor is None or tensor.size != 1:
+        return None
+    number = float(tensor.numpy().reshape(-1)[0])
+    return number if np.isfinite(number) and number != 0.0 else None
+
+
+def _scale_and_transpose_bias_rules() -> list:
+    """Conv(x * s) with s one constant value -> Conv(x) with W' = W * s: a convolution is linear in
+    its input and zero padding scales to zero (Gelu's trailing * 0.5 before the next Conv, 13 times
+    in PP-OCRv6's detector). ConvTranspose followed by the Add of one constant per output channel
+    -> the ConvTranspose's bias (its weights are [C_in, C_out / group, ...])."""
+    import onnx_ir as ir
+    from onnxscript.rewriter import pattern
+
+    from deploycc.graph.private_api import MatchResult
+
+    class ScaledInputConv(pattern.RewriteRuleClassBase):
+        with_bias = True
+
+        def pattern(self, op, x, s, w, b):
+            scaled = op.Mul(x, s)
+            return op.Conv(scaled, w, b, _allow_other_attributes=True, _outputs=["conv_out"]) \
+                if self.with_bias else op.Conv(scaled, w, _allow_other_attributes=True, _outputs=["conv_out"])
+
+        def check(self, context, x, s, w, conv_out, b=None) -> MatchResult:
+            result = MatchResult()
+            if w.const_value is None or _scalar(s) is None:
+                return result.fail("the weights must be a constant and the scale one finite non-zero value")
+            if s.dtype != w.dtype or len(s.const_value.shape) > len(w.const_value.shape):
+                return result.fail("the scale must be of the weights' dtype and broadcast nothing larger")
+            return result
+
+        def rewrite(self, op, x, s, w, conv_out, b=None):
+            weights = w.const_value.numpy()
+            scaled = op.initializer(ir.tensor((weights * _scalar(s)).astype(weights.dtype)),
+                                    f"{conv_out.name}_input_scaled_weight")
+            attributes = conv_out.producer().attributes
+            return op.Conv(x, scaled, b, **attributes) if b is not None else op.Conv(x, scaled, **attributes)
+
+    class ScaledInputConvWithoutBias(ScaledInputConv):
+        with_bias = False
+
+    class ConvTransposeAddBias(pattern.RewriteRuleClassBase):
+        with_bias = True
+
+        def pattern(self, op, x, w, b, c):
+            inputs = (x, w, b) if self.with_bias else (x, w)
+            deconv = op.ConvTranspose(*inputs, _allow_other_attributes=True, _outputs=["deconv_out"])
+            return op.Add(deconv, c)
+
+        def _values(self, w, c, deconv_out) -> np.ndarray | None:
+            weights, extra = w.const_value, c.const_value
+            if weights is None or extra is None or extra.dtype != weights.dtype:
+                return None
+            rank = len(weights.shape)
+            channels = int(weights.shape[1]) * (deconv_out.producer().attributes.get_int("group", 1) or 1)
+            shape = [1] * (rank - len(extra.shape)) + list(extra.shape)
+            if len(extra.shape) > rank:
+                return None
+            if shape == [1] * rank:
+                return np.full(channels, extra.numpy().reshape(-1)[0])
+            return extra.numpy().reshape(-1) if shape == [1, channels] + [1] * (rank - 2) else None
+
+        def check(self, context, x, w, c, deconv_out, b=None) -> MatchResult:
+            result = MatchResult()
+            if b is not None and b.const_value is None:
+                return result.fail("the bias must be a constant")
+            if self._values(w, c, deconv_out) is None:
+                return result.fail("the constant is not one value per output channel of the same dtype")
+            return result
+
+        def rewrite(self, op, x, w, c, deconv_out, b=None):
+            values = self._values(w, c, deconv_out)
+            assert values is not None
+            base = b.const_value.numpy() if b is not None else np.zeros_like(values)
+            bias = op.initializer(ir.tensor((base + values).astype(values.dtype)), f"{deconv_out.name}_bias")
+            return op.ConvTranspose(x, w, bias, **deconv_out.producer().attributes)
+
+    class ConvTransposeWithoutBiasAddBias(ConvTransposeAddBias):
+        with_bias = False
+
+    return [commuted for rule in (ScaledInputConv, ScaledInputConvWithoutBias, ConvTransposeAddBias,
+                                  ConvTransposeWithoutBiasAddBias) for commuted in rule.rule().commute()]
+
+
 def fusion_rules(target: Target) -> list:
     from onnxscript.rewriter.rules import common
 
     rules = [
         *_conv_bias_rules(),
+        *_scale_and_transpose_bias_rules(),
         common.fuse_batchnorm_into_conv_rule,
         common.fuse_batchnorm_into_conv_transpose_rule,
         common.transpose_transpose_rule,

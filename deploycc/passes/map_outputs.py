@@ -116,4 +116,5 @@ class MapOutputsPass(Pass):
         for name in changes:
             kept.pop(name, None)  # written as the tensor it now is, not as the map it was
         state.signature_changes.extend(changes.values())
+        state.retyped_outputs.update(changes)
         return PassOutcome(bool(changes), list(changes.values()))

@@ -225,7 +225,7 @@ def _verify_run(path: str | Path, target: Target, precision: Precision
                 staged = Path(folder) / "prefix.onnx"
                 io.save(state.model, staged, force_external=bool(loaded.external_files))
                 return verify_files(loaded.path, staged, state.model, state.fed_layouts, options,
-                                    precision=precision)
+                                    precision=precision, retyped=state.retyped_outputs)
         except Exception:  # a prefix that breaks counts as failing
             return None
 
@@ -274,7 +274,7 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
         precision = tolerance_precision(source_ops(attempt.records), Precision.FP32,
                                         float16=computes_in_float16(loaded.path))
         verification = verify_files(loaded.path, staged, state.model, state.fed_layouts, options,
-                                    precision=precision)
+                                    precision=precision, retyped=state.retyped_outputs)
         if not verification.passed:
             success = False
             reason = f"verification failed: {verification.problem}"

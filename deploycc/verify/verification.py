@@ -4,7 +4,7 @@ same inputs, every output compared with the comparator.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -144,11 +144,13 @@ def attempts_for(graph: ir.Graph, options: LegalizeOptions, metadata: Mapping[st
 
 
 def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: dict[str, list[int]],
-                 options: LegalizeOptions, precision: Precision = Precision.FP32) -> Verification:
+                 options: LegalizeOptions, precision: Precision = Precision.FP32,
+                 retyped: Collection[str] = ()) -> Verification:
     """The candidate against the original on ORT, on inputs the original runs on and answers with
     some signal: the typical sizes first, then each role's fallbacks; needs-inputs when none does.
     `model` is the candidate's graph in memory; `fed_layouts`, the layouts its inputs are fed in
-    (the axes pass's transposes)."""
+    (the axes pass's transposes); `retyped`, the outputs whose type a pass changed on purpose (a
+    ZipMap's map become its tensor), whose dtype and rank are not held to the original's."""
     graph, metadata = model.graph, model.metadata_props
     attempts = attempts_for(graph, options, metadata)
     why_not = ""
@@ -179,10 +181,30 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
         return Verification(False, ORT, described, precision, problem=str(error))
     result = compare_all(expected, actual, reference=reference, inputs=described, precision=precision,
                          original=(original, original_feeds))
+    changed = signature_changes(expected, {k: v for k, v in actual.items() if k not in retyped})
+    if changed:  # what runs, not only what is declared: a rank or dtype no pass may change
+        result.passed, result.problem = False, changed[0]
     # the given inputs' shapes too: a backend that needs static dims is built again at these
     result.shapes = {name: list(array.shape) for name, array in feeds.items()}
     result.attempt = attempt
     return result
+
+
+def signature_changes(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]) -> list[str]:
+    """The outputs whose rank or dtype differ between two runs of ONNX Runtime: a declared output
+    shape can be wrong (or say nothing), so the pass manager's check of the declaration is not
+    enough; this one looks at what was computed."""
+    problems = []
+    for name, array in actual.items():
+        reference = expected.get(name)
+        if reference is None:
+            continue
+        if np.ndim(array) != np.ndim(reference) or np.asarray(array).dtype != np.asarray(reference).dtype:
+            problems.append(f"output '{name}': the rewritten model returns {np.asarray(array).dtype} of rank "
+                            f"{np.ndim(array)} {list(np.shape(array))}, the original "
+                            f"{np.asarray(reference).dtype} of rank {np.ndim(reference)} "
+                            f"{list(np.shape(reference))}")
+    return problems
 
 
 def _drawn_elements(shapes: dict[str, list[int]]) -> int:

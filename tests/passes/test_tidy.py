@@ -609,3 +609,43 @@ def test_a_slice_read_by_two_slices_on_other_axes_becomes_two_slices_of_its_inpu
     assert ops["Slice"] == 4, ops
     assert all(n.input[0] == "x" for n in onnx.load(cleaned).graph.node if n.op_type == "Slice")
     _same(model, cleaned, [{"x": (1, 3, 8, 6)}, {"x": (2, 3, 6, 10)}])
+
+
+def test_a_scalar_mul_before_a_conv_joins_its_weights_and_a_per_pixel_one_stays(tmp_path: Path) -> None:
+    """Gelu's trailing * 0.5 before the next Conv (PP-OCRv6's detector): W' = W * 0.5, with zero
+    padding, which scales to zero; a scale that varies per pixel cannot join the weights."""
+    rng = np.random.default_rng(3)
+    inits = [_init("half", np.array(0.5, np.float32)),
+             _init("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+             _init("b", rng.standard_normal(4).astype(np.float32)),
+             _init("pixel", rng.standard_normal((1, 1, 6, 6)).astype(np.float32))]
+    nodes = [helper.make_node("Mul", ["half", "x"], ["xs"]),
+             helper.make_node("Conv", ["xs", "w", "b"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["x", "pixel"], ["xp"]),
+             helper.make_node("Conv", ["xp", "w"], ["z"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 3, 6, 6])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 4, 6, 6]),
+                    helper.make_tensor_value_info("z", FLOAT, ["N", 4, 4, 4])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Conv": 2, "Mul": 1}), ops
+    _same(model, cleaned, [{"x": (2, 3, 6, 6)}])
+
+
+def test_an_add_per_output_channel_after_a_conv_transpose_joins_its_bias(tmp_path: Path) -> None:
+    """ConvTranspose's weights are [C_in, C_out / group, ...]: the bias has C_out values (group 2
+    here, so C_out is twice the weights' second dim); an Add of another width stays."""
+    rng = np.random.default_rng(4)
+    inits = [_init("w", rng.standard_normal((4, 3, 2, 2)).astype(np.float32)),
+             _init("c", rng.standard_normal((1, 6, 1, 1)).astype(np.float32)),
+             _init("w2", rng.standard_normal((4, 3, 2, 2)).astype(np.float32)),
+             _init("wide", rng.standard_normal((1, 6, 1, 8)).astype(np.float32))]
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["d"], group=2, strides=[2, 2]),
+             helper.make_node("Add", ["d", "c"], ["y"]),
+             helper.make_node("ConvTranspose", ["x", "w2"], ["e"], group=2, strides=[2, 2]),
+             helper.make_node("Add", ["e", "wide"], ["z"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 4, 4, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 6, 8, 8]),
+                    helper.make_tensor_value_info("z", FLOAT, ["N", 6, 8, 8])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"ConvTranspose": 2, "Add": 1}), ops
+    _same(model, cleaned, [{"x": (2, 4, 4, 4)}])
