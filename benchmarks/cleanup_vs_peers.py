@@ -123,7 +123,13 @@ def feeds_for(model: Path) -> dict[str, np.ndarray]:
     if npz.exists():
         return load_npz(npz, signature)
     hints = model.with_suffix(".hints.json")
-    shapes = json.loads(hints.read_text()).get("shapes") if hints.exists() else None
+    if hints.exists():
+        shapes = json.loads(hints.read_text()).get("shapes")
+    else:  # no hints (the held-out set): the typical sizes deploycc's own verification draws at
+        from deploycc.options import LegalizeOptions
+        from deploycc.verify.verification import drawn_shapes
+
+        shapes = drawn_shapes(graph, LegalizeOptions(), 0)
     return generate(list(signature.values()), seed=0, shapes=shapes)
 
 

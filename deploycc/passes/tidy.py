@@ -17,7 +17,8 @@ onnxslim do on real exports, done here on the IR, in place, without loading weig
    random op, never a node holding a subgraph).
 5. A Concat read only by Concats on its axis is spliced into them; a Slice of a Slice on other
    axes is one Slice, for every reader of the inner one; MatMuls reading one input with constant
-   weights of their own (Q, K, V) become one MatMul and a Split (passes/merge.py).
+   weights of their own (Q, K, V) become one MatMul and a Split (passes/merge.py); a recurrent
+   op's all-zero initial state is left out, as the spec then assumes it (passes/rnn_state.py).
 6. onnxscript's rewrite rules that only ever make a node disappear or become a simpler node of an
    op the target has (`_rules`: Reshape/Unsqueeze/Transpose/Cast chains, a
    Reshape whose output shape inference knows, never from a graph output's declared shape,
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 from deploycc.passes.merge import inline_concat_of_concat, merge_sibling_matmuls, merge_slice_chains
+from deploycc.passes.rnn_state import drop_zero_initial_states
 from deploycc.passes.shape_values import merge_equal_shape_values
 
 if TYPE_CHECKING:
@@ -240,8 +242,9 @@ def _allowzero_before_14(model: ir.Model) -> None:
 # tidy's own steps, by the names `--disable-rule` and blame know them by, in the order they run
 ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES = "one-unknown-reshape-dim", "shape-values"
 CONCAT_OF_CONCAT, SIBLING_MATMULS = "concat-of-concat", "sibling-matmuls"
-SLICE_OF_SLICE = "slice-of-slice"
-OWN_STEPS = (ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES, CONCAT_OF_CONCAT, SIBLING_MATMULS, SLICE_OF_SLICE)
+SLICE_OF_SLICE, ZERO_INITIAL_STATE = "slice-of-slice", "zero-initial-state"
+OWN_STEPS = (ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES, CONCAT_OF_CONCAT, SIBLING_MATMULS, SLICE_OF_SLICE,
+             ZERO_INITIAL_STATE)
 
 
 class TidyPass(Pass):
@@ -268,7 +271,8 @@ class TidyPass(Pass):
         model = state.model
         before, shape_before = len(model.graph), structure(model)
         counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0,
-                  "reshapes_known": 0, "concats_spliced": 0, "matmuls_merged": 0, "slices_merged": 0}
+                  "reshapes_known": 0, "concats_spliced": 0, "matmuls_merged": 0, "slices_merged": 0,
+                  "zero_states_left_out": 0}
         opset = model.opset_imports.get("", 1)
         skip = set(state.options.disable_rules)
         split_runs = bool(state.target.ops.lookup("", "Split"))
@@ -292,6 +296,10 @@ class TidyPass(Pass):
                     spliced = inline_concat_of_concat(model.graph)
                     counts["concats_spliced"] += spliced
                     again |= bool(spliced)
+                if ZERO_INITIAL_STATE not in skip:
+                    left_out = drop_zero_initial_states(model.graph)
+                    counts["zero_states_left_out"] += left_out
+                    again |= bool(left_out)
                 if SLICE_OF_SLICE not in skip and opset >= 10:
                     sliced = merge_slice_chains(model.graph)
                     counts["slices_merged"] += sliced
@@ -338,6 +346,8 @@ class TidyPass(Pass):
             notes.append(f"{counts['concats_spliced']} Concat(s) spliced into the Concat reading them")
         if counts["matmuls_merged"]:
             notes.append(f"{counts['matmuls_merged']} MatMul(s) merged into a sibling reading the same input")
+        if counts["zero_states_left_out"]:
+            notes.append(f"{counts['zero_states_left_out']} all-zero recurrent state input(s) left out")
         if counts["slices_merged"]:
             notes.append(f"{counts['slices_merged']} Slice(s) of a Slice on other axes merged")
         return PassOutcome(structure(model) != shape_before, notes, counts)

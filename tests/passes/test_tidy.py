@@ -649,3 +649,43 @@ def test_an_add_per_output_channel_after_a_conv_transpose_joins_its_bias(tmp_pat
     cleaned, ops = _clean(tmp_path, model)
     assert ops == Counter({"ConvTranspose": 2, "Add": 1}), ops
     _same(model, cleaned, [{"x": (2, 4, 4, 4)}])
+
+
+def test_a_recurrent_ops_all_zero_initial_state_is_left_out_and_a_given_or_nonzero_one_stays(
+        tmp_path: Path) -> None:
+    """torch's GRU(x, zeros(...)): ConstantOfShape from the batch, sliced per layer; the spec
+    assumes zeros when initial_h is left out. A state of ones, or one the caller gives, stays."""
+    rng = np.random.default_rng(5)
+    hidden = 4
+    inits = [_init(name, rng.standard_normal(shape).astype(np.float32)) for name, shape in
+             (("w", (1, 3 * hidden, 3)), ("r", (1, 3 * hidden, hidden)), ("b", (1, 6 * hidden)))]
+    inits += [_init("layers", np.array([2], np.int64)), _init("width", np.array([hidden], np.int64)),
+              _init("one", np.array([1], np.int64)), _init("zero", np.array([0], np.int64)),
+              _init("i1", np.array(1, np.int64)), _init("a0", np.array([0], np.int64))]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["batch"], axis=0),
+             helper.make_node("Unsqueeze", ["batch", "a0"], ["batch1"]),
+             helper.make_node("Concat", ["layers", "batch1", "width"], ["state_shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["state_shape"], ["zeros"],
+                              value=numpy_helper.from_array(np.zeros(1, np.float32), "v")),
+             helper.make_node("Slice", ["zeros", "zero", "one", "zero"], ["h0"]),
+             helper.make_node("GRU", ["x", "w", "r", "b", "", "h0"], ["y", "hy"], hidden_size=hidden),
+             helper.make_node("ConstantOfShape", ["state_shape"], ["ones"],
+                              value=numpy_helper.from_array(np.ones(1, np.float32), "v")),
+             helper.make_node("Slice", ["ones", "zero", "one", "zero"], ["h1"]),
+             helper.make_node("GRU", ["x", "w", "r", "b", "", "h1"], ["y1", "hy1"], hidden_size=hidden),
+             helper.make_node("GRU", ["x", "w", "r", "b", "", "given"], ["y2", "hy2"], hidden_size=hidden)]
+    outputs = [helper.make_tensor_value_info(n, FLOAT, ["T", 1, "N", hidden]) for n in ("y", "y1", "y2")]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["T", "N", 3]),
+                                     helper.make_tensor_value_info("given", FLOAT, [1, "N", hidden])],
+                   outputs, inits)
+    cleaned, ops = _clean(tmp_path, model)
+    grus = [n for n in onnx.load(cleaned).graph.node if n.op_type == "GRU"]
+    assert [len(n.input) > 5 and bool(n.input[5]) for n in grus] == [False, True, True]
+    assert ops["ConstantOfShape"] == 1  # the zeros' chain is gone, the ones' stays
+    first = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    second = ort.InferenceSession(str(cleaned), providers=["CPUExecutionProvider"])
+    feeds = {"x": rng.standard_normal((5, 3, 3)).astype(np.float32),
+             "given": rng.standard_normal((1, 3, hidden)).astype(np.float32)}
+    for expected, actual in zip(first.run(None, feeds), second.run(None, feeds), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
