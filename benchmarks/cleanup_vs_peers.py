@@ -378,12 +378,17 @@ def main() -> None:
         models = [m for m in models if m.stem in set(args.only)]
     args.work.mkdir(parents=True, exist_ok=True)
     cache_file = args.work / "peers-cache.json"
-    cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    try:
+        cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    except ValueError:  # a cache cut short: the peers are measured again
+        cache = {}
     started = time.time()
     try:
         results = measure(models, args.work, cache, args.fresh)
-    finally:
-        cache_file.write_text(json.dumps(cache, indent=1))
+    finally:  # atomically: an interrupted write must not lose what was cached before
+        partial = cache_file.with_suffix(".partial")
+        partial.write_text(json.dumps(cache, indent=1))
+        os.replace(partial, cache_file)
     table, numbers = summary(results)
     if args.latency:
         timings = latency(results, args.corpus, args.work)

@@ -1,11 +1,13 @@
-"""Two clean-ups that make several nodes one, for tidy: a Concat read only by Concats on the same
-axis is spliced into them, and MatMuls that read one input with constant weights of their own
-(attention's Q, K and V projections) become one MatMul on the weights side by side and a Split.
+"""Clean-ups that make several nodes one, for tidy: a Concat read only by Concats on the same axis
+is spliced into them; a Slice of a Slice on other axes is one Slice (for every reader of the inner
+one); MatMuls that read one input with constant weights of their own (attention's Q, K and V
+projections) become one MatMul on the weights side by side and a Split.
 
-onnxsim and onnxslim do each of these on real exports (RAFT's correlation pyramid writes Concat of
-Concat; a dynamo-exported ViT three MatMuls per layer). Both are exact: a Concat of Concats
-copies the same elements in the same order, and each column of a MatMul's result reads only its
-own column of the weights, so splitting the wide product gives bit-identical parts.
+onnxsim and onnxslim do these on real exports (RAFT's correlation pyramid writes Concat of
+Concat, YOLOX's Focus a Slice read by two Slices, a dynamo-exported ViT three MatMuls per layer).
+Each computes the same elements: a Concat of Concats copies them in the same order, merged Slice
+bounds select the same ones, and each column of a MatMul's result reads only its own column of
+the weights (the wide product may differ by the summation order its kernel picks).
 """
 
 from __future__ import annotations
