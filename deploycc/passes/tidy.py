@@ -250,7 +250,8 @@ OWN_STEPS = (ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES, CONCAT_OF_CONCAT, SIBLING_MA
 class TidyPass(Pass):
     name = "tidy"
     summary = ("lift constants, merge duplicate initializers and subexpressions, collapse op chains, "
-               "splice Concat of Concat, merge MatMuls of one input")
+               "splice Concat of Concat, merge Slice chains and MatMuls of one input, leave out zero "
+               "recurrent states")
 
     def rule_names(self, state: PipelineState) -> list[str]:
         return [*OWN_STEPS, *dict.fromkeys(rule.name for rule in _rules(state))]
