@@ -234,3 +234,84 @@ def merge_slice_chains(graph: ir.Graph) -> int:
             sub.remove(inner, safe=True)
             removed += 1
     return removed
+
+
+def _one_dim_of(value: ir.Value | None, graph: ir.Graph) -> tuple[ir.Value, int, list[ir.Node]] | None:
+    """Unsqueeze(Gather(s, k), [0]) with s a 1-D shape vector, k a constant >= 0, and nothing else
+    reading either node: (s, k, [the Gather, the Unsqueeze]); else None."""
+    from deploycc.graph.graphs import constant_tensor
+
+    unsqueeze = value.producer() if value is not None else None
+    if value is None or unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or not _standard(unsqueeze) \
+            or unsqueeze.graph is not graph or len(value.uses()) != 1:
+        return None
+    axes = constant_tensor(unsqueeze.inputs[1], max_elements=4) if len(unsqueeze.inputs) > 1 \
+        else unsqueeze.attributes.get_ints("axes")
+    gathered = unsqueeze.inputs[0]
+    gather = gathered.producer() if gathered is not None else None
+    if axes is None or list(axes) != [0] or gathered is None or gather is None or gather.op_type != "Gather" \
+            or not _standard(gather) or gather.graph is not graph or len(gathered.uses()) != 1 \
+            or gather.attributes.get_int("axis", 0) != 0:
+        return None
+    source, index = gather.inputs[0], constant_tensor(gather.inputs[1], max_elements=1)
+    if source is None or source.shape is None or len(source.shape) != 1 or index is None or index.ndim != 0 \
+            or int(index) < 0:
+        return None
+    return source, int(index), [gather, unsqueeze]
+
+
+def _follows(found: list, position: int, start: int) -> bool:
+    """Whether the dim at `position` is the next of one shape after the run from `start`."""
+    item, first = found[position], found[start]
+    return item is not None and first is not None and item[0] is first[0] \
+        and item[1] == first[1] + (position - start)
+
+
+def slice_adjacent_dims(graph: ir.Graph) -> int:
+    """Concat(..., Unsqueeze(Gather(s, k)), Unsqueeze(Gather(s, k + 1)), ...) -> Concat(..., Slice(s,
+    k, k + 2), ...): the dims a shape is rebuilt from, read as one run (RAFT's TorchScript export
+    writes [-1, h, w, c] so). Opset 10 and later (Slice with inputs). Returns the nodes removed."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc.graph.graphs import all_graphs
+
+    removed = 0
+    for sub in all_graphs(graph):
+        for concat in list(sub):
+            if concat.op_type != "Concat" or not _standard(concat) or concat.attributes.get_int("axis") != 0:
+                continue
+            inputs = list(concat.inputs)
+            found = [_one_dim_of(value, sub) for value in inputs]
+
+
+            rebuilt: list[ir.Value | None] = []
+            dead: list[ir.Node] = []
+            index = 0
+            while index < len(inputs):
+                first = found[index]
+                end = index + 1
+                while end < len(inputs) and _follows(found, end, index):
+                    end += 1
+                if first is None or end - index < 2:
+                    rebuilt.append(inputs[index])
+                    index += 1
+                    continue
+                bounds = [ir.Value(name=_fresh(sub, f"{concat.name or 'concat'}_dims_{kind}"),
+                                   const_value=ir.tensor(np.array([value], np.int64)))
+                          for kind, value in (("start", first[1]), ("end", first[1] + end - index))]
+                for bound in bounds:
+                    sub.register_initializer(bound)
+                run = ir.node("Slice", [first[0], *bounds], name=_named(concat, f"dims_{index}"))
+                sub.insert_before(concat, run)
+                rebuilt.append(run.outputs[0])
+                run_nodes = [node for item in found[index:end] if item is not None for node in item[2]]
+                dead.extend(run_nodes)
+                removed += len(run_nodes) - 1
+                index = end
+            if not dead:
+                continue
+            _replace_inputs(concat, rebuilt)
+            for node in reversed(dead):  # each Unsqueeze before the Gather it read
+                sub.remove(node, safe=True)
+    return removed

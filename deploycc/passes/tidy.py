@@ -39,7 +39,12 @@ import time
 from typing import TYPE_CHECKING
 
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
-from deploycc.passes.merge import inline_concat_of_concat, merge_sibling_matmuls, merge_slice_chains
+from deploycc.passes.merge import (
+    inline_concat_of_concat,
+    merge_sibling_matmuls,
+    merge_slice_chains,
+    slice_adjacent_dims,
+)
 from deploycc.passes.rnn_state import drop_zero_initial_states
 from deploycc.passes.shape_values import merge_equal_shape_values
 
@@ -243,8 +248,9 @@ def _allowzero_before_14(model: ir.Model) -> None:
 ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES = "one-unknown-reshape-dim", "shape-values"
 CONCAT_OF_CONCAT, SIBLING_MATMULS = "concat-of-concat", "sibling-matmuls"
 SLICE_OF_SLICE, ZERO_INITIAL_STATE = "slice-of-slice", "zero-initial-state"
+ADJACENT_DIMS = "adjacent-dims"
 OWN_STEPS = (ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES, CONCAT_OF_CONCAT, SIBLING_MATMULS, SLICE_OF_SLICE,
-             ZERO_INITIAL_STATE)
+             ZERO_INITIAL_STATE, ADJACENT_DIMS)
 
 
 class TidyPass(Pass):
@@ -273,10 +279,11 @@ class TidyPass(Pass):
         before, shape_before = len(model.graph), structure(model)
         counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0,
                   "reshapes_known": 0, "concats_spliced": 0, "matmuls_merged": 0, "slices_merged": 0,
-                  "zero_states_left_out": 0}
+                  "zero_states_left_out": 0, "dims_read_as_one": 0}
         opset = model.opset_imports.get("", 1)
         skip = set(state.options.disable_rules)
         split_runs = bool(state.target.ops.lookup("", "Split"))
+        slice_runs = bool(state.target.ops.lookup("", "Slice"))
 
         slow = {"inference_s": 0.0}
         lift_branches = get_backend(state.target.backend.kind).subgraph_initializers
@@ -305,6 +312,10 @@ class TidyPass(Pass):
                     sliced = merge_slice_chains(model.graph)
                     counts["slices_merged"] += sliced
                     again |= bool(sliced)
+                if ADJACENT_DIMS not in skip and opset >= 10 and slice_runs:
+                    read_as_one = slice_adjacent_dims(model.graph)
+                    counts["dims_read_as_one"] += read_as_one
+                    again |= bool(read_as_one)
                 if SIBLING_MATMULS not in skip and split_runs:
                     merged_matmuls = merge_sibling_matmuls(model.graph, opset)
                     counts["matmuls_merged"] += merged_matmuls
@@ -349,6 +360,9 @@ class TidyPass(Pass):
             notes.append(f"{counts['matmuls_merged']} MatMul(s) merged into a sibling reading the same input")
         if counts["zero_states_left_out"]:
             notes.append(f"{counts['zero_states_left_out']} all-zero recurrent state input(s) left out")
+        if counts["dims_read_as_one"]:
+            notes.append(f"{counts['dims_read_as_one']} node(s) fewer: adjacent dims of a shape read "
+                         "as one Slice")
         if counts["slices_merged"]:
             notes.append(f"{counts['slices_merged']} Slice(s) of a Slice on other axes merged")
         return PassOutcome(structure(model) != shape_before, notes, counts)

@@ -689,3 +689,32 @@ def test_a_recurrent_ops_all_zero_initial_state_is_left_out_and_a_given_or_nonze
              "given": rng.standard_normal((1, 3, hidden)).astype(np.float32)}
     for expected, actual in zip(first.run(None, feeds), second.run(None, feeds), strict=True):
         np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_adjacent_dims_of_one_shape_are_read_as_one_slice_and_dims_out_of_order_stay(tmp_path: Path) -> None:
+    """RAFT's TorchScript export rebuilds [-1, h, w, c] from Shape(x)[2] and Shape(x)[3], each
+    gathered and unsqueezed: one Slice of the shape reads both. [w, h] (out of order) stays."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Shape", ["x2"], ["s2"])]
+    for dim in (2, 3):
+        nodes += [_const_node(f"i{dim}", dim), _const_node(f"a{dim}", [0]),
+                  helper.make_node("Gather", ["s", f"i{dim}"], [f"g{dim}"], axis=0),
+                  helper.make_node("Unsqueeze", [f"g{dim}", f"a{dim}"], [f"u{dim}"])]
+        nodes += [helper.make_node("Gather", ["s2", f"i{dim}"], [f"h{dim}"], axis=0),
+                  helper.make_node("Unsqueeze", [f"h{dim}", f"a{dim}"], [f"v{dim}"])]
+    nodes += [_const_node("minus", [-1]), _const_node("c", [2]),
+              helper.make_node("Concat", ["minus", "u2", "u3", "c"], ["shape"], axis=0),
+              helper.make_node("Reshape", ["x", "shape"], ["y"]),
+              helper.make_node("Concat", ["minus", "v3", "v2"], ["swapped"], axis=0),
+              helper.make_node("Reshape", ["x2", "swapped"], ["z"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 2, "H", "W"]),
+                                     helper.make_tensor_value_info("x2", FLOAT, ["M", 1, "P", "Q"])],
+                   [helper.make_tensor_value_info("y", FLOAT, None),
+                    helper.make_tensor_value_info("z", FLOAT, None)])
+    cleaned, ops = _clean(tmp_path, model)
+    graph = onnx.load(cleaned).graph
+    first = next(n for n in graph.node if n.op_type == "Reshape" and n.output[0] == "y")
+    producer = {o: n for n in graph.node for o in n.output}
+    assert producer[first.input[1]].op_type == "Concat"
+    assert [producer[i].op_type for i in producer[first.input[1]].input if i in producer] == ["Slice"]
+    assert ops["Gather"] == 2 and ops["Unsqueeze"] == 2, ops  # the swapped pair stays
+    _same(model, cleaned, [{"x": (1, 2, 3, 4), "x2": (1, 1, 3, 4)}, {"x": (3, 2, 5, 2), "x2": (2, 1, 4, 5)}])
