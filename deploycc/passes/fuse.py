@@ -21,12 +21,13 @@ if TYPE_CHECKING:
     from deploycc.targets.schema import Target
 
 
-def _per_channel(weights, extra) -> np.ndarray | None:
+def _per_channel(weights, extra, channels: int | None = None) -> np.ndarray | None:
     """The constant as one value per output channel of a Conv with these weights, when it
     broadcasts against the Conv's [N, M, ...] output to [1, M, 1, ...] or is one value for all
-    (then the Add or Mul changed nothing but values); else None."""
-    channels, rank = weights.shape[0], len(weights.shape)
-    if len(extra.shape) > rank or extra.dtype != weights.dtype:
+    (then the Add or Mul changed nothing but values); else None. `channels`: M where the weights
+    do not lead with it (a ConvTranspose's are [C_in, M / group, ...])."""
+    channels, rank = channels or int(weights.shape[0]), len(weights.shape)
+    if extra is None or len(extra.shape) > rank or extra.dtype != weights.dtype:
         return None
     shape = [1] * (rank - len(extra.shape)) + list(extra.shape)
     if shape == [1] * rank:
@@ -153,17 +154,10 @@ def _scale_and_transpose_bias_rules() -> list:
             return op.Add(deconv, c)
 
         def _values(self, w, c, deconv_out) -> np.ndarray | None:
-            weights, extra = w.const_value, c.const_value
-            if weights is None or extra is None or extra.dtype != weights.dtype:
+            if w.const_value is None:
                 return None
-            rank = len(weights.shape)
-            channels = int(weights.shape[1]) * (deconv_out.producer().attributes.get_int("group", 1) or 1)
-            shape = [1] * (rank - len(extra.shape)) + list(extra.shape)
-            if len(extra.shape) > rank:
-                return None
-            if shape == [1] * rank:
-                return np.full(channels, extra.numpy().reshape(-1)[0])
-            return extra.numpy().reshape(-1) if shape == [1, channels] + [1] * (rank - 2) else None
+            group = deconv_out.producer().attributes.get_int("group", 1) or 1
+            return _per_channel(w.const_value, c.const_value, int(w.const_value.shape[1]) * group)
 
         def check(self, context, x, w, c, deconv_out, b=None) -> MatchResult:
             result = MatchResult()

@@ -282,8 +282,18 @@ class TidyPass(Pass):
                   "zero_states_left_out": 0, "dims_read_as_one": 0}
         opset = model.opset_imports.get("", 1)
         skip = set(state.options.disable_rules)
-        split_runs = bool(state.target.ops.lookup("", "Split"))
-        slice_runs = bool(state.target.ops.lookup("", "Slice"))
+        ops = state.target.ops
+        # tidy's own merges, in the order they run each round: (name, count kept, step, whether
+        # the opset and the target have what it writes)
+        merges = [(counter, step) for name, counter, step, possible in (
+            (CONCAT_OF_CONCAT, "concats_spliced", inline_concat_of_concat, True),
+            (ZERO_INITIAL_STATE, "zero_states_left_out", drop_zero_initial_states, True),
+            (SLICE_OF_SLICE, "slices_merged", merge_slice_chains, opset >= 10),
+            (ADJACENT_DIMS, "dims_read_as_one", slice_adjacent_dims,
+             opset >= 10 and bool(ops.lookup("", "Slice"))),
+            (SIBLING_MATMULS, "matmuls_merged", lambda graph: merge_sibling_matmuls(graph, opset),
+             bool(ops.lookup("", "Split"))),
+        ) if possible and name not in skip]
 
         slow = {"inference_s": 0.0}
         lift_branches = get_backend(state.target.backend.kind).subgraph_initializers
@@ -300,26 +310,10 @@ class TidyPass(Pass):
                 again = CommonSubexpressionEliminationPass(size_limit=CSE_MAX_ELEMENTS)(model).modified
                 if ONE_UNKNOWN_RESHAPE_DIM not in skip:
                     counts["reshapes_known"] += one_unknown_reshape_dim(model.graph)
-                if CONCAT_OF_CONCAT not in skip:
-                    spliced = inline_concat_of_concat(model.graph)
-                    counts["concats_spliced"] += spliced
-                    again |= bool(spliced)
-                if ZERO_INITIAL_STATE not in skip:
-                    left_out = drop_zero_initial_states(model.graph)
-                    counts["zero_states_left_out"] += left_out
-                    again |= bool(left_out)
-                if SLICE_OF_SLICE not in skip and opset >= 10:
-                    sliced = merge_slice_chains(model.graph)
-                    counts["slices_merged"] += sliced
-                    again |= bool(sliced)
-                if ADJACENT_DIMS not in skip and opset >= 10 and slice_runs:
-                    read_as_one = slice_adjacent_dims(model.graph)
-                    counts["dims_read_as_one"] += read_as_one
-                    again |= bool(read_as_one)
-                if SIBLING_MATMULS not in skip and split_runs:
-                    merged_matmuls = merge_sibling_matmuls(model.graph, opset)
-                    counts["matmuls_merged"] += merged_matmuls
-                    again |= bool(merged_matmuls)
+                for counter, step in merges:
+                    merged_here = step(model.graph)
+                    counts[counter] += merged_here
+                    again |= bool(merged_here)
                 # Symbolic inference costs a serialization and, on images with dynamic height and
                 # width, sympy work that grows with the depth (SSDlite: 7 s a time): only where
                 # shapes are read, and again only while it is quick.

@@ -216,16 +216,13 @@ def _verify_run(path: str | Path, target: Target, precision: Precision
     when the pipeline broke (counted as failing)."""
     from dataclasses import replace
 
-    from deploycc.verify.verification import verify_files
-
     def run(options: LegalizeOptions) -> Verification | None:
         try:
             state, _, loaded = run_pipeline(path, target, replace(options, verify=False))
             with tempfile.TemporaryDirectory(prefix="deploycc-blame-") as folder:
                 staged = Path(folder) / "prefix.onnx"
                 io.save(state.model, staged, force_external=bool(loaded.external_files))
-                return verify_files(loaded.path, staged, state.model, state.fed_layouts, options,
-                                    precision=precision, retyped=state.retyped_outputs)
+                return _verify(state, loaded, staged, options, precision)
         except Exception:  # a prefix that breaks counts as failing
             return None
 
@@ -269,18 +266,27 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
     if options.verify and success:
         if progress is not None:
             progress("verify")
-        from deploycc.verify.verification import computes_in_float16, tolerance_precision, verify_files
+        from deploycc.verify.verification import computes_in_float16, tolerance_precision
 
         precision = tolerance_precision(source_ops(attempt.records), Precision.FP32,
                                         float16=computes_in_float16(loaded.path))
-        verification = verify_files(loaded.path, staged, state.model, state.fed_layouts, options,
-                                    precision=precision, retyped=state.retyped_outputs)
+        verification = _verify(state, loaded, staged, options, precision)
         if not verification.passed:
             success = False
             reason = f"verification failed: {verification.problem}"
     if output is not None and success:
         files = _publish(staged, Path(output))
     return _Outcome(success, verification, files, reason)
+
+
+def _verify(state: PipelineState, loaded: LoadedModel, staged: Path, options: LegalizeOptions,
+            precision: Precision) -> Verification:
+    """The staged result of a run of the passes against the original it was loaded from: what
+    legalize's own verification and blame's probes both judge by."""
+    from deploycc.verify.verification import verify_files
+
+    return verify_files(loaded.path, staged, state.model, state.fed_layouts, options,
+                        precision=precision, retyped=state.retyped_outputs)
 
 
 def _publish(staged: Path, output: Path) -> list[Path]:
