@@ -770,22 +770,11 @@ def write_hints(out: Path, spec: Spec, made: Made) -> None:
 def captured(log: Path) -> Iterator[None]:
     """Sends stdout and stderr to log at the file-descriptor level: the exporters' progress lines and
     the graph dumps their C++ side prints on failure stay out of the one-line-per-model output."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with log.open("w") as handle, warnings.catch_warnings():
+    from deploycc.io.files import descriptors_to
+
+    with log.open("w") as handle, warnings.catch_warnings(), descriptors_to(handle):
         warnings.simplefilter("ignore")
-        os.dup2(handle.fileno(), 1)
-        os.dup2(handle.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+        yield
 
 
 def build_one(spec: Spec, out: Path, force: bool, by_name: dict[str, Spec], failures: dict[str, str],

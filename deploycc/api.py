@@ -68,7 +68,49 @@ def inspect(model: str | Path) -> InspectReport:
     return inspect_model(model)
 
 
-def check(
+def check(model: Any, *args: Any, **kwargs: Any) -> CheckReport:
+    """Judge every node of a model against each target; list every illegal node and why.
+
+        check("model.onnx", ["jetson-xavier"])                       an ONNX file
+        check(module, example_inputs, targets=["jetson-xavier"])     a torch model (or its file)
+    """
+    if _is_torch(model):
+        return check_torch(model, *_torch_args(model, args, kwargs), **kwargs)
+    return check_onnx(model, *args, **kwargs)
+
+
+def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | Target] = ("ort-cpu",), *,
+                dynamic: Sequence[str] = (), exporters: Sequence[str] | None = None,
+                jetpack: str | None = None, dla: bool = False, explain: bool = False) -> CheckReport:
+    """`check` of a torch model: exported for each target as `build` would (its exporters, its
+    opset ceiling) and the export checked; the notes say which exporter wrote what."""
+    import tempfile
+
+    from deploycc.frontend.build import export_for_target
+
+    source = torch_source(model, example_inputs, dynamic=dynamic)
+    source.exporters = _exporters(exporters) or source.exporters
+    if not targets:
+        raise OptionError("no target given", hint="pass at least one --target")
+    merged: CheckReport | None = None
+    with tempfile.TemporaryDirectory(prefix="deploycc-export-") as folder:
+        for index, target in enumerate(targets):
+            resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
+            exported, path = export_for_target(source, resolved, Path(folder) / str(index))
+            report = check_onnx(path, [resolved], dla=dla, explain=explain)
+            written = exported.attempts[-1].opset_written
+            report.notes.insert(0, f"{resolved.name}: {exported.line()}, opset {written}")
+            if merged is None:
+                merged = report
+            else:
+                merged.targets += report.targets
+                merged.notes += report.notes
+    assert merged is not None
+    merged.path = source.label
+    return merged
+
+
+def check_onnx(
     model: str | Path,
     targets: Sequence[str | Target] = ("ort-cpu",),
     *,
@@ -114,7 +156,47 @@ def probe(target: str, *, limit: int | None = None, names: list[str] | None = No
     return run(target, limit=limit, names=names, jobs=jobs, progress=progress, finished=finished)
 
 
-def legalize(
+def legalize(model: Any, *args: Any, **kwargs: Any) -> LegalizeReport:
+    """Rewrite a model into one the target accepts, prove every rewrite, verify, write atomically.
+
+        legalize("model.onnx", "jetson-nano", "out.onnx", options)       an ONNX file
+        legalize(module, example_inputs, target="jetson-nano", output=...)   a torch model (or its file)
+    """
+    if _is_torch(model):
+        return legalize_torch(model, *_torch_args(model, args, kwargs), **kwargs)
+    return legalize_onnx(model, *args, **kwargs)
+
+
+def legalize_torch(
+    model: Any,
+    example_inputs: Any = None,
+    target: str | Target = "ort-cpu",
+    output: str | Path | None = None,
+    options: LegalizeOptions | None = None,
+    *,
+    dynamic: Sequence[str] = (),
+    exporters: Sequence[str] | None = None,
+    jetpack: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    force: bool = False,
+) -> LegalizeReport:
+    """`legalize` of a torch model: exported for the target and proven (the first exporter in
+    its order that does both), then legalized as an ONNX file is."""
+    import tempfile
+
+    from deploycc.frontend.build import export_for_target
+
+    source = torch_source(model, example_inputs, dynamic=dynamic)
+    source.exporters = _exporters(exporters) or source.exporters
+    resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
+    with tempfile.TemporaryDirectory(prefix="deploycc-export-") as folder:
+        exported, path = export_for_target(source, resolved, Path(folder))
+        report = legalize_onnx(path, resolved, output, options, progress=progress, force=force)
+    report.source, report.export = source.label, exported
+    return report
+
+
+def legalize_onnx(
     model: str | Path,
     target: str | Target = "ort-cpu",
     output: str | Path | None = None,
@@ -142,7 +224,22 @@ def legalize(
     return run(model, resolved, options, output=output, progress=progress)
 
 
-def build(
+def build(model: Any, *args: Any, **kwargs: Any) -> BuildReport:
+    """Legalize, build the target's engine, verify it, and write `outdir` atomically.
+
+        build("model.onnx", "jetson-xavier", "out/", options)           an ONNX file
+        build(module, example_inputs, target="jetson-xavier")          a torch.nn.Module
+        build("model.pt2" | "model.pt" | "pkg.mod:factory", "jetson-xavier")   a torch model's file
+
+    A torch model is exported by the PyTorch front end (see `build_torch`); anything else is
+    `build_onnx`'s.
+    """
+    if _is_torch(model):
+        return build_torch(model, *_torch_args(model, args, kwargs), **kwargs)
+    return build_onnx(model, *args, **kwargs)
+
+
+def build_onnx(
     model: str | Path,
     target: str | Target | None = "ort-cpu",
     outdir: str | Path | None = None,
@@ -151,7 +248,7 @@ def build(
     jetpack: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> BuildReport:
-    """Legalize, build the target's engine, verify it, and write `outdir` atomically.
+    """`build` of an ONNX file.
 
     With `options.engine_only`, `model` is a device bundle (`OUTDIR/bundle`) and only the
     engine is built from it (on the device; `outdir` defaults to the bundle's sibling `engine`).
@@ -170,13 +267,95 @@ def build(
     return run(model, resolved, outdir or default_outdir(model, resolved), options, progress=progress)
 
 
+def build_torch(
+    model: Any,
+    example_inputs: Any = None,
+    target: str | Target = "ort-cpu",
+    outdir: str | Path | None = None,
+    options: BuildOptions | None = None,
+    *,
+    dynamic: Sequence[str] = (),
+    exporters: Sequence[str] | None = None,
+    jetpack: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuildReport:
+    """`build` of a torch model: an nn.Module with its example inputs (a tensor or a tuple of them),
+    a TorchSource, or the path of a .pt2 / .pt archive or a `module.path:factory`.
+
+    The target's exporters are tried in its order (`exporters` overrides it), at its opset ceiling,
+    each export proven against torch; the kept one is built as `build_onnx` builds, and proven
+    against torch once more. `dynamic`: more axes to keep dynamic, as `name:axis[:min:opt:max]`.
+    """
+    from deploycc.frontend.build import build_from_torch
+
+    source = torch_source(model, example_inputs, dynamic=dynamic)
+    source.exporters = _exporters(exporters) or source.exporters
+    resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
+    return build_from_torch(source, resolved, outdir or default_outdir(source.label, resolved), options,
+                            progress=progress)
+
+
+def torch_source(model: Any, example_inputs: Any = None, *, dynamic: Sequence[str] = (),
+                 input_specs: Sequence[str] = ()) -> Any:
+    """A loaded torch model (frontend.sources.TorchSource) from whatever the API was given.
+    `example_inputs` may also be the path of an .npz keyed by input name."""
+    from deploycc.frontend.sources import TorchSource, load_source, with_inputs
+
+    if isinstance(model, TorchSource):
+        return model
+    npz = Path(example_inputs) if isinstance(example_inputs, (str, Path)) else None
+    if isinstance(model, (str, Path)):
+        return load_source(model, example_inputs=npz, input_specs=tuple(input_specs),
+                           dynamic_specs=tuple(dynamic))
+    return with_inputs(model, None if npz is not None else example_inputs, example_inputs=npz,
+                       input_specs=tuple(input_specs), dynamic_specs=tuple(dynamic))
+
+
+def _exporters(names: Sequence[str] | None) -> tuple[str, ...] | None:
+    from deploycc.frontend.exporters import EXPORTERS
+
+    if not names:
+        return None
+    unknown = [name for name in names if name not in EXPORTERS]
+    if unknown:
+        raise OptionError(f"unknown exporter {unknown[0]!r}", hint=f"one of {', '.join(EXPORTERS)}")
+    return tuple(names)
+
+
+def _torch_args(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The positional arguments for a `*_torch` function: a module's come after its example inputs;
+    a file's (.pt2, .pt, module:factory) are the ONNX file's (the target first), so its example
+    inputs, if any, come by keyword."""
+    if isinstance(model, (str, Path)) or type(model).__name__ == "TorchSource":
+        return (kwargs.pop("example_inputs", None), *args)
+    return args
+
+
+def _is_torch(model: Any) -> bool:
+    """A torch model: a module object (torch already imported by the caller who made it), a
+    TorchSource, or a .pt2 / .pt / `module:factory` spec."""
+    import sys
+
+    from deploycc.frontend import source_kind
+
+    if isinstance(model, (str, Path)):
+        return source_kind(model) is not None
+    if type(model).__name__ == "TorchSource":
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
 def default_outdir(model: str | Path, target: Target) -> Path:
-    """Where `build` writes without -o: `<model stem>.<target>/` in the current directory."""
-    return Path(f"{Path(model).stem}.{target.name}")
+    """Where `build` writes without -o: `<model stem>.<target>/` in the current directory (for
+    `package.module:factory`, the factory's name)."""
+    factory = ":" in str(model) and not Path(model).exists()
+    stem = Path(str(model).rsplit(":", 1)[-1] if factory else model).stem
+    return Path(f"{stem}.{target.name}")
 
 
 def build_partitioned(
-    model: str | Path,
+    model: Any,
     target: str | Target,
     outdir: str | Path | None,
     options: BuildOptions | None = None,
@@ -189,12 +368,25 @@ def build_partitioned(
     """Build with host segments: what the target runs (after every rewrite) as device segments
     built by its backend, the rest on ONNX Runtime CPU; the chain verified against the original.
     Without `build_engines` (`legalize --partition`) only the segments, verified on ORT CPU."""
+    import tempfile
+
     from deploycc.pipeline.partition import build_partitioned as run
 
     resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
-    return run(model, resolved, outdir or default_outdir(model, resolved), options,
-               min_segment_nodes=min_segment_nodes,
-               flops_per_byte=flops_per_byte, build_engines=build_engines)
+    if not _is_torch(model):
+        return run(model, resolved, outdir or default_outdir(model, resolved), options,
+                   min_segment_nodes=min_segment_nodes, flops_per_byte=flops_per_byte,
+                   build_engines=build_engines)
+    from deploycc.frontend.build import export_for_target
+
+    source = torch_source(model)  # a torch model: exported and proven first, then cut as an ONNX file is
+    with tempfile.TemporaryDirectory(prefix="deploycc-export-") as folder:
+        exported, path = export_for_target(source, resolved, Path(folder))
+        report = run(path, resolved, outdir or default_outdir(source.label, resolved), options,
+                     min_segment_nodes=min_segment_nodes, flops_per_byte=flops_per_byte,
+                     build_engines=build_engines)
+    report.notes.insert(0, exported.line())
+    return report
 
 
 def bench(

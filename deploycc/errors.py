@@ -44,6 +44,13 @@ class DynamicShapeError(OptionError):
     "dynamic-shape" category, fixed with --shape, --batch or a profile range."""
 
 
+class ExportFailed(DeployccError):
+    """No exporter could export a torch model for the target and prove the export: a finding
+    about the model (exit 1), classified in the message (frontend/failures.py)."""
+
+    exit_code = EXIT_FINDINGS
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that no `except Exception` on the way can swallow it;
     staging folders are removed on the way out and the CLI exits 130."""

@@ -84,6 +84,7 @@ ON_DEVICE = (BuildStatus.VERIFIED_ON_DEVICE, BuildStatus.FAILED_ON_DEVICE)
 class Stage(Name):
     """How far a build got: the last stage reached, or the one that failed."""
 
+    EXPORT = "export"  # the PyTorch front end's, before any ONNX exists
     LEGALIZE = "legalize"
     QUANTIZE = "quantize"
     BUILD = "build"

@@ -12,6 +12,7 @@ import click
 from deploycc import api
 from deploycc.cli import emit
 from deploycc.cli.legalize_cmd import options_from_flags, pipeline_options
+from deploycc.cli.torch_flags import torch_options, torch_source
 from deploycc.errors import OptionError
 from deploycc.options import BuildOptions, QuantizeOptions
 from deploycc.taxonomy import Precision
@@ -89,6 +90,7 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
 @click.option("--min-segment-nodes", type=int, default=1, show_default=True,
               help="With --partition: a smaller device segment runs on the host.")
 @pipeline_options(dynamic_batch_flag=False)
+@torch_options
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of a summary.")
 @click.pass_context
 def build_command(ctx: click.Context, model: str, target: str, outdir: str | None, jetpack: str | None,
@@ -100,12 +102,16 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
                   min_segment_nodes: int, as_json: bool, **flags) -> None:
     """Legalize MODEL, build TARGET's engine, verify it, and write OUTDIR atomically.
 
+    MODEL is an ONNX file, or a PyTorch model (model.pt2, model.pt, module.path:factory), which is
+    exported for TARGET first (its exporters in order, its opset ceiling) and proven against torch.
+
     Exit code 0 when built and verified (or bundled for a device), 1 when the model could not be
     made legal, built or verified (report.md says which stage and why), 2 on bad input or options.
     """
     from deploycc.report import console
     from deploycc.report.progress import progress_status
 
+    source = torch_source(model, flags)
     options = BuildOptions(
         legalize=options_from_flags(dynamic_batch=False, **flags), precision=as_precision(precision),
         artifact_format=artifact_format, fail_on_fallback=fail_on_fallback,
@@ -116,19 +122,28 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         quantize=QuantizeOptions(calibration=calibration, validation=validation, max_drop=max_drop,
                                  metric=metric, allow_fallback=allow_fallback, require_int8=require_int8))
     if outdir is None and not engine_only:
-        outdir = str(api.default_outdir(model, api.get_target(target, jetpack=jetpack)))
+        outdir = str(api.default_outdir(source.label if source is not None else model,
+                                        api.get_target(target, jetpack=jetpack)))
         if not as_json:
             click.echo(f"deploycc: writing {outdir}/ (no -o given)", err=True)
     report: Any
+    render: Callable[[Any], None]
     partition = partition or (not engine_only and flags.get("mode") is None
                               and api.get_target(target, jetpack=jetpack).mode == "partition")
-    if partition:
+    if source is not None and not partition:
+        if engine_only:
+            raise OptionError("--engine-only takes a device bundle, not a torch model")
+        with progress_status("building", quiet=as_json) as update:
+            report = api.build_torch(source, target=target, outdir=Path(outdir) if outdir else None,
+                                     options=options, jetpack=jetpack, progress=update)
+        render = console.render_build
+    elif partition:
         if engine_only:
             raise OptionError("--partition and --engine-only do not go together")
         with progress_status("building segments", quiet=as_json):
-            report = api.build_partitioned(model, target, Path(outdir) if outdir else None, options,
+            report = api.build_partitioned(source or model, target, Path(outdir) if outdir else None, options,
                                            jetpack=jetpack, min_segment_nodes=min_segment_nodes)
-        render: Callable[[Any], None] = console.render_partition
+        render = console.render_partition
     else:
         with progress_status("building", quiet=as_json) as update:
             report = api.build(model, target, Path(outdir) if outdir else None, options, jetpack=jetpack,

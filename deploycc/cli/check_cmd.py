@@ -6,6 +6,8 @@ import click
 
 from deploycc import api
 from deploycc.cli import emit
+from deploycc.cli.torch_flags import torch_options, torch_source
+from deploycc.errors import OptionError
 from deploycc.report import console
 
 
@@ -19,15 +21,26 @@ from deploycc.report import console
               help="Say which rule would fix each illegal node (nothing is rewritten).")
 @click.option("--capabilities", multiple=True, type=click.Path(dir_okay=False),
               help="A probed capability table (`deploycc probe -o FILE`) laid over the declared one.")
+@torch_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.pass_context
 def check_command(ctx: click.Context, model: str, targets: tuple[str, ...], jetpack: str | None,
-                  dla: bool, explain: bool, capabilities: tuple[str, ...], as_json: bool) -> None:
+                  dla: bool, explain: bool, capabilities: tuple[str, ...], as_json: bool, **flags) -> None:
     """List every node a target would refuse, grouped as op | count | reason | nodes.
 
-    Exit code 0 when every node is legal on every target, 1 when any is illegal.
+    MODEL is an ONNX file or a PyTorch model (model.pt2, model.pt, module.path:factory), which is
+    exported for each target as `build` would export it, and the export checked.
+
+    Exit code 0 when every node is legal on every target, 1 when any is illegal (or no exporter
+    could export the torch model).
     """
-    report = api.check(model, list(targets), jetpack=jetpack, dla=dla, explain=explain,
-                       capabilities=capabilities)
+    source = torch_source(model, flags)
+    if source is not None:
+        if capabilities:
+            raise OptionError("--capabilities takes an ONNX model", hint="check the exported file instead")
+        report = api.check_torch(source, targets=list(targets), jetpack=jetpack, dla=dla, explain=explain)
+    else:
+        report = api.check(model, list(targets), jetpack=jetpack, dla=dla, explain=explain,
+                           capabilities=capabilities)
     emit(report, as_json, console.render_check)
     ctx.exit(report.exit_code)

@@ -8,6 +8,7 @@ import click
 
 from deploycc import api
 from deploycc.cli import emit
+from deploycc.cli.torch_flags import torch_options
 from deploycc.errors import OptionError
 from deploycc.options import MODES, LegalizeOptions
 from deploycc.passes import PASS_NAMES
@@ -107,6 +108,7 @@ def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
 @pipeline_options
+@torch_options
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Also write the JSON report here.")
 @click.option("--partition", is_flag=True,
@@ -118,12 +120,17 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
                      **flags) -> None:
     """Rewrite MODEL into one TARGET accepts, proving every rewrite; write it atomically.
 
+    MODEL is an ONNX file or a PyTorch model (model.pt2, model.pt, module.path:factory), exported
+    for TARGET and proven against torch first.
+
     Exit code 0 when the result is legal (or partial mode) and verified, 1 when nodes stay
     illegal or verification fails (nothing is written then), 2 on bad input or options.
     """
+    from deploycc.cli.torch_flags import torch_source
     from deploycc.report import console
     from deploycc.report.progress import progress_status
 
+    source = torch_source(model, flags)
     options = options_from_flags(**flags)
     if partition:
         from deploycc.errors import OptionError
@@ -132,7 +139,7 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
         if output is None:
             raise OptionError("--partition writes a directory", hint="pass -o OUTDIR")
         with progress_status("partitioning", quiet=as_json):
-            split = api.build_partitioned(model, target, Path(output),
+            split = api.build_partitioned(source or model, target, Path(output),
                                           BuildOptions(legalize=options, bench=False, force=force),
                                           jetpack=jetpack,
                                           build_engines=False)
@@ -140,7 +147,12 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
         ctx.exit(split.exit_code)
     status = progress_status("legalizing", quiet=as_json)
     with status as update:
-        report = api.legalize(model, target, output, options, jetpack=jetpack, progress=update, force=force)
+        if source is not None:
+            report = api.legalize_torch(source, target=target, output=output, options=options,
+                                        jetpack=jetpack, progress=update, force=force)
+        else:
+            report = api.legalize(model, target, output, options, jetpack=jetpack, progress=update,
+                                  force=force)
     if report_path:
         from deploycc.io import write_text_atomic
 

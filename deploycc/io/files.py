@@ -5,7 +5,10 @@ file's sha256, a folder as a tar.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +126,23 @@ def tar_folder(folder: Path) -> bytes:
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         archive.add(folder, arcname=folder.name)
     return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def descriptors_to(handle: Any) -> Iterator[None]:
+    """File descriptors 1 and 2 sent to the open file `handle` (what a library's C++ side prints
+    goes there as well as Python's writes), restored on the way out."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(handle.fileno(), 1)
+    os.dup2(handle.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])

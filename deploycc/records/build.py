@@ -12,6 +12,7 @@ from deploycc.bench.latency import LatencyStats
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.quantize import QuantizeReport
 from deploycc.records.device import DeviceResult
+from deploycc.records.export import ExportReport
 from deploycc.records.legalize import LegalizeReport
 from deploycc.records.shapes import ShapePlan
 from deploycc.results import Result
@@ -43,6 +44,7 @@ class BuildReport(Result):
     notes: list[str] = field(default_factory=list)
     shapes: ShapePlan | None = None  # what each input is built for, verified and timed at
     device: DeviceResult | None = None  # the board's result, once `deploycc device import` read it
+    export: ExportReport | None = None  # a torch model's export: both exporters' attempts and proofs
 
     @property
     def exit_code(self) -> int:

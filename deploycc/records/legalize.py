@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-# At run time, not only for the type checker: a report read back from report.json needs them.
 from deploycc.analysis.check import TargetVerdict
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+
+# At run time, not only for the type checker: a report read back from report.json needs them.
+from deploycc.records.export import ExportReport
 from deploycc.results import Result
 from deploycc.rules.engine import Rewrite
 from deploycc.verify.verification import Verification
@@ -97,6 +99,7 @@ class LegalizeReport(Result):
     # The passes or rules whose results failed verification, in the order they were found; each
     # set aside (legalize ran again without it) unless the model as exported had to be kept.
     blame: list[Blame] = field(default_factory=list)
+    export: ExportReport | None = None  # a torch model's export, before legalization
 
     @property
     def exit_code(self) -> int:

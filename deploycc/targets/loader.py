@@ -33,6 +33,7 @@ from deploycc.targets.schema import (
     Device,
     Dla,
     DtypePolicy,
+    ExportPolicy,
     JetPack,
     Memory,
     OpsetRange,
@@ -53,8 +54,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 TARGET_KEYS = {
     "schema", "name", "description", "aliases", "mode", "backend", "device", "opset", "ops", "op",
-    "dtypes", "shapes", "precision", "memory", "dla", "jetpack", "provenance", "restrict",
+    "dtypes", "shapes", "precision", "memory", "dla", "jetpack", "provenance", "restrict", "export",
 }
+EXPORTERS = ("dynamo", "torchscript")  # torch.onnx.export(dynamo=True) and (dynamo=False)
 
 
 TARGET_PATH_ENV = "DEPLOYCC_TARGET_PATH"
@@ -433,6 +435,7 @@ def build_target(path: Path, jetpack: str | None) -> Target:
         )
 
     provenance_r = top.table("provenance") or Reader({}, path, "provenance.")
+    export_r = top.table("export") or Reader({}, path, "export.")
     return Target(
         name=top.text("name", required=True),
         description=top.text("description", default=""),
@@ -470,4 +473,16 @@ def build_target(path: Path, jetpack: str | None) -> Target:
         jetpack=jetpack_info,
         source_file=str(path),
         provenance=tuple((k, str(v)) for k, v in sorted(provenance_r.data.items())),
+        export=_export_policy(export_r, high),
     )
+
+
+def _export_policy(reader: Reader, opset_max: int) -> ExportPolicy:
+    reader.reject_unknown(_keys(ExportPolicy))
+    exporters = reader.strings("exporters", EXPORTERS) or ExportPolicy.exporters
+    if len(set(exporters)) != len(exporters):
+        raise reader.fail("exporters", f"names an exporter twice: {list(exporters)}")
+    ceiling = reader.integer("opset")
+    if ceiling is not None and not 7 <= ceiling <= opset_max:
+        raise reader.fail("opset", f"{ceiling} is outside [7, {opset_max}] (the target's opset.max)")
+    return ExportPolicy(exporters=exporters, opset=ceiling, note=reader.text("note"))

@@ -186,6 +186,18 @@ class ShapePolicy:
 
 
 @dataclass(frozen=True)
+class ExportPolicy:
+    """How the PyTorch front end exports for this target: torch.onnx's exporters in the order tried
+    (the second only when the first fails or its graph does not legalize and verify), and the
+    opset ceiling, which is the highest opset the target's parser reads (`opset.max`) unless set
+    lower here."""
+
+    exporters: tuple[str, ...] = ("dynamo", "torchscript")
+    opset: int | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class PrecisionPolicy:
     supported: tuple[Precision, ...]
     default: Precision
@@ -239,6 +251,7 @@ class Target:
     source_file: str
     provenance: tuple[tuple[str, str], ...] = field(default=())
     mode: str = "full"  # one of LEGALIZE_MODES: the default of `legalize --mode` and `build`
+    export: ExportPolicy = ExportPolicy()  # the PyTorch front end's choices for this target
 
     def to_dict(self, with_ops: bool = False) -> dict[str, Any]:
         data = asdict(self)

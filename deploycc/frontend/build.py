@@ -1,0 +1,353 @@
+"""`deploycc build` from a torch model: export with the target's first exporter at its opset
+ceiling, prove the export against torch, build it as any ONNX model is built, and try the other
+exporter only when the first fails to export, to prove, or to reach a legal, verified artifact.
+The better attempt is kept (verified or bundled first, then the one that got further), proven
+once more against torch, and written to OUTDIR with both attempts in its report.
+
+    OUTDIR/model.exported.onnx   what the kept exporter wrote
+    OUTDIR/...                   the rest of a build directory (pipeline/build.py)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploycc.errors import DeployccError, ExportFailed
+from deploycc.frontend.exporters import ExporterFailed, export_with, opset_ceiling, requested_opset
+from deploycc.frontend.failures import classify
+from deploycc.frontend.proof import final_proof, prove, proven, second_size, torch_outputs
+from deploycc.frontend.sources import Axis, TorchSource
+from deploycc.options import BuildOptions
+from deploycc.records.build import SUCCEEDED, BuildReport
+from deploycc.records.export import (
+    DATA_DEPENDENT,
+    NOT_PROVEN,
+    OPSET_CEILING,
+    TORCH_FAILURE,
+    ExportAttempt,
+    ExportFailure,
+    ExportReport,
+)
+from deploycc.taxonomy import BuildStatus, Precision, Stage
+
+if TYPE_CHECKING:
+    from deploycc.targets.schema import Target
+
+EXPORTED = "model.exported.onnx"
+# How far a build got, for choosing between two that both failed
+STAGE_ORDER = (Stage.EXPORT, Stage.LEGALIZE, Stage.QUANTIZE, Stage.BUILD, Stage.VERIFY, Stage.DONE)
+
+
+def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
+                     options: BuildOptions | None = None, *,
+                     progress: Callable[[str], None] | None = None) -> BuildReport:
+    """Export `source` for `target`, build, verify, and write `outdir` atomically (see the module)."""
+    from deploycc import io
+    from deploycc.pipeline.build import build
+    from deploycc.pipeline.outcome import listing, write_reports
+
+    options = options or BuildOptions()
+    outdir = Path(outdir)
+    started = time.perf_counter()
+    order = list(source.exporters or target.export.exporters)
+    record = ExportReport(source=source.label, kind=source.kind, target=target.name,
+                          opset_ceiling=opset_ceiling(target), order=order, example_shapes=source.shapes())
+    expected = reference_outputs(source)
+    with io.StagedDirectory(outdir, force=options.force) as staged:
+        staging = staged.staging
+        built: list[tuple[ExportAttempt, BuildReport, Path]] = []
+        refusals: list[DeployccError] = []
+        for exporter in order:
+            if progress is not None:
+                progress(f"export ({exporter})")
+            attempt, exported = export_attempt(exporter, source, target, record.opset_ceiling,
+                                               staging / f".export.{exporter}", expected)
+            record.attempts.append(attempt)
+            if exported is None:
+                continue
+            try:
+                report = build(exported, target, staging / f".build.{exporter}",
+                               dataclasses.replace(options, force=True), progress=progress)
+            except DeployccError as error:  # the export's graph refused before any build (its opset)
+                refusals.append(error)
+                attempt.outcome, attempt.summary = str(BuildStatus.FAILED), str(error)
+                attempt.failure = _refused(error, target)
+                continue
+            attempt.outcome, attempt.summary = str(report.status), report.summary
+            built.append((attempt, report, exported))
+            if report.status in SUCCEEDED:
+                break
+        if not built and refusals and len(refusals) == len(record.attempts) \
+                and not any(a.failure and a.failure.kind == OPSET_CEILING for a in record.attempts):
+            raise refusals[0]  # the options, not the export: every attempt was refused alike
+        if not built:
+            report = _export_failed(source, target, outdir, options, record)
+        else:
+            attempt, report, exported = _better(built)
+            record.chosen = attempt.exporter
+            record.reason = _why(attempt, record)
+            chosen = Path(report.outdir)
+            shutil.copyfile(exported, chosen / EXPORTED)
+            report = _prove_final(source, target, chosen, report, record, expected)
+            for item in chosen.iterdir():
+                item.rename(staging / item.name)
+        for leftover in staging.glob(".*"):
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        record.seconds = round(time.perf_counter() - started, 3)
+        report = dataclasses.replace(report, model=source.label, outdir=str(outdir), export=record,
+                                     files=listing(staging))
+        write_reports(staging, report)
+        staged.commit()
+    return report
+
+
+def export_for_target(source: TorchSource, target: Target, folder: Path) -> tuple[ExportReport, Path]:
+    """The first export, in the target's order, that exports and is proven against torch (no
+    build: `legalize`, `check` and `build --partition` take it from here), written in `folder`.
+    Raises ExportFailed, with each attempt's classified line, when none is."""
+    order = list(source.exporters or target.export.exporters)
+    record = ExportReport(source=source.label, kind=source.kind, target=target.name,
+                          opset_ceiling=opset_ceiling(target), order=order, example_shapes=source.shapes())
+    started = time.perf_counter()
+    expected = reference_outputs(source)
+    for exporter in order:
+        attempt, exported = export_attempt(exporter, source, target, record.opset_ceiling,
+                                           folder / f"export.{exporter}", expected)
+        record.attempts.append(attempt)
+        if exported is not None:
+            record.chosen, record.reason = exporter, _why(attempt, record)
+            record.seconds = round(time.perf_counter() - started, 3)
+            return record, exported
+    raise ExportFailed(f"{source.label}: {record.line()}")
+
+
+def reference_outputs(source: TorchSource) -> list[Any]:
+    """torch's outputs on the example inputs, what every proof compares with; a module that does
+    not run on them is a failure of torch itself, said in one line."""
+    try:
+        return torch_outputs(source.module, source.inputs)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as error:
+        failure = ExportFailure(TORCH_FAILURE, f"the module fails on its example inputs: "
+                                f"{type(error).__name__}: {_first_line(error)}",
+                                hint="give example inputs it takes (--example-inputs, --input)")
+        raise ExportFailed(f"{source.label}: {failure.line()}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:200] if lines else ""
+
+
+def default_axes(source: TorchSource, target: Target) -> dict[str, dict[int, Axis]]:
+    """The axes exported dynamic: the user's (`--dynamic`) and a .pt2's own, and the batch (axis 0
+    of every input of rank 2 or more) unless the target's shape policy fixes it (Jetson builds
+    batch 1: a static export is what it runs)."""
+    axes = {name: dict(dims) for name, dims in source.dynamic.items()}
+    if target.shapes.batch == "fixed" or source.program is not None:
+        return axes
+    for name, tensor in zip(source.names, source.inputs, strict=True):
+        if tensor.dim() >= 2 and name not in axes:
+            axes[name] = {0: Axis("batch")}
+    return axes
+
+
+def export_attempt(exporter: str, source: TorchSource, target: Target, ceiling: int, folder: Path,
+                   expected: list[Any]) -> tuple[ExportAttempt, Path | None]:
+    """One exporter's export, proven at the example inputs and at a second size of every dynamic
+    axis; a batch the export could not keep dynamic is exported static (said in the notes).
+    Returns the attempt and the ONNX file (None when it failed or was not proven)."""
+    attempt = ExportAttempt(exporter=exporter, opset_requested=requested_opset(exporter, ceiling))
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    axes = default_axes(source, target)
+    path = _export(exporter, source, axes, folder, attempt, target)
+    if path is None and attempt.failure is not None and attempt.failure.kind == DATA_DEPENDENT \
+            and _only_default(axes, source):
+        attempt.notes.append(f"exported static: the dynamic batch failed ({attempt.failure.message})")
+        attempt.failure, axes = None, dict(source.dynamic)
+        path = _export(exporter, source, axes, folder, attempt, target)
+    if path is not None:
+        path = _prove(exporter, source, axes, folder, attempt, target, expected, path)
+    attempt.seconds = round(time.perf_counter() - started, 3)
+    return attempt, path
+
+
+def _export(exporter: str, source: TorchSource, axes: dict[str, dict[int, Axis]], folder: Path,
+            attempt: ExportAttempt, target: Target) -> Path | None:
+    path = folder / f"{exporter}.onnx"
+    try:
+        export_with(exporter, source, _widened(source, axes), axes, path, attempt.opset_requested)
+    except ExporterFailed as failed:
+        attempt.failure = classify(failed.error, failed.printed, target, module=source.module,
+                                   inputs=source.inputs)
+        return None
+    _read_back(path, attempt, source)
+    return path
+
+
+def _prove(exporter: str, source: TorchSource, axes: dict[str, dict[int, Axis]], folder: Path,
+           attempt: ExportAttempt, target: Target, expected: list[Any], path: Path) -> Path | None:
+    first = prove(path, source, source.inputs, "the example inputs", expected)
+    attempt.proofs.append(first)
+    if not proven(first):
+        attempt.failure = _not_proven(first.verification.problem, "the example inputs")
+        return None
+    dims = {name: {int(axis): dim for axis, dim in axes_.items()} for name, axes_ in attempt.dynamic.items()}
+    moved = second_size(source, dims)
+    if moved is None:
+        return path
+    try:
+        moved_expected = torch_outputs(source.module, moved)
+    except Exception as error:  # the module itself does not take that size: nothing to prove there
+        attempt.notes.append(f"torch does not run at a second size ({type(error).__name__}); "
+                             "the dynamic axes are proven at the example size only")
+        return path
+    second = prove(path, source, moved, "a second size of each dynamic axis", moved_expected)
+    attempt.proofs.append(second)
+    if proven(second):
+        return path
+    if _only_default(axes, source):  # the tracer wrote the batch as a constant somewhere: go static
+        attempt.notes.append("exported static: at another batch size the export "
+                             f"{second.verification.problem}")
+        attempt.proofs.clear()
+        static = dict(source.dynamic)
+        retried = _export(exporter, source, static, folder, attempt, target)
+        if retried is None:
+            return None
+        return _prove(exporter, source, static, folder, attempt, target, expected, retried)
+    attempt.failure = _not_proven(second.verification.problem, "a second size of the dynamic axes")
+    return None
+
+
+def _refused(error: DeployccError, target: Target) -> ExportFailure:
+    """A build that refused the exported graph outright: an opset it cannot convert down to the
+    target's (dynamo writes 18 and up), or the options."""
+    text = str(error)
+    if "cannot convert opset" in text:
+        return ExportFailure(OPSET_CEILING, f"{text.split(' (')[0]} ({target.name} reads up to opset "
+                             f"{target.opset.max})", hint="build for a target that reads it")
+    return ExportFailure(TORCH_FAILURE, text.split(" (")[0], hint=error.hint or "")
+
+
+def _not_proven(problem: str, where: str) -> ExportFailure:
+    return ExportFailure(NOT_PROVEN, f"on {where}, ONNX Runtime does not compute what torch does: {problem}",
+                         hint="export with static shapes, or report the model to torch.onnx")
+
+
+def _only_default(axes: dict[str, dict[int, Axis]], source: TorchSource) -> bool:
+    """Whether the only dynamic axes are the batch opened by default (nobody asked for them)."""
+    return any(axes) and all(name not in source.dynamic for name in axes)
+
+
+def _widened(source: TorchSource, axes: dict[str, dict[int, Axis]]) -> tuple[Any, ...]:
+    """The example inputs, with a batch of 1 on an axis exported dynamic repeated to 2: torch.export
+    specializes a size of 1, and a tracer that sees 1 may write it as a constant."""
+    import torch
+
+    widened = []
+    for name, tensor in zip(source.names, source.inputs, strict=True):
+        for axis in axes.get(name, {}):
+            if tensor.shape[axis] == 1:
+                tensor = torch.cat([tensor, tensor], dim=axis)
+        widened.append(tensor)
+    return tuple(widened)
+
+
+def _read_back(path: Path, attempt: ExportAttempt, source: TorchSource) -> None:
+    """The opset, node count and dynamic dims the exporter actually wrote."""
+    import onnx_ir as ir
+
+    from deploycc import io
+
+    model = io.load(path, check=False).model
+    attempt.opset_written = model.opset_imports.get("", None)
+    attempt.nodes = sum(1 for _ in model.graph)
+    attempt.dynamic = {}
+    for value in model.graph.inputs:
+        if value.shape is None or value.name not in source.names:
+            continue
+        for axis, dim in enumerate(value.shape):
+            if isinstance(dim, ir.SymbolicDim):
+                attempt.dynamic.setdefault(value.name, {})[str(axis)] = dim.value or f"{value.name}_{axis}"
+
+
+def _better(built: list[tuple[ExportAttempt, BuildReport, Path]]) -> tuple[ExportAttempt, BuildReport, Path]:
+    """The attempt to keep: a verified (or bundled) build first, then the one that got further,
+    then fewer nodes after legalization; the target's order breaks ties."""
+    def rank(item: tuple[ExportAttempt, BuildReport, Path]) -> tuple[int, int, int]:
+        _, report, _ = item
+        nodes = report.legalize.nodes.get("after", 0) if report.legalize is not None else 0
+        return (0 if report.status in SUCCEEDED else 1, -STAGE_ORDER.index(report.stage)
+                if report.stage in STAGE_ORDER else 0, int(nodes or 0))
+
+    return min(built, key=rank)
+
+
+def _why(kept: ExportAttempt, record: ExportReport) -> str:
+    others = [a for a in record.attempts if a is not kept]
+    if not others:
+        return f"the first in {record.target}'s order"
+    reasons = [f"{a.exporter} {a.failure.line() if a.failure else a.summary}" for a in others]
+    return "; ".join(reasons)
+
+
+def _prove_final(source: TorchSource, target: Target, chosen: Path, report: BuildReport, record: ExportReport,
+                 expected: list[Any]) -> BuildReport:
+    """torch against the engine (or, where it is built on the device, the legalized model) on the
+    example inputs; a mismatch fails the build."""
+    from deploycc import io
+    from deploycc.bench.run import open_subject
+    from deploycc.verify.runner import session
+
+    legalized = chosen / "model.legalized.onnx"
+    if report.status not in SUCCEEDED or not legalized.is_file():
+        return report
+    graph = io.load(legalized, check=False).model.graph
+    precision = Precision(report.precision)
+    if report.status == BuildStatus.VERIFIED:
+        try:
+            runner = open_subject(chosen, target).make_runner(None)
+            try:
+                record.final = final_proof(runner.run, graph, source, precision, expected)
+                record.final_against = "the engine"
+            finally:
+                runner.close()
+        except Exception as error:  # the engine refuses the example's sizes: judge its ONNX instead
+            record.final = None
+            report.notes.append(f"torch against the engine: not run ({type(error).__name__}: "
+                                f"{str(error).splitlines()[0][:160] if str(error) else ''})")
+    if record.final is None:
+        ort = session(legalized, threads=0)
+        names = [output.name for output in ort.get_outputs()]
+
+        def run(feeds: dict[str, Any]) -> dict[str, Any]:
+            return dict(zip(names, ort.run(None, feeds), strict=True))
+
+        record.final = final_proof(run, graph, source, Precision.FP32, expected)
+        record.final_against = "the legalized model on ONNX Runtime CPU" + (
+            " (the engine is built on the device)" if report.status == BuildStatus.PENDING_ON_DEVICE else "")
+    if proven_final(record.final):
+        return report
+    problem = f"torch against {record.final_against}: {record.final.problem}"
+    return dataclasses.replace(report, status=BuildStatus.FAILED, stage=Stage.VERIFY, summary=problem,
+                               next_step="try the other exporter (--exporter), or report the model")
+
+
+def proven_final(verification: Any) -> bool:
+    return bool(verification.passed or verification.needs_inputs)
+
+
+def _export_failed(source: TorchSource, target: Target, outdir: Path, options: BuildOptions,
+                   record: ExportReport) -> BuildReport:
+    first = next(a.failure for a in record.attempts if a.failure is not None)
+    precision = options.precision or Precision(target.precision.default)
+    return BuildReport(model=source.label, target=target.name, outdir=str(outdir), status=BuildStatus.FAILED,
+                       stage=Stage.EXPORT, summary=record.line(), next_step=first.hint or "see report.md",
+                       precision=precision, legalize=None, artifact=None, verification=None, benchmark=None)
