@@ -92,7 +92,7 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
             record.chosen = attempt.exporter
             record.reason = _why(attempt, record)
             chosen = Path(report.outdir)
-            shutil.copyfile(exported, chosen / EXPORTED)
+            io.save(io.load(exported, check=False).model, chosen / EXPORTED)  # its weights, under our name
             report = _prove_final(source, target, chosen, report, record, expected)
             for item in chosen.iterdir():
                 item.rename(staging / item.name)

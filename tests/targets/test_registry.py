@@ -32,6 +32,14 @@ def test_the_six_builtin_targets_load_with_their_backends():
     assert targets["gpu-trt10"].dtypes.computed_as_dtype("int64") == "int64"
 
 
+def test_export_policy_is_target_data():
+    """TensorRT 8.x boards export with TorchScript first (TensorRT #3934); the rest with dynamo."""
+    orders = {t.name: t.export.exporters for t in registry.list_targets()}
+    assert orders["jetson-nano"][0] == orders["jetson-xavier"][0] == orders["jetson-orin"][0] == "torchscript"
+    assert orders["gpu-trt10"][0] == orders["ort-cpu"][0] == orders["openvino-cpu"][0] == "dynamo"
+    assert all(sorted(order) == ["dynamo", "torchscript"] for order in orders.values())
+
+
 def test_default_target_is_ort_cpu():
     assert registry.resolve().name == "ort-cpu"
 
@@ -139,6 +147,8 @@ def test_search_path_env_finds_user_targets(tmp_path: Path, monkeypatch: pytest.
          "restrict[0].predicates[0]"),
         (lambda s: s + '\n[[restrict]]\nop = "Conv"\npredicates = [{ name = "attribute_in" }]\n',
          "restrict[0].predicates[0]"),
+        (lambda s: s + '\n[export]\nexporters = ["onnx2torch"]\n', "export.exporters[0]"),
+        (lambda s: s + '\n[export]\nopset = 21\n', "export.opset"),  # above the target's opset.max
     ],
 )
 def test_malformed_target_file_error_names_file_and_key(tmp_path: Path, edit, key: str):

@@ -1,0 +1,198 @@
+"""The PyTorch front end against the path a user takes today, side by side in one run:
+
+    front end   deploycc.build(module, example_inputs, target=T)   (the target's exporters, its opset
+                ceiling, the batch as its shape policy wants it, every export proven against torch)
+    today       torch.onnx.export(module, example_inputs, "m.onnx") with its defaults, then
+                deploycc build m.onnx --target T
+
+on torchvision's builders (random weights, nothing downloaded), each model in a child process so
+that a crash costs one model. Writes benchmarks/torch-frontend/results.jsonl (resumable: models
+already there are skipped) and summary.md.
+
+    PYTHONPATH=. .venv-bench/bin/python benchmarks/torch_frontend.py --targets ort-cpu,jetson-xavier
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "torch-frontend"
+TARGETS = ("ort-cpu", "openvino-cpu", "jetson-xavier", "jetson-nano", "jetson-orin", "gpu-trt10")
+SUCCEEDED = ("verified", "pending-on-device")
+# Too large to export on a 2-core machine in minutes, or with inputs of their own (detection takes
+# lists of images, video clips, optical flow image pairs): left to the zoo.
+SKIPPED_PREFIXES = ("vit_h_", "regnet_y_128gf", "regnet_y_32gf", "regnet_x_32gf", "vit_l_", "swin_v2_b",
+                    "fasterrcnn", "fcos", "retinanet", "ssd", "keypointrcnn", "maskrcnn", "raft", "r3d",
+                    "mc3", "r2plus1d", "s3d", "mvit", "swin3d", "quantized")
+INPUT_SIZE = {"inception_v3": 299}
+
+
+def model_names() -> list[str]:
+    import torchvision
+
+    names = torchvision.models.list_models()
+    return sorted(n for n in names if not n.startswith(SKIPPED_PREFIXES))
+
+
+def run_one(name: str, targets: list[str]) -> list[dict]:
+    """Both paths for one model on every target (in this process)."""
+    import torch
+    import torchvision
+
+    from deploycc import api
+    from deploycc.errors import DeployccError
+    from deploycc.options import BuildOptions
+
+    torch.manual_seed(0)
+    module = torchvision.models.get_model(name, weights=None).eval()
+    size = INPUT_SIZE.get(name, 224)
+    example = (torch.randn(1, 3, size, size),)
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        started = time.perf_counter()
+        exported_today = work / "today.onnx"
+        today_error = ""
+        try:
+            torch.onnx.export(module, example, str(exported_today))  # torch's defaults
+        except Exception as error:  # the user's path ends here
+            today_error = f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+        today_export_s = time.perf_counter() - started
+        for target in targets:
+            row: dict = {"model": name, "target": target}
+            started = time.perf_counter()
+            try:
+                report = api.build(module, example, target=target, outdir=work / f"fe.{target}",
+                                   options=BuildOptions(bench=False))
+                export = report.export
+                row["frontend"] = {
+                    "status": str(report.status), "stage": str(report.stage), "summary": report.summary[:300],
+                    "chosen": export.chosen if export else None,
+                    "attempts": [{"exporter": a.exporter, "opset": a.opset_written, "nodes": a.nodes,
+                                  "failure": a.failure.kind if a.failure else None,
+                                  "outcome": a.outcome, "dynamic": bool(a.dynamic)}
+                                 for a in (export.attempts if export else [])],
+                    "final": (export.final.passed if export and export.final else None),
+                    "export_s": round(export.seconds, 2) if export else None,
+                    "nodes_after": report.legalize.nodes.get("after") if report.legalize else None,
+                }
+            except DeployccError as error:
+                row["frontend"] = {"status": "error", "stage": "export", "summary": str(error)[:300]}
+            except Exception as error:  # a bug: recorded with the model, and the run goes on
+                import traceback
+
+                traceback.print_exc()
+                row["frontend"] = {"status": "internal-error", "stage": "?",
+                                   "summary": f"{type(error).__name__}: {error}"[:300]}
+            row["frontend"]["seconds"] = round(time.perf_counter() - started, 2)
+            if today_error:
+                row["today"] = {"status": "export-failed", "summary": today_error,
+                                "seconds": round(today_export_s, 2)}
+            else:
+                started = time.perf_counter()
+                try:
+                    built = api.build(exported_today, target, work / f"today.{target}",
+                                      BuildOptions(bench=False))
+                    after = built.legalize.nodes.get("after") if built.legalize else None
+                    row["today"] = {"status": str(built.status), "stage": str(built.stage),
+                                    "summary": built.summary[:300], "nodes_after": after}
+                except DeployccError as error:
+                    row["today"] = {"status": "error", "summary": str(error)[:300]}
+                except Exception as error:
+                    row["today"] = {"status": "internal-error",
+                                    "summary": f"{type(error).__name__}: {error}"[:300]}
+                row["today"]["seconds"] = round(time.perf_counter() - started + today_export_s, 2)
+            print("ROW " + json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def summarize(rows: list[dict], targets: list[str]) -> str:
+    lines = ["# The PyTorch front end against torch.onnx.export's defaults then deploycc build", "",
+             f"{len({r['model'] for r in rows})} torchvision models (random weights), one child process per "
+             "model. Success = verified (CPU targets) or legalized, verified on ORT and bundled "
+             "(TensorRT targets, pending on the device).", "",
+             "| target | front end | today | front end worse | second exporter needed | chosen dynamo / "
+             "torchscript | median s front end / today |", "|---|---|---|---|---|---|---|"]
+    for target in targets:
+        cells = [r for r in rows if r["target"] == target]
+        if not cells:
+            continue
+        ok = [r for r in cells if r["frontend"]["status"] in SUCCEEDED]
+        today = [r for r in cells if r.get("today", {}).get("status") in SUCCEEDED]
+        worse = [r["model"] for r in cells if r["frontend"]["status"] not in SUCCEEDED
+                 and r.get("today", {}).get("status") in SUCCEEDED]
+        second = sum(1 for r in cells if len(r["frontend"].get("attempts", [])) > 1)
+        chosen = [r["frontend"].get("chosen") for r in ok]
+        fe_s = statistics.median(r["frontend"]["seconds"] for r in cells)
+        today_s = statistics.median(r.get("today", {}).get("seconds", 0.0) for r in cells)
+        lines.append(f"| {target} | {len(ok)}/{len(cells)} | {len(today)}/{len(cells)} | "
+                     f"{len(worse)}{' (' + ', '.join(worse) + ')' if worse else ''} | {second} | "
+                     f"{chosen.count('dynamo')} / {chosen.count('torchscript')} | "
+                     f"{fe_s:.1f} / {today_s:.1f} |")
+    failures = [r for r in rows if r["frontend"]["status"] not in SUCCEEDED]
+    if failures:
+        lines += ["", "## Front-end failures", ""]
+        lines += [f"- {r['model']} on {r['target']}: {r['frontend']['summary']}" for r in failures]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--models", default="", help="comma-separated torchvision names (default: all kept)")
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per model, all targets")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    targets = [t for t in args.targets.split(",") if t]
+    if args.one:
+        run_one(args.one, targets)  # prints each row as it is done
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "results.jsonl"
+    done = {(r["model"], r["target"]) for r in map(json.loads, results.read_text().splitlines())} \
+        if results.exists() else set()
+    names = [n for n in args.models.split(",") if n] or model_names()
+    names = names[:args.limit] if args.limit else names
+    from rich.progress import Progress
+
+    with Progress() as progress:
+        task = progress.add_task("models", total=len(names))
+        for name in names:
+            todo = [t for t in targets if (name, t) not in done]
+            if todo:
+                progress.update(task, description=name)
+                try:
+                    command = [sys.executable, __file__, "--one", name, "--targets", ",".join(todo)]
+                    child = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+                    rows = [json.loads(line[4:]) for line in child.stdout.splitlines()
+                            if line.startswith("ROW ")]
+                    if not rows:
+                        tail = (child.stderr.strip().splitlines() or ["no output"])[-1][:200]
+                        crashed = {"status": "crashed", "summary": tail, "seconds": 0.0}
+                        rows = [{"model": name, "target": t, "frontend": crashed} for t in todo]
+                except subprocess.TimeoutExpired:
+                    timeout = {"status": "timeout", "summary": "timeout", "seconds": float(args.timeout)}
+                    rows = [{"model": name, "target": t, "frontend": timeout} for t in todo]
+                with results.open("a") as handle:
+                    for row in rows:
+                        handle.write(json.dumps(row) + "\n")
+            progress.advance(task)
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    (args.out / "summary.md").write_text(summarize(rows, targets))
+    print((args.out / "summary.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
