@@ -51,7 +51,7 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
     from deploycc.pipeline.build import build
     from deploycc.pipeline.outcome import listing, write_reports
 
-    options = options or BuildOptions()
+    options = _with_ranges(source, options or BuildOptions())
     outdir = Path(outdir)
     started = time.perf_counter()
     order = list(source.exporters or target.export.exporters)
@@ -126,6 +126,24 @@ def export_for_target(source: TorchSource, target: Target, folder: Path) -> tupl
     raise ExportFailed(f"{source.label}: {record.line()}")
 
 
+def _with_ranges(source: TorchSource, options: BuildOptions) -> BuildOptions:
+    """The ranges given with `--dynamic name:axis:min:opt:max` (or a .pt2's bounded dims) as the
+    engine's profile for that input, its other dims at the example's sizes; `--shape-range` wins."""
+    ranges = dict(options.shape_ranges)
+    for name, axes in source.dynamic.items():
+        bounded = {axis: bounds for axis, bounds in axes.items()
+                   if bounds.low is not None and bounds.high is not None}
+        if not bounded or name in ranges:
+            continue
+        shape = [int(size) for size in source.inputs[source.names.index(name)].shape]
+        low, opt, high = list(shape), list(shape), list(shape)
+        for axis, bounds in bounded.items():
+            low[axis], high[axis] = int(bounds.low or 1), int(bounds.high or shape[axis])
+            opt[axis] = min(max(int(bounds.opt or shape[axis]), low[axis]), high[axis])
+        ranges[name] = (low, opt, high)
+    return dataclasses.replace(options, shape_ranges=ranges) if ranges != options.shape_ranges else options
+
+
 def reference_outputs(source: TorchSource) -> list[Any]:
     """torch's outputs on the example inputs, what every proof compares with; a module that does
     not run on them is a failure of torch itself, said in one line."""
@@ -153,8 +171,8 @@ def default_axes(source: TorchSource, target: Target) -> dict[str, dict[int, Axi
     if target.shapes.batch == "fixed" or source.program is not None:
         return axes
     for name, tensor in zip(source.names, source.inputs, strict=True):
-        if tensor.dim() >= 2 and name not in axes:
-            axes[name] = {0: Axis("batch")}
+        if tensor.dim() >= 2:
+            axes.setdefault(name, {}).setdefault(0, Axis("batch"))
     return axes
 
 
@@ -169,8 +187,8 @@ def export_attempt(exporter: str, source: TorchSource, target: Target, ceiling: 
     axes = default_axes(source, target)
     path = _export(exporter, source, axes, folder, attempt, target)
     if path is None and attempt.failure is not None and attempt.failure.kind == DATA_DEPENDENT \
-            and _only_default(axes, source):
-        attempt.notes.append(f"exported static: the dynamic batch failed ({attempt.failure.message})")
+            and _opened_by_default(axes, source):
+        attempt.notes.append(f"batch exported static: the dynamic batch failed ({attempt.failure.message})")
         attempt.failure, axes = None, dict(source.dynamic)
         path = _export(exporter, source, axes, folder, attempt, target)
     if path is not None:
@@ -213,8 +231,8 @@ def _prove(exporter: str, source: TorchSource, axes: dict[str, dict[int, Axis]],
     attempt.proofs.append(second)
     if proven(second):
         return path
-    if _only_default(axes, source):  # the tracer wrote the batch as a constant somewhere: go static
-        attempt.notes.append("exported static: at another batch size the export "
+    if _opened_by_default(axes, source):  # the tracer wrote the batch as a constant somewhere: go static
+        attempt.notes.append("batch exported static: at another batch size the export "
                              f"{second.verification.problem}")
         attempt.proofs.clear()
         static = dict(source.dynamic)
@@ -241,9 +259,10 @@ def _not_proven(problem: str, where: str) -> ExportFailure:
                          hint="export with static shapes, or report the model to torch.onnx")
 
 
-def _only_default(axes: dict[str, dict[int, Axis]], source: TorchSource) -> bool:
-    """Whether the only dynamic axes are the batch opened by default (nobody asked for them)."""
-    return any(axes) and all(name not in source.dynamic for name in axes)
+def _opened_by_default(axes: dict[str, dict[int, Axis]], source: TorchSource) -> bool:
+    """Whether some dynamic axis is the batch opened by default (nobody asked for it): that one
+    may be exported static instead, the user's axes stay."""
+    return any(axis not in source.dynamic.get(name, {}) for name, dims in axes.items() for axis in dims)
 
 
 def _widened(source: TorchSource, axes: dict[str, dict[int, Axis]]) -> tuple[Any, ...]:

@@ -62,6 +62,18 @@ def test_jetson_exports_with_torchscript_at_its_ceiling_and_a_static_batch(tmp_p
     assert "legalized model" in report.export.final_against
 
 
+def test_a_dynamic_range_becomes_the_engine_profile_beside_the_batch(tmp_path: Path) -> None:
+    module, inputs = models.small_net()
+    report = api.build(module, inputs, target="gpu-trt10", outdir=tmp_path / "t", options=QUICK,
+                       dynamic=["image:2:8:16:32"])
+    assert report.status == BuildStatus.PENDING_ON_DEVICE, report.summary
+    attempt = report.export.attempts[0]
+    assert set(attempt.dynamic["image"]) == {"0", "2"}  # the batch opened by default, and the height asked
+    assert [p.shapes["image"] for p in attempt.proofs] == [[1, 3, 16, 16], [2, 3, 32, 16]]  # the range's max
+    profile = report.shapes.inputs[0].profile
+    assert profile == {"min": [1, 3, 8, 16], "opt": [1, 3, 16, 16], "max": [1, 3, 32, 16]}
+
+
 def test_dynamo_without_a_translation_falls_back_to_torchscript(tmp_path: Path) -> None:
     report = api.build(models.MinMax(), (torch.randn(2, 6),), target="ort-cpu", outdir=tmp_path / "o",
                        options=QUICK)
