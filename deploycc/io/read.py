@@ -69,8 +69,11 @@ def read_proto(path: Path) -> onnx.ModelProto:
     return proto
 
 
-def from_proto(proto: onnx.ModelProto) -> ir.Model:
-    """The IR of a protobuf model (types onnx-ir lacks are kept aside in model.meta)."""
+def from_proto(proto: onnx.ModelProto, *, like: ir.Model | None = None) -> ir.Model:
+    """The IR of a protobuf model (types onnx-ir lacks are kept aside in model.meta). `like`: the
+    model the protobuf was serialized from, whose weights kept in an external file are found where
+    its were (a protobuf names the file relative to a folder it does not record: torch's exports
+    keep every weight outside)."""
     import onnx_ir as ir
 
     kept: dict[str, bytes] = {}
@@ -78,7 +81,20 @@ def from_proto(proto: onnx.ModelProto) -> ir.Model:
     model = ir.serde.deserialize_model(proto)
     if kept:
         model.meta[MAP_TYPES] = kept
+    folder = external_folder(like) if like is not None else None
+    if folder is not None:
+        ir.external_data.set_base_dir(model.graph, folder)
     return model
+
+
+def external_folder(model: ir.Model) -> str | os.PathLike[str] | None:
+    """The folder a model's external weights are read from (None when it keeps none outside)."""
+    import onnx_ir as ir
+
+    for value in model.graph.initializers.values():  # where load set it (set_base_dir, below)
+        if isinstance(value.const_value, ir.ExternalTensor) and value.const_value.base_dir:
+            return value.const_value.base_dir
+    return None
 
 
 @dataclass
@@ -143,5 +159,5 @@ def to_proto(model: ir.Model) -> Any:
 
 def copy_model(model: ir.Model) -> ir.Model:
     """An independent copy of the model (a protobuf round trip; sequence/map types kept)."""
-    return from_proto(to_proto(model))
+    return from_proto(to_proto(model), like=model)
 

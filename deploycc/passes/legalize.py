@@ -182,6 +182,6 @@ class LegalizePass(Pass):
 
             from deploycc import io
 
-            state.model = io.from_proto(onnx.load_from_string(before))
+            state.model = io.from_proto(onnx.load_from_string(before), like=state.model)
             certificate.detail += "; undone"
         return certificate

@@ -247,7 +247,7 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     converted = onnx.version_converter.convert_version(proto, version)
     read, defined = _names(converted.graph)
     _convert_bodies(converted, converted.graph, current, version, _Scope(), read | defined)
-    result = from_proto(converted)
+    result = from_proto(converted, like=model)
     if MAP_TYPES in model.meta:
         result.meta[MAP_TYPES] = model.meta[MAP_TYPES]
     result.opset_imports.pop(HOLD_DOMAIN, None)
