@@ -42,8 +42,9 @@ def model_names() -> list[str]:
     return sorted(n for n in names if not n.startswith(SKIPPED_PREFIXES))
 
 
-def run_one(name: str, targets: list[str]) -> list[dict]:
-    """Both paths for one model on every target (in this process)."""
+def run_one(name: str, targets: list[str], exporter: str | None = None, today: bool = True) -> list[dict]:
+    """Both paths for one model on every target (in this process); with `exporter`, the front end
+    with that exporter alone (what decides each target's order), and `today` off."""
     import torch
     import torchvision
 
@@ -52,7 +53,10 @@ def run_one(name: str, targets: list[str]) -> list[dict]:
     from deploycc.options import BuildOptions
 
     torch.manual_seed(0)
-    module = torchvision.models.get_model(name, weights=None).eval()
+    try:  # segmentation builders fetch their backbone's weights unless told not to
+        module = torchvision.models.get_model(name, weights=None, weights_backbone=None).eval()
+    except TypeError:
+        module = torchvision.models.get_model(name, weights=None).eval()
     size = INPUT_SIZE.get(name, 224)
     example = (torch.randn(1, 3, size, size),)
     rows = []
@@ -62,7 +66,8 @@ def run_one(name: str, targets: list[str]) -> list[dict]:
         exported_today = work / "today.onnx"
         today_error = ""
         try:
-            torch.onnx.export(module, example, str(exported_today))  # torch's defaults
+            if today:
+                torch.onnx.export(module, example, str(exported_today))  # torch's defaults
         except Exception as error:  # the user's path ends here
             today_error = f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
         today_export_s = time.perf_counter() - started
@@ -71,7 +76,8 @@ def run_one(name: str, targets: list[str]) -> list[dict]:
             started = time.perf_counter()
             try:
                 report = api.build(module, example, target=target, outdir=work / f"fe.{target}",
-                                   options=BuildOptions(bench=False))
+                                   options=BuildOptions(bench=False),
+                                   exporters=[exporter] if exporter else None)
                 export = report.export
                 row["frontend"] = {
                     "status": str(report.status), "stage": str(report.stage), "summary": report.summary[:300],
@@ -93,7 +99,9 @@ def run_one(name: str, targets: list[str]) -> list[dict]:
                 row["frontend"] = {"status": "internal-error", "stage": "?",
                                    "summary": f"{type(error).__name__}: {error}"[:300]}
             row["frontend"]["seconds"] = round(time.perf_counter() - started, 2)
-            if today_error:
+            if not today:
+                pass
+            elif today_error:
                 row["today"] = {"status": "export-failed", "summary": today_error,
                                 "seconds": round(today_export_s, 2)}
             else:
@@ -153,11 +161,13 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per model, all targets")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--exporter", choices=["dynamo", "torchscript"],
+                        help="the front end with this exporter alone, and not today's path (--out elsewhere)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     targets = [t for t in args.targets.split(",") if t]
     if args.one:
-        run_one(args.one, targets)  # prints each row as it is done
+        run_one(args.one, targets, args.exporter, today=args.exporter is None)  # prints each row when done
         return
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
@@ -174,7 +184,8 @@ def main() -> None:
             if todo:
                 progress.update(task, description=name)
                 try:
-                    command = [sys.executable, __file__, "--one", name, "--targets", ",".join(todo)]
+                    command = [sys.executable, __file__, "--one", name, "--targets", ",".join(todo),
+                               *(["--exporter", args.exporter] if args.exporter else [])]
                     child = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
                     rows = [json.loads(line[4:]) for line in child.stdout.splitlines()
                             if line.startswith("ROW ")]

@@ -37,6 +37,7 @@ from deploycc.taxonomy import BuildStatus, Precision, Stage
 
 if TYPE_CHECKING:
     from deploycc.targets.schema import Target
+    from deploycc.verify.verification import Verification
 
 EXPORTED = "model.exported.onnx"
 # How far a build got, for choosing between two that both failed
@@ -61,6 +62,7 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
     with io.StagedDirectory(outdir, force=options.force) as staged:
         staging = staged.staging
         built: list[tuple[ExportAttempt, BuildReport, Path]] = []
+        finals: dict[str, tuple[Verification, str] | None] = {}  # torch against each build's result
         refusals: list[DeployccError] = []
         for exporter in order:
             if progress is not None:
@@ -78,8 +80,10 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
                 attempt.outcome, attempt.summary = str(BuildStatus.FAILED), str(error)
                 attempt.failure = _refused(error, target)
                 continue
+            report, final = _prove_final(source, target, Path(report.outdir), report, expected)
             attempt.outcome, attempt.summary = str(report.status), report.summary
             built.append((attempt, report, exported))
+            finals[attempt.exporter] = final
             if report.status in SUCCEEDED:
                 break
         if not built and refusals and len(refusals) == len(record.attempts) \
@@ -91,9 +95,9 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
             attempt, report, exported = _better(built)
             record.chosen = attempt.exporter
             record.reason = _why(attempt, record)
+            record.final, record.final_against = finals[attempt.exporter] or (None, "")
             chosen = Path(report.outdir)
             io.save(io.load(exported, check=False).model, chosen / EXPORTED)  # its weights, under our name
-            report = _prove_final(source, target, chosen, report, record, expected)
             for item in chosen.iterdir():
                 item.rename(staging / item.name)
         for leftover in staging.glob(".*"):
@@ -317,46 +321,47 @@ def _why(kept: ExportAttempt, record: ExportReport) -> str:
     return "; ".join(reasons)
 
 
-def _prove_final(source: TorchSource, target: Target, chosen: Path, report: BuildReport, record: ExportReport,
-                 expected: list[Any]) -> BuildReport:
-    """torch against the engine (or, where it is built on the device, the legalized model) on the
-    example inputs; a mismatch fails the build."""
+def _prove_final(source: TorchSource, target: Target, folder: Path, report: BuildReport,
+                 expected: list[Any]) -> tuple[BuildReport, tuple[Verification, str] | None]:
+    """torch against the engine built in `folder` (or, where it is built on the device or refuses
+    the example's sizes, the legalized model on ONNX Runtime) on the example inputs: the
+    verification and what it ran. A mismatch fails the build, so the other exporter is tried."""
     from deploycc import io
     from deploycc.bench.run import open_subject
     from deploycc.verify.runner import session
 
-    legalized = chosen / "model.legalized.onnx"
+    legalized = folder / "model.legalized.onnx"
     if report.status not in SUCCEEDED or not legalized.is_file():
-        return report
+        return report, None
     graph = io.load(legalized, check=False).model.graph
-    precision = Precision(report.precision)
+    final: Verification | None = None
     if report.status == BuildStatus.VERIFIED:
         try:
-            runner = open_subject(chosen, target).make_runner(None)
+            runner = open_subject(folder, target).make_runner(None)
             try:
-                record.final = final_proof(runner.run, graph, source, precision, expected)
-                record.final_against = "the engine"
+                final = final_proof(runner.run, graph, source, Precision(report.precision), expected)
+                against = "the engine"
             finally:
                 runner.close()
         except Exception as error:  # the engine refuses the example's sizes: judge its ONNX instead
-            record.final = None
             report.notes.append(f"torch against the engine: not run ({type(error).__name__}: "
                                 f"{str(error).splitlines()[0][:160] if str(error) else ''})")
-    if record.final is None:
+    if final is None:
         ort = session(legalized, threads=0)
         names = [output.name for output in ort.get_outputs()]
 
         def run(feeds: dict[str, Any]) -> dict[str, Any]:
             return dict(zip(names, ort.run(None, feeds), strict=True))
 
-        record.final = final_proof(run, graph, source, Precision.FP32, expected)
-        record.final_against = "the legalized model on ONNX Runtime CPU" + (
+        final = final_proof(run, graph, source, Precision.FP32, expected)
+        against = "the legalized model on ONNX Runtime CPU" + (
             " (the engine is built on the device)" if report.status == BuildStatus.PENDING_ON_DEVICE else "")
-    if proven_final(record.final):
-        return report
-    problem = f"torch against {record.final_against}: {record.final.problem}"
+    if proven_final(final):
+        return report, (final, against)
+    problem = f"torch against {against}: {final.problem}"
     return dataclasses.replace(report, status=BuildStatus.FAILED, stage=Stage.VERIFY, summary=problem,
-                               next_step="try the other exporter (--exporter), or report the model")
+                               next_step="try the other exporter (--exporter), or report the model"), \
+        (final, against)
 
 
 def proven_final(verification: Any) -> bool:
