@@ -2,7 +2,8 @@
 
 Exit codes (documented in the README and `deploycc --help`):
   0  success (everything legal / built / verified)
-  1  the model was judged and found wanting (illegal nodes, failed verification)
+  1  the model was judged and found wanting (illegal nodes, failed verification, a torch model
+     no exporter could export and prove)
   2  unusable input or options (missing file, malformed model or target file, bad flag)
 """
 

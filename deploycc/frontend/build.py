@@ -84,8 +84,8 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
             attempt.outcome, attempt.summary = str(report.status), report.summary
             built.append((attempt, report, exported))
             finals[attempt.exporter] = final
-            if report.status in SUCCEEDED:
-                break
+            if report.status in SUCCEEDED or report.status == BuildStatus.NEEDS_INPUTS:
+                break  # built, or the model's outputs say nothing on these inputs: no exporter changes that
         if not built and refusals and len(refusals) == len(record.attempts) \
                 and not any(a.failure and a.failure.kind == OPSET_CEILING for a in record.attempts):
             raise refusals[0]  # the options, not the export: every attempt was refused alike
