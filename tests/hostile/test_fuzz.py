@@ -24,7 +24,7 @@ from deploycc import api
 from deploycc.errors import DeployccError
 from deploycc.options import LegalizeOptions
 
-EXAMPLES = int(os.environ.get("DEPLOYCC_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("DEPLOYCC_FUZZ_EXAMPLES", "20"))
 SECONDS_PER_EXAMPLE = 60
 OPS = ["Relu", "Sigmoid", "Add", "Mul", "Gelu", "LayerNormalization", "Softmax", "Transpose", "Reshape",
        "Einsum", "HardSwish", "Mish", "Identity", "Cast", "Slice", "Pad", "Concat", "Unknown"]
