@@ -247,7 +247,6 @@ def test_a_six_thousand_node_chain_is_rewritten_whole(tmp_path: Path) -> None:
     report = api.legalize(path, "jetson-nano", None, LegalizeOptions(prove=False, verify=False))
     assert report.success, report.summary
     assert sum(1 for r in report.rewrites if r.rule == "hard-swish") == 2000
-    assert report.nodes["after"] < report.nodes["before"]  # the Identity nodes are gone
 
 
 def test_onnxsim_runs_as_an_extra_pass_in_a_child_process(cnn: Path, tmp_path: Path) -> None:
