@@ -339,7 +339,8 @@ def _prove_final(source: TorchSource, target: Target, folder: Path, report: Buil
         try:
             runner = open_subject(folder, target).make_runner(None)
             try:
-                final = final_proof(runner.run, graph, source, Precision(report.precision), expected)
+                final = final_proof(runner.run, legalized, graph, source, Precision(report.precision),
+                                    expected)
                 against = "the engine"
             finally:
                 runner.close()
@@ -353,7 +354,7 @@ def _prove_final(source: TorchSource, target: Target, folder: Path, report: Buil
         def run(feeds: dict[str, Any]) -> dict[str, Any]:
             return dict(zip(names, ort.run(None, feeds), strict=True))
 
-        final = final_proof(run, graph, source, Precision.FP32, expected)
+        final = final_proof(run, legalized, graph, source, Precision.FP32, expected)
         against = "the legalized model on ONNX Runtime CPU" + (
             " (the engine is built on the device)" if report.status == BuildStatus.PENDING_ON_DEVICE else "")
     if proven_final(final):
