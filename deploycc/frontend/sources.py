@@ -106,7 +106,11 @@ def with_inputs(module: Any, given: Any, *, names: list[str] | None = None, labe
     except NotImplementedError:  # a .pt2's module is in eval mode already and refuses the call
         pass
     if given is not None:
-        given = (given,) if isinstance(given, torch.Tensor) else tuple(given)
+        import numpy as np
+
+        given = (given,) if isinstance(given, (torch.Tensor, np.ndarray)) else tuple(given)
+        given = tuple(torch.from_numpy(np.ascontiguousarray(item)) if isinstance(item, np.ndarray) else item
+                      for item in given)
     names = names or _forward_names(module, len(given) if given else None)
     if example_inputs is not None:
         given = _from_npz(example_inputs, names, torch)

@@ -189,7 +189,9 @@ def test_command_line_errors_are_one_line_with_their_exit_codes(tmp_path: Path) 
 
 
 def test_check_exports_per_target(tmp_path: Path) -> None:
-    inputs = (torch.randn(1, 2, 6, 6), torch.rand(1, 3, 3, 2) * 2 - 1)
+    rng = np.random.default_rng(0)  # numpy arrays are taken as example inputs too
+    inputs = (rng.standard_normal((1, 2, 6, 6), np.float32),
+              rng.uniform(-1, 1, (1, 3, 3, 2)).astype(np.float32))
     report = api.check(models.Grid(), inputs, targets=["jetson-xavier", "ort-cpu"])
     assert report.exit_code == 0 and [t.target for t in report.targets] == ["jetson-xavier", "ort-cpu"]
     assert any("torchscript" in note for note in report.notes)
