@@ -405,7 +405,7 @@ def bench(
 
 
 def audit(
-    paths: Sequence[str | Path],
+    paths: Sequence[Any],
     targets: Sequence[str],
     outdir: str | Path,
     options: AuditOptions | None = None,
@@ -415,7 +415,35 @@ def audit(
     finished: Callable[[Any, int, int], None] | None = None,
 ) -> AuditReport:
     """Every (model, target) cell through the requested stages, isolated; reports in `outdir`.
+    A model is an .onnx file, a folder or list file of them, a PyTorch model as `build` takes it
+    (.pt2, .pt, `module:factory`), or in the API a module with its example inputs,
+    `(module, example_inputs)` (saved under OUTDIR/sources/ for the cells' processes: a .pt2, or a
+    TorchScript trace where torch.export does not take it).
     `progress(counts, total)` as cells finish; `finished(cell, done, total)` with each cell run."""
     from deploycc.audit.run import audit as run
 
-    return run(paths, targets, outdir, options, jetpack=jetpack, progress=progress, finished=finished)
+    return run(_audit_paths(paths, Path(outdir)), targets, outdir, options, jetpack=jetpack,
+               progress=progress, finished=finished)
+
+
+def _audit_paths(entries: Sequence[Any], outdir: Path) -> list[str | Path]:
+    """The audit's entries as paths: an in-memory module, alone (a TorchSource) or with its example
+    inputs, saved as an archive named by its class (and its place in the list where two share one)."""
+    from deploycc.frontend.sources import save_archive
+
+    paths: list[str | Path] = []
+    stems: set[str] = set()
+    for index, entry in enumerate(entries):
+        if isinstance(entry, (str, Path)):
+            paths.append(entry)
+            continue
+        module, inputs = entry if isinstance(entry, tuple) and len(entry) == 2 else (entry, None)
+        if not _is_torch(module):
+            raise OptionError(f"audit entry {index}: a {type(entry).__name__}, not a model",
+                              hint="give paths, PyTorch module specs, or (module, example_inputs)")
+        source = torch_source(module, inputs)
+        stem = type(source.module).__name__
+        stem = f"{stem}-{index}" if stem in stems else stem
+        stems.add(stem)
+        paths.append(save_archive(source, outdir / "sources", stem))
+    return paths

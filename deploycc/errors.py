@@ -50,6 +50,7 @@ class ExportFailed(DeployccError):
     about the model (exit 1), classified in the message (frontend/failures.py)."""
 
     exit_code = EXIT_FINDINGS
+    record: object = None  # the ExportReport: each attempt, classified (set by the front end)
 
 
 class Terminated(KeyboardInterrupt):

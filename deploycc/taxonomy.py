@@ -40,6 +40,7 @@ class CellStatus(Name):
 class Failure(Name):
     """Why an audit cell failed."""
 
+    EXPORT = "export"  # a PyTorch model torch could not export
     UNSUPPORTED_OP = "unsupported-op"
     OPSET = "opset"
     DTYPE = "dtype"

@@ -28,33 +28,104 @@ if TYPE_CHECKING:
 
 
 def discover(paths: Sequence[str | Path]) -> list[Path]:
-    """Model files, folders searched recursively for *.onnx, or list files (one path per line)."""
+    """Model files, folders searched recursively for *.onnx and *.pt2, or list files (one entry
+    per line). An entry is an ONNX model or a PyTorch model as `build` takes one: a .pt2 or
+    TorchScript archive, or `package.module:factory` / `file.py:factory` (kept as written: the
+    worker imports it)."""
+    from deploycc.frontend import source_kind
+
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found.extend(sorted(p for p in path.rglob("*.onnx") if p.is_file()))
-        elif path.suffix == ".onnx":
+            found.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".onnx", ".pt2")))
+        elif source_kind(raw) == "factory":
+            found.append(_factory(str(raw), Path.cwd()))
+        elif path.suffix == ".onnx" or source_kind(raw) is not None:
             if not path.exists():
                 raise OptionError(f"{path}: no such model")
             found.append(path)
         elif path.is_file():
             for line in path.read_text().splitlines():
                 entry = line.strip()
-                if entry and not entry.startswith("#"):
-                    listed = (path.parent / entry) if not Path(entry).is_absolute() else Path(entry)
-                    if not listed.exists():
-                        raise OptionError(f"{path}: lists {entry}, which does not exist")
-                    found.append(listed)
+                if not entry or entry.startswith("#"):
+                    continue
+                if source_kind(entry) == "factory":
+                    found.append(_factory(entry, path.parent))
+                    continue
+                listed = (path.parent / entry) if not Path(entry).is_absolute() else Path(entry)
+                if not listed.exists():
+                    raise OptionError(f"{path}: lists {entry}, which does not exist")
+                found.append(listed)
         else:
             raise OptionError(f"{path}: not a model, a folder or a list file")
-    unique = list(dict.fromkeys(p.resolve() for p in found))
+    unique = list(dict.fromkeys(p if is_factory(p) else p.resolve() for p in found))
     if not unique:
         raise OptionError("no models found", hint="give .onnx files, folders that hold them, or a list file")
     return unique
 
 
+def _factory(spec: str, base: Path) -> Path:
+    """`file.py:factory` with its file made absolute (relative to `base`, a list file's folder),
+    checked to exist; `package.module:factory` as written (the worker imports it)."""
+    where, _, name = spec.rpartition(":")
+    if not where.endswith(".py"):
+        return Path(spec)
+    file = Path(where) if Path(where).is_absolute() else base / where
+    if not file.is_file():
+        raise OptionError(f"{spec}: {file} does not exist")
+    return Path(f"{file.resolve()}:{name}")
+
+
+def is_factory(model: Path) -> bool:
+    from deploycc.frontend import source_kind
+
+    return source_kind(str(model)) == "factory"
+
+
+def model_digest(model: Path) -> str:
+    """What a cell's key holds of its model: the file's bytes, or for a factory its spelling and
+    the source file it comes from (a changed factory runs again)."""
+    import hashlib
+
+    from deploycc.io import sha256_file
+
+    if not is_factory(model):
+        return sha256_file(model)
+    digest = hashlib.sha256(str(model).encode())
+    origin = _factory_origin(model)
+    if origin:
+        digest.update(Path(origin).read_bytes())
+    return digest.hexdigest()
+
+
+def _factory_origin(model: Path) -> str | None:
+    """The source file a factory comes from, found without importing it where it is a file."""
+    import importlib.util
+
+    where = str(model).rpartition(":")[0]
+    if where.endswith(".py"):
+        return where
+    try:
+        origin = getattr(importlib.util.find_spec(where), "origin", None)
+    except (ImportError, ValueError):
+        return None
+    return origin if origin and Path(origin).is_file() else None
+
+
+def model_stem(model: Path) -> str:
+    """A model's name without its format: `resnet18` for resnet18.onnx, resnet18.pt2 or
+    `zoo.py:resnet18` (a factory is named by its factory, which is what tells models apart)."""
+    if is_factory(model):
+        return str(model).rpartition(":")[2]
+    return model.name.removesuffix(".onnx").removesuffix(".pt2")
+
+
 def hints_path(model: Path) -> Path:
+    if is_factory(model):  # beside the factory's source file, named by the factory
+        origin = _factory_origin(model)
+        folder = Path(origin).parent if origin else Path.cwd()
+        return folder / f"{model_stem(model)}.hints.json"
     return model.with_name(model.name.removesuffix(".onnx") + ".hints.json")
 
 
@@ -133,8 +204,6 @@ def resolve_targets(names: Sequence[str], jetpack: str | None) -> list[Target]:
 
 def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdir: Path,
          jetpack: str | None) -> list[tuple[str, CellSpec]]:
-    from deploycc.io import sha256_file
-
     unknown = [s for s in options.stages if s not in STAGES]
     if unknown:
         raise OptionError(f"unknown stage {unknown[0]!r}", hint=f"stages: {', '.join(STAGES)}")
@@ -142,7 +211,7 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
     folders = cell_folders(models, targets)
     cells = []
     for model in models:
-        digest = sha256_file(model)
+        digest = model_digest(model)
         hints = read_hints(model)
         for target in targets:
             axes = {"batch": options.batch, "fixed": dict(options.shapes), "batch_range": options.batch_range,
@@ -170,7 +239,7 @@ def cell_folders(models: list[Path], targets: list[Target]) -> dict[tuple[Path, 
     as a case-insensitive file system would."""
     import hashlib
 
-    names = {(model, target.name): f"{model.name.removesuffix('.onnx')}.{target.name}"
+    names = {(model, target.name): f"{model_stem(model)}.{target.name}"
              for model in models for target in targets}
     taken = Counter(name.casefold() for name in names.values())
     return {(model, target): name if taken[name.casefold()] == 1 else

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from deploycc.errors import PrecisionRefused
 from deploycc.records.audit import FROM_LEGALITY, HOST_SEGMENTS, CellResult, CellSpec
+from deploycc.records.export import DATA_DEPENDENT, NOT_PROVEN, OPSET_CEILING, TORCH_FAILURE, UNSUPPORTED_OP
 from deploycc.results import from_dict
 from deploycc.taxonomy import BuildStatus, CellStatus, Failure, Precision, Severity, Stage
 
@@ -54,13 +55,15 @@ def _cause(summary: str, legalized) -> str:
     return f"{summary}: {'; '.join(reasons[:4])}{more}"
 
 
-def _with_host_segments(spec: CellSpec, target, options, result: CellResult) -> None:
+def _with_host_segments(spec: CellSpec, target, options, result: CellResult,
+                        model: str | None = None) -> None:
     """A model refused as a whole, built again with host segments: the cell says whether that
-    deploys (chain verified on ORT, and on the engines where they build here)."""
+    deploys (chain verified on ORT, and on the engines where they build here). `model`: the ONNX
+    model to partition, where the cell's own is a PyTorch model (its export)."""
     from deploycc.options import BuildOptions
     from deploycc.pipeline.partition import build_partitioned
 
-    report = build_partitioned(spec.model, target, Path(spec.workdir) / "partition",
+    report = build_partitioned(model or spec.model, target, Path(spec.workdir) / "partition",
                                BuildOptions(legalize=options, bench=False, force=True))
     result.details["partition"] = {"status": report.status, "summary": report.summary,
                                    "segments": [s["placement"] for s in report.segments],
@@ -189,8 +192,9 @@ def _refused_before_building(spec: CellSpec, target: Target, options: BuildOptio
 
 
 def _from_build(result: CellResult, report: BuildReport, spec: CellSpec, target: Target,
-                options: LegalizeOptions) -> None:
-    """The cell as its build ended (BUILD_TO_CELL), with what the build found."""
+                options: LegalizeOptions, exported: str | None = None) -> None:
+    """The cell as its build ended (BUILD_TO_CELL), with what the build found (`exported`: a
+    PyTorch model's export, which host segments are cut from)."""
     legalized = report.legalize
     result.rules = sorted({r.rule for r in legalized.rewrites}) if legalized else []
     result.details = {"build_status": report.status, "summary": report.summary}
@@ -228,7 +232,7 @@ def _from_build(result: CellResult, report: BuildReport, spec: CellSpec, target:
         result.regressed = bool(result.legal_as_exported) and report.stage == Stage.LEGALIZE and \
             not (legalized is not None and legalized.as_exported)
         if (spec.partition or target.mode == "partition") and report.stage == Stage.LEGALIZE:
-            _with_host_segments(spec, target, options, result)
+            _with_host_segments(spec, target, options, result, exported)
 
 
 def _from_legalize(result: CellResult, report: LegalizeReport) -> None:
@@ -250,8 +254,84 @@ def _from_legalize(result: CellResult, report: LegalizeReport) -> None:
         result.category != Failure.NEEDS_INPUTS and not report.as_exported
 
 
+# The front end's export failure classes as the audit's categories
+EXPORT_TO_CELL = {UNSUPPORTED_OP: Failure.UNSUPPORTED_OP, DATA_DEPENDENT: Failure.DYNAMIC_SHAPE,
+                  OPSET_CEILING: Failure.OPSET, TORCH_FAILURE: Failure.EXPORT,
+                  NOT_PROVEN: Failure.NUMERIC_MISMATCH}
+
+
+def run_torch_cell(spec: CellSpec, target: Target, result: CellResult) -> None:
+    """A cell whose model is a PyTorch model (a .pt2 or TorchScript archive, or a factory): the
+    front end exports it for the target as `deploycc build` does, and the cell reads as an ONNX
+    model's from there. "Legal as exported" judges the export the front end kept, so a model
+    refused after deploycc is still a regression; an export that fails ends the cell at the export
+    stage with the front end's class (EXPORT_TO_CELL) and its one line."""
+    from deploycc.analysis.check import check_model
+    from deploycc.errors import ExportFailed
+    from deploycc.frontend.build import EXPORTED, build_from_torch, export_for_target
+    from deploycc.frontend.sources import load_source
+    from deploycc.options import LegalizeOptions
+    from deploycc.pipeline.legalize import legalize
+
+    result.stage = Stage.EXPORT
+    source = load_source(spec.model, example_inputs=Path(spec.inputs) if spec.inputs else None)
+    options = LegalizeOptions(batch=spec.batch, verify=Stage.VERIFY in spec.stages,
+                              shapes={name: list(dims) for name, dims in spec.fixed.items()})
+    workdir = Path(spec.workdir)
+    if Stage.BUILD in spec.stages:
+        build_options = _build_options(spec, options)
+        if _refused_before_building(spec, target, build_options, result):
+            return
+        report = build_from_torch(source, target, workdir, build_options)
+        exported = workdir / EXPORTED
+        if report.stage == Stage.EXPORT:
+            _from_export(result, report)
+            return
+        _check(result, check_model(str(exported), [target]).targets[0])
+        result.stage = Stage.BUILD
+        _from_build(result, report, spec, target, options, str(exported))
+        _note_export(result, report)
+        return
+    try:
+        record, exported_path = export_for_target(source, target, workdir / "export")
+    except ExportFailed as failed:
+        result.status, result.message = CellStatus.FAILED, str(failed)
+        attempts = getattr(failed.record, "attempts", [])
+        kinds = [a.failure.kind for a in attempts if a.failure is not None]
+        result.category = EXPORT_TO_CELL.get(kinds[0], Failure.EXPORT) if kinds else Failure.EXPORT
+        return
+    result.details["export"] = {"chosen": record.chosen, "reason": record.reason}
+    _check(result, check_model(str(exported_path), [target]).targets[0])
+    if Stage.LEGALIZE in spec.stages:
+        result.stage = Stage.LEGALIZE
+        _from_legalize(result, legalize(str(exported_path), target, options))
+
+
+def _from_export(result: CellResult, report: BuildReport) -> None:
+    """No exporter exported and proved the model: the first attempt's class, every attempt's line."""
+    record = report.export
+    failures = [a.failure for a in record.attempts if a.failure is not None] if record else []
+    result.status = CellStatus.FAILED
+    result.category = EXPORT_TO_CELL.get(failures[0].kind, Failure.EXPORT) if failures else Failure.EXPORT
+    result.message = report.summary
+    result.details = {"build_status": report.status, "summary": report.summary}
+    _note_export(result, report)
+
+
+def _note_export(result: CellResult, report: BuildReport) -> None:
+    record = report.export
+    if record is None:
+        return
+    result.details["export"] = {
+        "chosen": record.chosen, "reason": record.reason,
+        "attempts": [{"exporter": a.exporter, "opset": a.opset_written or a.opset_requested,
+                      "failure": a.failure.short() if a.failure else None, "outcome": a.outcome}
+                     for a in record.attempts]}
+
+
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
+    from deploycc.frontend import source_kind
     from deploycc.pipeline.build import build
     from deploycc.pipeline.legalize import legalize
     from deploycc.targets.registry import resolve
@@ -260,6 +340,9 @@ def run_cell(spec: CellSpec) -> CellResult:
     result = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage=Stage.CHECK)
     try:
         target = resolve(spec.target, spec.jetpack)
+        if source_kind(spec.model) is not None:
+            run_torch_cell(spec, target, result)
+            return _timed(result, started)
         _check(result, check_model(spec.model, [target]).targets[0])
         options = _legalize_options(spec, target, _input_names(spec.model))
         if Stage.BUILD in spec.stages:

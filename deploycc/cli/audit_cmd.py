@@ -52,7 +52,10 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
                   partition: bool, jetpack: str | None, precision: str | None, max_drop: float, metric: str,
                   executor: str, ray_address: str | None,
                   device_engine: str, device_python: str | None, as_json: bool) -> None:
-    """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran."""
+    """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran.
+
+    PATHS: .onnx files, folders (their .onnx and .pt2 files), list files (one entry per line), and
+    PyTorch models as `build` takes them (.pt2, .pt, package.module:factory, file.py:factory)."""
     from pathlib import Path
 
     from deploycc import api

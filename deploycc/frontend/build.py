@@ -127,7 +127,9 @@ def export_for_target(source: TorchSource, target: Target, folder: Path) -> tupl
             record.chosen, record.reason = exporter, _why(attempt, record)
             record.seconds = round(time.perf_counter() - started, 3)
             return record, exported
-    raise ExportFailed(f"{source.label}: {record.line()}")
+    failed = ExportFailed(f"{source.label}: {record.line()}")
+    failed.record = record
+    raise failed
 
 
 def _with_ranges(source: TorchSource, options: BuildOptions) -> BuildOptions:

@@ -136,6 +136,60 @@ def with_inputs(module: Any, given: Any, *, names: list[str] | None = None, labe
                        kind=kind, dynamic=dynamic, program=program)
 
 
+def save_archive(source: TorchSource, folder: Path, stem: str) -> Path:
+    """`source` as a file another process loads (an audit cell runs in its own): a torch.export
+    archive (.pt2, with its example inputs and dynamic dims) where torch.export takes the module,
+    else a TorchScript trace (.pt, which only the TorchScript exporter reads), with its example
+    inputs beside it as STEM.inputs.npz named in STEM.pt.hints.json. An archive of the same module
+    (its code, weights and example inputs: STEM.digest) is kept as it is, so the audit's cells of
+    an unchanged module are reused (torch writes the same module to different bytes)."""
+    import json
+
+    import numpy as np
+
+    torch = torch_module()
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = dict(zip(source.names, (t.detach().cpu().numpy() for t in source.inputs), strict=True))
+    digest = _module_digest(source, inputs)
+    stamp = folder / f"{stem}.digest"
+    for kept in (folder / f"{stem}.pt2", folder / f"{stem}.pt"):
+        if kept.is_file() and stamp.is_file() and stamp.read_text() == digest:
+            return kept
+        kept.unlink(missing_ok=True)
+    try:
+        program = source.program or torch.export.export(source.module, source.inputs, strict=False)
+        path = folder / f"{stem}.pt2"
+        torch.export.save(program, str(path))
+    except Exception:  # a data-dependent guard, or a module torch.export does not take
+        path = folder / f"{stem}.pt"
+        torch.jit.save(torch.jit.trace(source.module, source.inputs, check_trace=False), str(path))
+        np.savez(folder / f"{stem}.inputs.npz", **inputs)
+        path.with_name(path.name + ".hints.json").write_text(json.dumps({"inputs": f"{stem}.inputs.npz"}))
+    stamp.write_text(digest)
+    return path
+
+
+def _module_digest(source: TorchSource, inputs: dict[str, Any]) -> str:
+    import hashlib
+    import inspect
+
+    digest = hashlib.sha256(f"{type(source.module).__module__}.{type(source.module).__qualname__}".encode())
+    try:
+        digest.update(inspect.getsource(type(source.module)).encode())
+    except (OSError, TypeError):  # defined where its source cannot be read
+        pass
+    for name, tensor in source.module.state_dict().items():
+        digest.update(name.encode())
+        try:  # any dtype, bfloat16 included, as its raw bytes
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch_module().uint8).numpy().tobytes())
+        except (RuntimeError, TypeError):  # a quantized or sparse tensor: its printed form
+            digest.update(repr(tensor).encode())
+    for name, array in inputs.items():
+        digest.update(name.encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def parse_dynamic(text: str, names: list[str]) -> tuple[str, int, Axis]:
     """`name:axis[:min:opt:max]` (opt may be left out: `name:axis:min:max`)."""
     parts = text.split(":")

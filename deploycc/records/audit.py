@@ -4,7 +4,8 @@ through the requested stages, and how it ended), a summary per target and the wh
 The status taxonomy is fixed so audits can be compared across runs and corpora:
   statuses   legal-as-exported, legalized, built, verified, benchmarked, failed, host-segments
              (not legal as a whole, but deployable with host segments: `--partition`; counted apart)
-  categories (why a cell failed) unsupported-op, opset, dtype, dynamic-shape, numeric-mismatch,
+  categories (why a cell failed) export (a PyTorch model torch could not export), unsupported-op,
+             opset, dtype, dynamic-shape, numeric-mismatch,
              needs-inputs (the original fails on drawn inputs: give --inputs; or no int8 samples),
              precision (the target has no such precision), backend-error,
              backend-crash, timeout, out-of-memory, invalid-model, unschedulable, regressed (legal

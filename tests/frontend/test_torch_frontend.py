@@ -206,6 +206,26 @@ def test_bad_sources_are_refused_before_any_export(tmp_path: Path) -> None:
         api.torch_source(models.SmallNet(), input_specs=["image=1x3"])
 
 
+def test_audit_takes_modules_and_factories_and_classifies_export_failures(tmp_path: Path) -> None:
+    """The audit's cells run in their own processes: a module is saved for them (a .pt2, or a trace
+    where torch.export stops at a guard), a factory is imported there; a failed export is a cell
+    failed at the export stage with the front end's class, and a rerun reuses every cell."""
+    listing = tmp_path / "models.txt"
+    listing.write_text(f"{MODELS}:nested\n")
+    entries = [models.small_net(), (models.Branch(), (torch.ones(2, 3),)), listing]
+    report = api.audit(entries, ["ort-cpu"], tmp_path / "audit")
+    cells = {Path(c.model).name: c for c in report.cells}
+    assert set(cells) == {"SmallNet.pt2", "Branch.pt", "torch_models.py:nested"}
+    assert cells["SmallNet.pt2"].status == "verified" and cells["SmallNet.pt2"].legal_as_exported
+    assert cells["Branch.pt"].status == "verified", cells["Branch.pt"].message
+    failed = cells["torch_models.py:nested"]
+    assert failed.status == "failed" and failed.stage == Stage.EXPORT and failed.category == "unsupported-op"
+    assert "linalg_eig" in failed.message and not failed.regressed
+    assert (tmp_path / "audit" / failed.details["report"]).is_file()
+    again = api.audit(entries, ["ort-cpu"], tmp_path / "audit")
+    assert again.reused == 3
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "deploycc.cli", *args], capture_output=True, text=True,
                           timeout=600)

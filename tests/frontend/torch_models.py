@@ -95,3 +95,7 @@ def small_net_alone() -> nn.Module:
 
 def not_a_module() -> str:
     return "a string"
+
+
+def nested() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    return Nested(), (torch.randn(1, 3, 3),)
