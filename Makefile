@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= demo
 
-.PHONY: demo test lint typecheck pytest clean benchmarks corpus int8 heldout
+.PHONY: demo test lint typecheck pytest clean benchmarks corpus int8 heldout zoo
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("deploycc needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -85,6 +85,15 @@ heldout: $(BENCH_VENV)/.installed
 # benchmarks/results/int8.json and its block in RESULTS.md. Not part of CI.
 int8: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/int8_suite.py
+
+# The zoo (benchmarks/zoo/): 300 torch models from timm, transformers and torchvision, made from
+# code or small configs (random weights, nothing downloaded), exported as users export them, then
+# audited on every target, as ONNX files and from the module through the front end. Hours on two
+# cores; resumable. Not part of CI.
+zoo: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python benchmarks/zoo/make.py
+	$(BENCH_VENV)/bin/python benchmarks/zoo/audit.py --kind onnx
+	$(BENCH_VENV)/bin/python benchmarks/zoo/audit.py --kind torch
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

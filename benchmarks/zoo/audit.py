@@ -1,0 +1,253 @@
+"""The zoo's audit: `deploycc audit` over what make.py exported, on every target, and the front end
+over the same torch models from their modules (`factories.py:NAME`), with tables per target, per
+family and per exporter, and every failure with its class and cause.
+
+    .venv-bench/bin/python benchmarks/zoo/make.py            # once: the models
+    .venv-bench/bin/python benchmarks/zoo/audit.py [--kind onnx|torch] [--target T ...]
+                                                   [--family timm,...] [--limit N] [--jobs 2]
+
+Resumable: cells are stored by model, target and deploycc version in the audit folder
+(benchmarks/zoo/audit-onnx/ or audit-torch/, ignored by git), so a rerun redoes only what changed.
+Writes benchmarks/zoo/results/KIND.{json,md} and its block of benchmarks/RESULTS.md. Rates are of
+the models ONNX Runtime runs as exported (onnx) or of the models torch runs (torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from deploycc import api  # noqa: E402
+from deploycc.records.audit import HOST_SEGMENTS, AuditOptions  # noqa: E402
+
+TARGETS = ("ort-cpu", "openvino-cpu", "jetson-xavier", "jetson-nano", "jetson-orin", "gpu-trt10")
+# issue 28's goals (onnx) and issue 26's (torch, from the module)
+GOALS = {
+    "onnx": {
+        "ort-cpu": 0.995,
+        "openvino-cpu": 0.98,
+        "jetson-xavier": 0.97,
+        "jetson-orin": 0.97,
+        "gpu-trt10": 0.97,
+        "jetson-nano": 0.92,
+    },
+    "torch": {
+        "ort-cpu": 0.99,
+        "openvino-cpu": 0.99,
+        "jetson-xavier": 0.98,
+        "jetson-orin": 0.98,
+        "gpu-trt10": 0.98,
+        "jetson-nano": 0.95,
+    },
+}
+DONE = {"verified", "benchmarked", "legalized", "legal-as-exported"}
+
+
+def zoo_entries(models: Path, kind: str, families: set[str], limit: int) -> tuple[list[str], dict[str, dict]]:
+    """The audit's entries and, per entry's stem, what the manifest says of it (family, group,
+    exporter, whether ORT runs it)."""
+    manifest = json.loads((models / "manifest.json").read_text())["models"]
+    entries, about = [], {}
+    taken: Counter[str] = Counter()
+    for name, entry in manifest.items():
+        if families and entry["family"] not in families:
+            continue
+        if limit and taken[entry["family"]] >= limit:
+            continue
+        made = [row for row in entry["exports"] if row.get("file") and (models / row["file"]).exists()]
+        if kind == "torch":
+            if not any(row.get("failure", "").startswith(("build", "left out")) for row in entry["exports"]):
+                taken[entry["family"]] += 1
+                entries.append(f"{HERE / 'factories.py'}:{name}")
+                about[name] = {
+                    "family": entry["family"],
+                    "group": entry["group"],
+                    "exporter": "front end",
+                    "runs": True,
+                }
+            continue
+        if made:
+            taken[entry["family"]] += 1
+        for row in made:
+            entries.append(str(models / row["file"]))
+            about[row["file"].removesuffix(".onnx")] = {
+                "family": entry["family"],
+                "group": entry["group"],
+                "exporter": row["exporter"],
+                "runs": row.get("ort") == "ok",
+            }
+    return entries, about
+
+
+def stem(model: str) -> str:
+    return model.rpartition(":")[2] if ".py:" in model else Path(model).name.removesuffix(".onnx")
+
+
+def tables(report: Any, about: dict[str, dict], kind: str) -> tuple[str, dict]:
+    counted = [c for c in report.cells if about.get(stem(c.model), {}).get("runs", True)]
+    goals = GOALS[kind]
+    rows = [
+        "| target | models | legal as exported | after deploycc | goal | with host segments | regressed | "
+        "failure classes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    summary: dict[str, Any] = {}
+    for target in report.targets:
+        cells = [c for c in counted if c.target == target]
+        total = len(cells) or 1
+        exported = sum(1 for c in cells if c.legal_as_exported)
+        done = sum(1 for c in cells if c.status in DONE)
+        hosted = sum(1 for c in cells if c.status == HOST_SEGMENTS)
+        regressed = sum(1 for c in cells if c.regressed)
+        classes = Counter(str(c.category) for c in cells if c.status == "failed")
+        summary[target] = {
+            "models": len(cells),
+            "legal_as_exported": exported,
+            "after_deploycc": done,
+            "rate": round(done / total, 4),
+            "goal": goals.get(target),
+            "regressed": regressed,
+            "with_host_segments": hosted,
+            "classes": dict(classes),
+        }
+        rows.append(
+            f"| {target} | {len(cells)} | {exported} ({exported / total:.0%}) | **{done} "
+            f"({done / total:.1%})** | {goals.get(target, 0):.1%} | {done + hosted} | {regressed} | "
+            + ", ".join(f"{k} {v}" for k, v in classes.most_common())
+            + " |"
+        )
+    lines = [*rows, ""]
+    for axis in ("family", "exporter"):
+        groups: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for cell in counted:
+            groups[about.get(stem(cell.model), {}).get(axis, "?")][cell.target].append(cell)
+        if len(groups) < 2 and axis == "exporter":
+            continue
+        lines += [
+            f"By {axis} (after deploycc / models):",
+            "",
+            f"| {axis} | " + " | ".join(report.targets) + " |",
+            "|---|" + "---|" * len(report.targets),
+        ]
+        for group, per_target in sorted(groups.items()):
+            cells_text = []
+            for target in report.targets:
+                cells = per_target.get(target, [])
+                done = sum(1 for c in cells if c.status in DONE)
+                cells_text.append(f"{done}/{len(cells)}" if cells else "")
+            lines.append(f"| {group} | " + " | ".join(cells_text) + " |")
+        lines.append("")
+    failures = [c for c in counted if c.status in ("failed", HOST_SEGMENTS)]
+    lines += [
+        "Every cell that did not deploy whole, with its class and cause:",
+        "",
+        "| model | target | class | stage | cause |",
+        "|---|---|---|---|---|",
+    ]
+    for cell in sorted(failures, key=lambda c: (not c.regressed, c.target, stem(c.model))):
+        cause = cell.message.replace("|", "/").replace("\n", " ")[:220]
+        flag = " **regressed**" if cell.regressed else ""
+        lines.append(
+            f"| {stem(cell.model)} | {cell.target} | {cell.category}{flag} | {cell.stage} | {cause} |"
+        )
+    return "\n".join(lines), summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--kind", choices=["onnx", "torch"], default="onnx")
+    parser.add_argument("--models", type=Path, default=HERE / "models")
+    parser.add_argument("--target", action="append", dest="targets")
+    parser.add_argument("--family", default="", help="comma-separated: timm, transformers, torchvision")
+    parser.add_argument("--limit", type=int, default=0, help="the first N models of each family")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--fresh", action="store_true")
+    args = parser.parse_args()
+    if not (args.models / "manifest.json").exists():
+        sys.exit(f"{args.models / 'manifest.json'} not found: make the zoo first (benchmarks/zoo/make.py)")
+    families = {f for f in args.family.split(",") if f}
+    entries, about = zoo_entries(args.models, args.kind, families, args.limit)
+    listing = HERE / f"audit-{args.kind}.txt"
+    listing.write_text("".join(f"{entry}\n" for entry in entries))
+    from deploycc.report.progress import progress_bar
+
+    options = AuditOptions(
+        jobs=args.jobs, timeout=args.timeout, fresh=args.fresh, memory_limit_mb=12288, partition=True
+    )
+    with progress_bar(f"auditing the zoo ({args.kind})") as update:
+
+        def progress(counts: Counter[str], total: int) -> None:
+            update(
+                ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "starting",
+                sum(counts.values()),
+                total,
+            )
+
+        def finished(cell: Any, done: int, total: int) -> None:
+            update.line(
+                f"[{done}/{total}] {stem(cell.model)} @ {cell.target}: {cell.status}"
+                f"{f' ({cell.category})' if cell.category else ''}, {cell.seconds:.1f} s"
+            )
+
+        report = api.audit(
+            [str(listing)],
+            list(args.targets or TARGETS),
+            HERE / f"audit-{args.kind}",
+            options,
+            progress=progress,
+            finished=finished,
+        )
+    text, summary = tables(report, about, args.kind)
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    seconds = sum(c.seconds for c in report.cells if not c.cached)
+    (results / f"{args.kind}.json").write_text(
+        json.dumps(
+            {
+                "summary": summary,
+                "cells": [c.__dict__ for c in report.cells],
+                "seconds_run": round(seconds, 1),
+            },
+            indent=1,
+            default=str,
+        )
+        + "\n"
+    )
+    what = (
+        "the ONNX files `benchmarks/zoo/make.py` exported"
+        if args.kind == "onnx"
+        else "the zoo's torch models from the module (`benchmarks/zoo/factories.py:NAME`), by the front end"
+    )
+    heading = (
+        f"## Zoo audit ({args.kind})\n\nMade by `benchmarks/zoo/audit.py --kind {args.kind}` over "
+        f"{len(report.models)} entries: {what}; raw data in `zoo/results/{args.kind}.json`. Stages "
+        "check, legalize, build, verify with the hints' static shapes on TensorRT targets (built on the "
+        'device: "after deploycc" there is legal and verified on ORT); a model refused whole is tried '
+        "with host segments, counted apart.\n\n"
+    )
+    (results / f"{args.kind}.md").write_text(heading + text + "\n")
+    from results_page import put_block
+
+    begin, end = f"<!-- zoo-{args.kind}:begin -->", f"<!-- zoo-{args.kind}:end -->"
+    put_block(f"{begin}\n{heading}{text}\n{end}", begin, end)
+    for target, row in summary.items():
+        print(
+            f"{target}: {row['after_deploycc']}/{row['models']} ({row['rate']:.1%}), "
+            f"regressed {row['regressed']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
