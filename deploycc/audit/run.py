@@ -225,11 +225,13 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
                 spec.device_engine = options.device_engine
             key = spec.key(version)
             spec.workdir = str(outdir / BUILDS / folders[(model, target.name)])
+            spec.references = str(outdir / REFERENCES)
             cells.append((key, spec))
     return cells
 
 
 BUILDS = "builds"  # under OUTDIR: one build folder per cell
+REFERENCES = "references"  # under OUTDIR: the originals' outputs, shared by a model's cells
 
 
 def cell_folders(models: list[Path], targets: list[Target]) -> dict[tuple[Path, str], str]:

@@ -8,6 +8,7 @@ cell's result as JSON.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -20,6 +21,7 @@ from deploycc.records.audit import FROM_LEGALITY, HOST_SEGMENTS, CellResult, Cel
 from deploycc.records.export import DATA_DEPENDENT, NOT_PROVEN, OPSET_CEILING, TORCH_FAILURE, UNSUPPORTED_OP
 from deploycc.results import from_dict
 from deploycc.taxonomy import BuildStatus, CellStatus, Failure, Precision, Severity, Stage
+from deploycc.verify import reference
 
 if TYPE_CHECKING:
     from deploycc.analysis.check import TargetVerdict
@@ -338,6 +340,8 @@ def run_cell(spec: CellSpec) -> CellResult:
 
     started = time.perf_counter()
     result = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage=Stage.CHECK)
+    # The originals' outputs shared between the cells of the audit (a Ray worker runs many cells)
+    os.environ[reference.CACHE_ENV], os.environ[reference.MODEL_ENV] = spec.references, spec.model_sha256
     try:
         target = resolve(spec.target, spec.jetpack)
         if source_kind(spec.model) is not None:

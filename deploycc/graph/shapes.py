@@ -57,7 +57,7 @@ def load_inferred(path: str | os.PathLike[str], *, check: bool = True) -> Loaded
     from deploycc import io
 
     read = io.read_checked(path, check=check)
-    inferred_on_proto = read.proto.ByteSize() < PROTO_INFERENCE_LIMIT
+    inferred_on_proto = read.path.stat().st_size < PROTO_INFERENCE_LIMIT  # the proto's size, without a walk
     if inferred_on_proto:
         read.proto, note = infer_proto(read.proto)
         read.notes += [note] if note else []

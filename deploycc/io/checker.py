@@ -15,12 +15,14 @@ if TYPE_CHECKING:
 LARGE_TENSOR_BYTES = 1024  # initializers above this are kept out of protobuf round trips
 
 
-def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = False) -> None:
+def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = False,
+                size: int | None = None) -> None:
     """onnx.checker as a one-line error; weights are not loaded, so it works past 2 GB.
 
     With external data the checker is given the path: given a proto, it would look for the
     data files relative to the current directory instead of beside the model. The locations
-    were vetted by validate_external_data before this runs.
+    were vetted by validate_external_data before this runs. `size`: the proto's serialized size
+    where the caller knows it (the file's): protobuf's ByteSize costs a walk of every weight.
     """
     import onnx
 
@@ -31,7 +33,7 @@ def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = Fa
                                     f"the {newest} the installed onnx {onnx.__version__} knows",
                               "upgrade onnx, or export the model at a lower opset")
     try:
-        onnx.checker.check_model(str(path) if has_external_data else _without_weights(proto),
+        onnx.checker.check_model(str(path) if has_external_data else _without_weights(proto, size),
                                  full_check=False)
     except Exception as error:  # ValidationError, and other types the C++ checker raises
         raise model_error(path, f"fails the ONNX checker: {_one_line(error)}") from None
@@ -40,14 +42,14 @@ def check_proto(proto: onnx.ModelProto, path: Path, has_external_data: bool = Fa
 CHECK_COPY_LIMIT = 8 << 20
 
 
-def _without_weights(proto: onnx.ModelProto) -> onnx.ModelProto:
+def _without_weights(proto: onnx.ModelProto, size: int | None = None) -> onnx.ModelProto:
     """The model with its large initializers declared as graph inputs instead, for the checker:
     given a proto it serializes it and parses it again in C++, two more copies of every weight.
     What it checks of an initializer beyond its type and shape (a data size that fits the dims)
     validate_inline_tensors has checked already. Small models go as they are."""
     import onnx
 
-    if proto.ByteSize() < CHECK_COPY_LIMIT:
+    if (proto.ByteSize() if size is None else size) < CHECK_COPY_LIMIT:
         return proto
     light = onnx.ModelProto()
     for descriptor, value in proto.ListFields():
@@ -73,12 +75,27 @@ def _without_weights(proto: onnx.ModelProto) -> onnx.ModelProto:
     if light.ir_version < 4:
         light.ir_version = 4  # an initializer that became an input alone is no longer listed twice
     for tensor in graph.initializer:
-        if tensor.ByteSize() <= LARGE_TENSOR_BYTES + 256 and not tensor.HasField("data_location"):
+        if _data_bytes(tensor) <= LARGE_TENSOR_BYTES and not tensor.HasField("data_location"):
             light.graph.initializer.append(tensor)
         elif tensor.name not in inputs:
             light.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type,
                                                                         list(tensor.dims)))
     return light
+
+
+def _data_bytes(tensor: onnx.TensorProto) -> int:
+    """The tensor's data size from its dims and type, without touching its data (ByteSize walks
+    it: about a second over a ConvNeXt's initializers, on every read); 8 bytes per string."""
+    import onnx
+
+    try:
+        width = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):  # strings and types numpy lacks
+        width = 8
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count * max(width, 1)
 
 
 def onnxruntime_loads(path: Path) -> bool:

@@ -121,7 +121,8 @@ def read_checked(path: str | os.PathLike[str], *, check: bool = True) -> ReadPro
         notes.append(f"the graph was not topologically sorted: {moved} node(s) put in order")
     if check:
         try:
-            check_proto(proto, model_path, has_external_data=bool(external_files))
+            check_proto(proto, model_path, has_external_data=bool(external_files),
+                        size=model_path.stat().st_size)
         except ModelInputError as error:
             if not onnxruntime_loads(model_path):
                 raise

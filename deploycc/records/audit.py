@@ -91,6 +91,9 @@ class CellSpec:
     # "onnxruntime" standing in): this cell writes the device bundle even where TensorRT is
     # importable, and the board's runner builds, verifies and times it.
     device_engine: str | None = None
+    # Where the cells of one audit share the original's outputs on the same inputs
+    # (verify/reference.py): run once per model, not once per target. Not part of the key.
+    references: str = ""
 
     def key(self, version: str) -> str:
         axes = f"{sorted(self.fixed.items())}|{self.batch_range}|{sorted(self.shape_ranges.items())}"

@@ -69,7 +69,13 @@ class Verification:
 
 def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
     """The original on ORT CPU in a child process (a hostile model may crash ORT); the onnx
-    reference evaluator when ORT refuses it (not when it crashed)."""
+    reference evaluator when ORT refuses it (not when it crashed). Once per inputs (reference.py)."""
+    from deploycc.verify.reference import original_outputs
+
+    return original_outputs(path, feeds, lambda: _compute_original(path, feeds))
+
+
+def _compute_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
     try:
         return run_ort_isolated(path, feeds), ORT
     except RunError as ort_error:
