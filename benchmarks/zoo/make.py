@@ -78,6 +78,10 @@ def export(model: ZooModel, module: Any, exporter: str, opset: int, path: Path) 
             assert program is not None
             program.save(str(path), external_data=False)
             return f"dynamic {dynamic}"
+    if opset < 14:  # no ONNX translation of fused attention below 14: timm's own switch, as its users do
+        for layer in module.modules():
+            if getattr(layer, "fused_attn", None) is True:
+                layer.fused_attn = False
     axes = {name: dict(axes) for name, axes in model.dynamic.items()}
     if any(0 in a for a in axes.values()):
         axes.update({output: {0: "batch"} for output in model.outputs})
