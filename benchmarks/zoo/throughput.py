@@ -1,0 +1,129 @@
+"""The audit's throughput, before and after a change, side by side in one run: `deploycc audit`
+over the same zoo models and targets, once with the code at REV (a git worktree of this repository,
+first on PYTHONPATH, cells included) and once with the working tree, each into a fresh folder.
+
+    .venv-bench/bin/python benchmarks/zoo/throughput.py --rev 458fd94 [--models 50] [--target T ...]
+
+Reports cells per hour of each, their ratio, and whether both audits reached the same status in
+every cell; writes benchmarks/zoo/results/throughput.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+
+
+def pick(models: Path, count: int) -> list[str]:
+    """The first `count` exports of the zoo, the families in turn (zoo.txt is in that order)."""
+    manifest = json.loads((models / "manifest.json").read_text())["models"]
+    files = [
+        row["file"]
+        for entry in manifest.values()
+        for row in entry["exports"]
+        if row.get("file") and row.get("ort") == "ok" and (models / row["file"]).exists()
+    ]
+    return [str(models / name) for name in files[:count]]
+
+
+def audit(
+    code: Path, listing: Path, targets: list[str], out: Path, jobs: int
+) -> tuple[float, dict[str, str]]:
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    command = [
+        sys.executable,
+        "-m",
+        "deploycc.cli",
+        "audit",
+        str(listing),
+        "-o",
+        str(out),
+        "--jobs",
+        str(jobs),
+        "--json",
+        *[arg for target in targets for arg in ("--target", target)],
+    ]
+    started = time.perf_counter()
+    child = subprocess.run(command, env=env, capture_output=True, text=True, cwd=code)
+    seconds = time.perf_counter() - started
+    if child.returncode != 0:
+        sys.exit(f"audit with {code} failed: {child.stderr.strip().splitlines()[-1:]}")
+    report = json.loads(child.stdout)
+    return seconds, {f"{Path(c['model']).name}@{c['target']}": c["status"] for c in report["cells"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rev", required=True, help="the code before the change (a commit)")
+    parser.add_argument("--models", type=int, default=50)
+    parser.add_argument("--target", action="append", dest="targets")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--zoo", type=Path, default=HERE / "models")
+    args = parser.parse_args()
+    targets = args.targets or ["ort-cpu", "jetson-xavier"]
+    work = Path(tempfile.mkdtemp(prefix="deploycc-throughput-"))
+    listing = work / "models.txt"
+    listing.write_text("".join(f"{m}\n" for m in pick(args.zoo, args.models)))
+    before = work / "before"
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(before), args.rev],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        runs = {}
+        for label, code in (("before", before), ("after", REPO)):
+            seconds, statuses = audit(code, listing, targets, work / f"audit-{label}", args.jobs)
+            runs[label] = {
+                "seconds": round(seconds, 1),
+                "cells": len(statuses),
+                "cells_per_hour": round(len(statuses) / seconds * 3600),
+                "statuses": statuses,
+            }
+            print(
+                f"{label}: {len(statuses)} cells in {seconds:.0f} s, "
+                f"{runs[label]['cells_per_hour']} cells/hour"
+            )
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    differ = sorted(k for k, v in runs["before"]["statuses"].items() if runs["after"]["statuses"].get(k) != v)
+    ratio = runs["after"]["cells_per_hour"] / max(runs["before"]["cells_per_hour"], 1)
+    print(
+        f"after / before: {ratio:.2f}x cells per hour; "
+        f"cells whose status differs: {len(differ)} {differ[:10]}"
+    )
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    (results / "throughput.json").write_text(
+        json.dumps(
+            {
+                "rev_before": args.rev,
+                "targets": targets,
+                "models": args.models,
+                "jobs": args.jobs,
+                "ratio": round(ratio, 2),
+                "differ": differ,
+                **{k: {kk: vv for kk, vv in v.items() if kk != "statuses"} for k, v in runs.items()},
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
