@@ -8,12 +8,16 @@ Targets other than ORT do not know them; each has an exact standard-ONNX form:
 - SkipLayerNormalization(x, skip, gamma, beta, bias): s = x + skip + bias, LayerNorm(s) over the
   last axis; its fourth output is s itself
 - SkipSimplifiedLayerNormalization / SimplifiedLayerNormalization: the same with RMS norm
+- EmbedLayerNormalization: the embedding lookups (word, position, segment) summed, LayerNorm, and
+  the mask's token count per row
+- Attention (without past state): one projection split into q, k, v, scaled dot-product attention
+  per head with ORT's additive mask
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deploycc.rules.activations import gelu_erf, gelu_tanh, hard_sigmoid
 from deploycc.rules.base import Builder, Decline, Rule, Site
@@ -183,3 +187,166 @@ class SimplifiedLayerNormalizationRule(Rule):
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         normalized, _ = rms_normalize(b, site.inputs[0], [-1], site.attr("epsilon", 1e-5), site.dtype(0))  # type: ignore[arg-type]
         return [b.op("Mul", normalized, site.inputs[1])]
+
+
+@register
+class EmbedLayerNormalizationRule(_Contrib):
+    """com.microsoft EmbedLayerNormalization: s = W[ids] + P[positions] (+ S[segments]);
+    LayerNorm(s) * gamma + beta; the count of mask == 1 per row (int32, zeros without a mask); s.
+    ORT's transformer optimizer fuses BERT's embeddings into it. Positions are position_ids (per row,
+    or one row for all) or 0..seq-1."""
+
+    name = "ms-embed-layer-normalization"
+    op_type = "EmbedLayerNormalization"
+
+    def check(self, site: Site) -> str | None:
+        if site.has_input(1) != site.has_input(4):
+            return "segment_ids without segment_embedding (or the reverse)"
+        return None
+
+    def proof_values(self, site: Site, seed: int) -> dict[int, Any]:
+        """Indices within each table (random integers would fall outside them)."""
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        values: dict[int, Any] = {}
+        for index, table in ((0, 2), (1, 4), (8, 3)):
+            shape, rows = site.shape(index), (site.shape(table) or [None])[0]
+            if not site.has_input(index) or site.constant(index) is not None or shape is None \
+                    or any(d is None for d in shape) or rows is None:
+                continue
+            dims = [int(d) for d in shape if d is not None]
+            values[index] = rng.integers(0, rows, size=dims).astype(np.int32)
+        if site.has_input(7) and site.constant(7) is None and site.shape(7) is not None:
+            dims = [int(d or 1) for d in site.shape(7) or []]
+            values[7] = rng.integers(0, 2, size=dims).astype(np.int32)
+        return values
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        import numpy as np
+
+        ids = site.inputs[0]
+        assert ids is not None
+        total = b.op("Gather", site.inputs[2], ids)
+        if site.has_input(8):
+            positions = b.op("Gather", site.inputs[3], site.inputs[8])
+        else:
+            length = b.op("Gather", b.op("Shape", ids), b.const(np.array(1, dtype=np.int64)))
+            steps = b.op("Range", b.const(np.array(0, dtype=np.int64)), length,
+                         b.const(np.array(1, dtype=np.int64)))
+            positions = b.op("Gather", site.inputs[3], steps)
+        total = b.op("Add", total, positions)
+        if site.has_input(1):
+            total = b.op("Add", total, b.op("Gather", site.inputs[4], site.inputs[1]))
+        normalized, _, _ = normalize(b, total, [-1], site.attr("epsilon", 1e-12), site.dtype(2))
+        y = b.op("Add", b.op("Mul", normalized, site.inputs[5]), site.inputs[6])
+        outputs = [y]
+        if site.output_count > 1:
+            outputs.append(_mask_index(site, b, ids))
+        if site.output_count > 2:
+            outputs.append(total)
+        return outputs
+
+
+def _mask_index(site: Site, b: Builder, ids: ir.Value) -> ir.Value:
+    """The number of mask entries equal to 1 in each row, as int32; zeros without a mask. Counted
+    in float (TensorRT reduces floats), exact up to 2^24 tokens."""
+    import numpy as np
+
+    float32, int32 = 1, 6  # onnx.TensorProto.FLOAT, INT32
+    if site.has_input(7):
+        ones = b.op("Cast", b.op("Equal", site.inputs[7], b.const(np.array(1, dtype=np.int32))), to=float32)
+        return b.op("Cast", b.reduce("ReduceSum", ones, [1], keepdims=0), to=int32)
+    first = b.op("Gather", b.op("Cast", ids, to=float32), b.const(np.array(0, dtype=np.int64)), axis=1)
+    return b.op("Cast", b.op("Mul", first, b.const(np.array(0.0, dtype=np.float32))), to=int32)
+
+
+@register
+class MsAttentionRule(_Contrib):
+    """com.microsoft Attention without past state: q, k, v = split(x W + b); softmax(q k^T * scale +
+    mask) v per head. ORT's transformer optimizer fuses BERT's self-attention into it. The mask adds
+    mask_filter_value (-10000) where a key is hidden: from key lengths [batch] (right padding), a
+    0/1 mask [batch, keys] or [batch, queries, keys]."""
+
+    name = "ms-attention"
+    op_type = "Attention"
+
+    def check(self, site: Site) -> str | None:
+        if any(site.has_input(i) for i in (4, 5, 6)):
+            return "past state and attention bias inputs are not rewritten"
+        if site.output_count > 1 and site.output_used(1):
+            return "the present output is used"
+        if site.attr("unidirectional", 0) or site.attr("do_rotary", 0):
+            return "unidirectional (causal) and rotary attention are not rewritten"
+        if site.rank(0) not in (3, None) or (site.shape(1) or [None, None])[1] is None:
+            return "needs a 3-D input (as the op's schema says) and weights of static width"
+        if self._sizes(site) is None:
+            return "hidden sizes do not divide by num_heads"
+        if site.has_input(3):
+            rank = site.rank(3)
+            if rank not in (1, 2, 3):
+                return "the mask's rank is unknown" if rank is None else f"a {rank}-D mask is not rewritten"
+            if rank == 1 and not self._mask_is_lengths(site):
+                return "a 1-D mask must be one key length per batch row (start and end positions are not)"
+        return None
+
+    @staticmethod
+    def _sizes(site: Site) -> tuple[int, int, int] | None:
+        heads = site.attr("num_heads")
+        total = (site.shape(1) or [None, None])[1]
+        sizes = site.attr("qkv_hidden_sizes") or ([total // 3] * 3 if total else None)
+        if not heads or not sizes or len(sizes) != 3 or sizes[0] != sizes[1] or \
+                any(s % heads for s in sizes) or sum(sizes) != total:
+            return None
+        return int(sizes[0]), int(sizes[1]), int(sizes[2])
+
+    @staticmethod
+    def _mask_is_lengths(site: Site) -> bool:
+        """The 1-D mask is not twice the input's batch as far as shapes say: ORT's optimizer writes
+        lengths [batch]; [2 * batch] (start and end positions) fails the proof and verification."""
+        mask, batch = (site.shape(3) or [None])[0], (site.shape(0) or [None])[0]
+        return mask is None or batch is None or mask == batch
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        import math
+
+        heads = int(site.attr("num_heads"))
+        q_size, _, v_size = self._sizes(site)  # type: ignore[misc]
+        dtype = site.dtype(0)
+        qkv = b.op("MatMul", site.inputs[0], site.inputs[1])
+        if site.has_input(2):
+            qkv = b.op("Add", qkv, site.inputs[2])
+        q, k, v = b.ops("Split", qkv, b.ints([q_size, q_size, v_size]), outputs=3, axis=2) if b.opset >= 13 \
+            else b.ops("Split", qkv, outputs=3, axis=2, split=[q_size, q_size, v_size])
+
+        def heads_first(x: ir.Value, perm: list[int]) -> ir.Value:
+            return b.op("Transpose", b.op("Reshape", x, b.ints([0, 0, heads, -1])), perm=perm)
+
+        scale = site.attr("scale") or 1 / math.sqrt(q_size // heads)
+        scores = b.op("MatMul", heads_first(q, [0, 2, 1, 3]), heads_first(k, [0, 2, 3, 1]))
+        scores = b.op("Mul", scores, b.scalar_like(scale, dtype))
+        if site.has_input(3):
+            scores = b.op("Add", scores, self._mask_bias(site, b, scores, dtype))
+        y = b.op("MatMul", b.softmax(scores, -1), heads_first(v, [0, 2, 1, 3]))
+        y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints([0, 0, -1]))
+        return [y]
+
+    @staticmethod
+    def _mask_bias(site: Site, b: Builder, scores: ir.Value, dtype: ir.DataType | None) -> ir.Value:
+        """mask_filter_value where a key is hidden, 0 elsewhere, broadcast to [batch, heads, q, k]."""
+        import numpy as np
+
+        np_dtype = dtype.numpy() if dtype is not None else np.float32
+        hidden_value = b.const(np.array(site.attr("mask_filter_value", -10000.0), np_dtype))
+        zero = b.const(np.array(0, np_dtype))
+        mask = site.inputs[3]
+        rank = site.rank(3)
+        if rank == 1:  # key lengths: positions at or past the length are hidden
+            keys = b.op("Gather", b.op("Shape", scores), b.const(np.array(3, np.int64)))
+            positions = b.op("Range", b.const(np.array(0, np.int64)), keys, b.const(np.array(1, np.int64)))
+            lengths = b.unsqueeze(b.op("Cast", mask, to=7), [1])  # [batch, 1], int64
+            visible = b.op("Less", b.unsqueeze(positions, [0]), lengths)  # [batch, keys]
+            return b.unsqueeze(b.op("Where", visible, zero, hidden_value), [1, 2])
+        visible = b.op("Greater", b.op("Cast", mask, to=7), b.const(np.array(0, np.int64)))
+        bias = b.op("Where", visible, zero, hidden_value)
+        return b.unsqueeze(bias, [1, 2] if rank == 2 else [1])

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.rules.helpers import declines, rewrite_and_compare
 
 HEADER = '<ir_version: 10, opset_import: ["" : 17, "com.microsoft" : 1]>'
+
+
+def _weights(rows: int, cols: int, step: int) -> str:
+    """A weight tensor's values for the graph text: varied, not random, within [-0.5, 0.5]."""
+    return ", ".join(str(((i * step) % 17) / 16 - 0.5) for i in range(rows * cols))
 
 
 @pytest.mark.parametrize(("call", "inputs", "rule"), [
@@ -72,3 +78,113 @@ def test_simplified_layer_normalization() -> None:
             y = SimplifiedLayerNormalization<epsilon=1e-5, axis=-1>(x, gamma)
         }
     """, "SimplifiedLayerNormalization", "ms-simplified-layer-normalization", atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize(("signature", "call"), [
+    # BERT as ORT's optimizer fuses it: segments, a mask, and every output
+    ("int32[2,5] ids, int32[2,5] seg, int32[2,5] mask",
+     "(ids, seg, words, positions, segments, gamma, beta, mask)"),
+    # DistilBERT: no segments, no mask; positions given as one row for the batch
+    ("int32[2,5] ids, int32[1,5] pos", '(ids, "", words, positions, "", gamma, beta, "", pos)'),
+])
+def test_embed_layer_normalization(signature: str, call: str) -> None:
+    rewrite_and_compare(f"""
+        {HEADER}
+        g ({signature}) => (float[2,5,8] y, int32[2] mask_index, float[2,5,8] total) {{
+            words = Constant<value = float[11,8] {{{_weights(11, 8, 7)}}}>()
+            positions = Constant<value = float[6,8] {{{_weights(6, 8, 5)}}}>()
+            segments = Constant<value = float[2,8] {{{_weights(2, 8, 3)}}}>()
+            gamma = Constant<value = float[8] {{1.0, 0.5, 2.0, 1.5, 1.0, 0.25, 1.0, 3.0}}>()
+            beta = Constant<value = float[8] {{0.0, 0.1, -0.1, 0.2, 0.0, 0.3, -0.2, 0.0}}>()
+            y, mask_index, total = com.microsoft.EmbedLayerNormalization<epsilon=1e-5>{call}
+        }}
+    """, "EmbedLayerNormalization", "ms-embed-layer-normalization", atol=1e-4, rtol=1e-3,
+        feeds={"ids": np.array([[1, 4, 10, 0, 3], [7, 7, 2, 9, 5]], np.int32),
+               "seg": np.array([[0, 0, 1, 1, 1], [0, 1, 0, 1, 0]], np.int32),
+               "mask": np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32),
+               "pos": np.array([[0, 2, 1, 4, 5]], np.int32)} if "seg" in signature else
+        {"ids": np.array([[1, 4, 10, 0, 3], [7, 7, 2, 9, 5]], np.int32),
+         "pos": np.array([[0, 2, 1, 4, 5]], np.int32)})
+
+
+
+@pytest.mark.parametrize(("mask_type", "mask_arg", "mask"), [
+    ("int32[2] mask", "mask", np.array([3, 5], np.int32)),  # key lengths, as EmbedLayerNormalization writes
+    ("int32[2,5] mask", "mask", np.array([[1, 1, 0, 1, 0], [1, 1, 1, 1, 1]], np.int32)),  # 0/1 per key
+    ("int32[2,5,5] mask", "mask", (np.arange(50).reshape(2, 5, 5) % 3 > 0).astype(np.int32)),
+    ("", '""', None),
+])
+def test_ms_attention(mask_type: str, mask_arg: str, mask: np.ndarray | None) -> None:
+    inputs = "float[2,5,8] x" + (f", {mask_type}" if mask_type else "")
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 5, 8)).astype(np.float32)}
+    if mask is not None:
+        feeds["mask"] = mask
+    rewrite_and_compare(f"""
+        {HEADER}
+        g ({inputs}) => (float[2,5,8] y) {{
+            w = Constant<value = float[8,24] {{{_weights(8, 24, 5)}}}>()
+            b = Constant<value = float[24] {{{_weights(1, 24, 3)}}}>()
+            y = com.microsoft.Attention<num_heads=2>(x, w, b, {mask_arg})
+        }}
+    """, "Attention", "ms-attention", atol=1e-4, rtol=1e-3, feeds=feeds)
+
+
+def test_causal_ms_attention_is_declined() -> None:
+    declines(f"""
+        {HEADER}
+        g (float[2,5,8] x, float[8,24] w) => (float[2,5,8] y) {{
+            y = com.microsoft.Attention<num_heads=2, unidirectional=1>(x, w)
+        }}
+    """, "Attention", "unidirectional")
+
+
+def test_ort_optimized_bert_is_legal_on_tensorrt_after_deploycc(tmp_path) -> None:
+    """The graph ORT's transformer optimizer makes of a BERT layer: EmbedLayerNormalization feeding
+    its mask's lengths to Attention, then SkipLayerNormalization and BiasGelu, all contrib ops no
+    TensorRT parser reads; legalized for the Jetson Xavier and verified against ORT's kernels."""
+    from deploycc import api
+
+    hidden, ffn = 8, 16
+    text = f"""
+        {HEADER}
+        g (int32[batch,seq] ids, int32[batch,seq] seg, int32[batch,seq] attention_mask)
+            => (float[batch,seq,8] y) {{
+            words = Constant<value = float[30,8] {{{_weights(30, hidden, 7)}}}>()
+            positions = Constant<value = float[16,8] {{{_weights(16, hidden, 5)}}}>()
+            segments = Constant<value = float[2,8] {{{_weights(2, hidden, 3)}}}>()
+            gamma = Constant<value = float[8] {{{_weights(1, hidden, 9)}}}>()
+            beta = Constant<value = float[8] {{{_weights(1, hidden, 11)}}}>()
+            qkv = Constant<value = float[8,24] {{{_weights(hidden, 24, 5)}}}>()
+            qkv_bias = Constant<value = float[24] {{{_weights(1, 24, 3)}}}>()
+            proj = Constant<value = float[8,8] {{{_weights(hidden, hidden, 13)}}}>()
+            up = Constant<value = float[8,16] {{{_weights(hidden, ffn, 7)}}}>()
+            up_bias = Constant<value = float[16] {{{_weights(1, ffn, 5)}}}>()
+            down = Constant<value = float[16,8] {{{_weights(ffn, hidden, 3)}}}>()
+            embedded, lengths = com.microsoft.EmbedLayerNormalization<epsilon=1e-12>(
+                ids, seg, words, positions, segments, gamma, beta, attention_mask)
+            attended = com.microsoft.Attention<num_heads=2>(embedded, qkv, qkv_bias, lengths)
+            projected = MatMul(attended, proj)
+            normed = com.microsoft.SkipLayerNormalization<epsilon=1e-12>(projected, embedded, gamma, beta)
+            raised = MatMul(normed, up)
+            activated = com.microsoft.BiasGelu(raised, up_bias)
+            lowered = MatMul(activated, down)
+            y = com.microsoft.SkipLayerNormalization<epsilon=1e-12>(lowered, normed, gamma, beta)
+        }}
+    """
+    import onnx
+
+    path = tmp_path / "bert_ort_optimized.onnx"
+    onnx.save(onnx.parser.parse_model(text), path)
+    np.savez(tmp_path / "inputs.npz", ids=np.array([[2, 9, 17, 4, 0, 0], [5, 29, 1, 8, 3, 12]], np.int32),
+             seg=np.array([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]], np.int32),
+             attention_mask=np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.int32))
+    before = api.check(str(path), targets=["jetson-xavier"])
+    assert before.exit_code == 1
+    from deploycc.options import LegalizeOptions
+
+    report = api.legalize(str(path), "jetson-xavier", tmp_path / "out.onnx",
+                          LegalizeOptions(inputs=tmp_path / "inputs.npz"))
+    assert report.success, report.summary
+    assert {r.rule for r in report.rewrites} >= {"ms-embed-layer-normalization", "ms-attention",
+                                                 "ms-skip-layer-normalization", "ms-bias-gelu"}
+    assert report.verification is not None and report.verification.passed
