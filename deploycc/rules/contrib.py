@@ -12,6 +12,7 @@ Targets other than ORT do not know them; each has an exact standard-ONNX form:
   the mask's token count per row
 - Attention (without past state): one projection split into q, k, v, scaled dot-product attention
   per head with ORT's additive mask
+- DynamicQuantizeLSTM: the LSTM on its dequantized weights (ORT's quantize_dynamic writes it)
 """
 
 from __future__ import annotations
@@ -350,3 +351,60 @@ class MsAttentionRule(_Contrib):
         visible = b.op("Greater", b.op("Cast", mask, to=7), b.const(np.array(0, np.int64)))
         bias = b.op("Where", visible, zero, hidden_value)
         return b.unsqueeze(bias, [1, 2] if rank == 2 else [1])
+
+
+LSTM_ATTRIBUTES = ("activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size",
+                   "input_forget")
+
+
+@register
+class DynamicQuantizeLstmRule(_Contrib):
+    """com.microsoft DynamicQuantizeLSTM -> LSTM on its dequantized weights: W = (Wq - zero_point) *
+    scale, per direction or per gate column, laid out [directions, 4 * hidden, inputs] (the contrib
+    op keeps them transposed). ORT's kernel also quantizes X and H at every step: the float form
+    differs from it by a step of that grid, as verification of a quantized model allows."""
+
+    name = "ms-dynamic-quantize-lstm"
+    op_type = "DynamicQuantizeLSTM"
+    atol = 0.1  # int8 tolerances (verify/compare.py): the kernel rounds X and H to uint8 per step
+    rtol = 0.1
+
+    def check(self, site: Site) -> str | None:
+        if any(site.constant(i) is None for i in (1, 2, 8, 9, 10, 11)):
+            return "weights, scales and zero points must be constants"
+        return None
+
+    def proof_values(self, site: Site, seed: int) -> dict[int, Any]:
+        """Activations of a trained model's scale: the kernel's per-step uint8 grid spans the
+        input's range, so the edge values random data holds (1e30) leave it no resolution."""
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        values: dict[int, Any] = {}
+        for index in (0, 5, 6):
+            shape = site.shape(index) if site.has_input(index) else None
+            if shape is not None and all(d is not None for d in shape) and site.constant(index) is None:
+                dims = [int(d) for d in shape if d is not None]
+                values[index] = rng.uniform(-1, 1, dims).astype(np.float32)
+        return values
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        weights = [self._dequantized(site, at, scale_at) for at, scale_at in ((1, 8), (2, 10))]
+        attributes = {name: site.attr(name) for name in LSTM_ATTRIBUTES if site.attr(name) is not None}
+        inputs = [site.inputs[0], b.const(weights[0]), b.const(weights[1]),
+                  *(site.inputs[i] if site.has_input(i) else None for i in range(3, 8))]
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        return list(b.ops("LSTM", *inputs, outputs=site.output_count, **attributes))
+
+    @staticmethod
+    def _dequantized(site: Site, at: int, scale_at: int) -> Any:
+        """[directions, inputs, 4 * hidden] integers -> [directions, 4 * hidden, inputs] float."""
+        import numpy as np
+
+        quantized = site.constant(at).astype(np.float32)  # type: ignore[union-attr]
+        scale = site.constant(scale_at).astype(np.float32)  # type: ignore[union-attr]
+        zero_point = site.constant(scale_at + 1).astype(np.float32)  # type: ignore[union-attr]
+        directions = quantized.shape[0]
+        scale, zero_point = (v.reshape(directions, 1, -1) for v in (scale, zero_point))  # per column or one
+        return np.ascontiguousarray(((quantized - zero_point) * scale).transpose(0, 2, 1))

@@ -221,7 +221,7 @@ QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", 
                  "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QLinearAdd",
                  "com.microsoft::QLinearMul", "com.microsoft::QLinearGlobalAveragePool",
                  "com.microsoft::QGemm", "com.microsoft::QLinearAveragePool", "com.microsoft::QLinearSigmoid",
-                 "com.microsoft::QLinearLeakyRelu"}
+                 "com.microsoft::QLinearLeakyRelu", "com.microsoft::DynamicQuantizeLSTM"}
 
 
 def tolerance_precision(source_ops: Mapping[str, int], precision: Precision, *,

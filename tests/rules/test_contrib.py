@@ -188,3 +188,60 @@ def test_ort_optimized_bert_is_legal_on_tensorrt_after_deploycc(tmp_path) -> Non
     assert {r.rule for r in report.rewrites} >= {"ms-embed-layer-normalization", "ms-attention",
                                                  "ms-skip-layer-normalization", "ms-bias-gelu"}
     assert report.verification is not None and report.verification.passed
+
+
+def _quantized_lstm(folder, direction: str = "bidirectional"):
+    """A float LSTM model, and the same after ORT's quantize_dynamic (DynamicQuantizeLSTM): how the
+    op reaches users (ddddocr's OCR model, voice models in PyPI wheels)."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    directions, inputs, hidden = (2 if direction == "bidirectional" else 1), 6, 5
+    rng = np.random.default_rng(0)
+    weights = [helper.make_tensor(name, TensorProto.FLOAT, shape, rng.uniform(-0.5, 0.5, shape).ravel())
+               for name, shape in (("W", [directions, 4 * hidden, inputs]),
+                                   ("R", [directions, 4 * hidden, hidden]), ("B", [directions, 8 * hidden]))]
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "y_h", "y_c"], hidden_size=hidden,
+                            direction=direction)
+    signature = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, 2, inputs])]
+    graph = helper.make_graph([node], "lstm", signature,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("y_h", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("y_c", TensorProto.FLOAT, None)], weights)
+    float_path, quantized_path = folder / "lstm.onnx", folder / "lstm.int8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8), float_path)
+    quantize_dynamic(str(float_path), str(quantized_path), op_types_to_quantize=["LSTM"],
+                     weight_type=QuantType.QInt8)
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in onnx.load(str(quantized_path)).graph.node}
+    return quantized_path
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_dynamic_quantize_lstm_is_the_lstm_on_its_dequantized_weights(tmp_path, direction: str) -> None:
+    import onnx
+    import onnx_ir as ir
+
+    from deploycc.graph.graphs import opset_map
+    from deploycc.graph.shapes import infer_shapes
+    from deploycc.rules.engine import decide
+
+    model = ir.from_proto(onnx.load(str(_quantized_lstm(tmp_path, direction))))
+    infer_shapes(model)
+    node = next(n for n in model.graph if n.op_type == "DynamicQuantizeLSTM")
+    decision = decide(node, model.graph, opset_map(model))
+    assert decision.rewrite is not None, decision.explain()
+    assert decision.rewrite.rule == "ms-dynamic-quantize-lstm"
+    assert decision.rewrite.certificate is not None and decision.rewrite.certificate.status == "proven"
+    assert [n.op_type for n in model.graph if n.op_type == "LSTM"] == ["LSTM"]
+
+
+def test_a_dynamically_quantized_lstm_model_deploys_on_tensorrt(tmp_path) -> None:
+    from deploycc import api
+
+    quantized = _quantized_lstm(tmp_path)
+    assert api.check(str(quantized), targets=["jetson-xavier"]).exit_code == 1
+    report = api.legalize(str(quantized), "jetson-xavier", tmp_path / "out.onnx")
+    assert report.success, report.summary
+    assert "ms-dynamic-quantize-lstm" in {r.rule for r in report.rewrites}
+    assert report.verification is not None and report.verification.passed
