@@ -184,7 +184,8 @@ def main() -> None:
     from deploycc.report.progress import progress_bar
 
     options = AuditOptions(
-        jobs=args.jobs, timeout=args.timeout, fresh=args.fresh, memory_limit_mb=12288, partition=True
+        jobs=args.jobs, timeout=args.timeout, fresh=args.fresh, memory_limit_mb=12288, partition=True,
+        reports_only=True,  # every target's engine of 300 models fills a disk (45 GB for 72 models)
     )
     with progress_bar(f"auditing the zoo ({args.kind})") as update:
 

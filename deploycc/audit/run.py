@@ -263,6 +263,22 @@ def _own_report(spec: CellSpec, result: CellResult, outdir: Path) -> dict[str, s
     return {}
 
 
+REPORTS = ("report.md", "report.json")
+
+
+def _keep_reports_only(workdir: Path) -> None:
+    """A cell's build folder with its reports alone (and its host-segments build's)."""
+    if not workdir.is_dir():
+        return
+    for item in workdir.rglob("*"):
+        if item.is_file() and item.name not in REPORTS:
+            item.unlink()
+    folders = sorted((p for p in workdir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+    for folder in folders:  # the deepest first, so that a parent emptied by its children goes too
+        if not any(folder.iterdir()):
+            folder.rmdir()
+
+
 def _drop_stale_report(result: CellResult, outdir: Path) -> None:
     """A cell reused from an earlier run links its report only while the folder still holds it: a
     run with other options (another key) builds into the same `<model>.<target>` folder."""
@@ -325,6 +341,8 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
     counts: Counter[str] = Counter(r.status for r in results.values())
 
     def done(key: str, result: CellResult) -> None:
+        if options.reports_only:
+            _keep_reports_only(Path(specs[key].workdir))
         result.details.update(_own_report(specs[key], result, out))
         store.put(key, result)
         results[key] = result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,6 +311,7 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         drawn_shapes,
         reference_outputs,
         signature_feeds,
+        within_backend_on_original,
     )
 
     drawn = legalized.verification
@@ -346,6 +348,10 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         verification = compare_all(expected, actual, reference=reference, inputs=described,
                                    precision=verification_precision(legalized, request.precision),
                                    original=(source, original_feeds))
+        if not verification.passed and not verification.needs_inputs:
+            on_original = _backend_on_original(backend, request, source, staging, original_feeds)
+            if on_original is not None:
+                within_backend_on_original(verification, expected, on_original)
         verification.shapes = {name: list(array.shape) for name, array in feeds.items()}
         benchmark = None
         if options.bench and verification.passed:
@@ -354,6 +360,28 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         return verification, benchmark, feeds
     finally:
         runner.close()
+
+
+def _backend_on_original(backend: Any, request: BuildRequest, source: Path, staging: Path,
+                         feeds: dict[str, Any]) -> dict[str, Any] | None:
+    """The backend's own outputs for the model as exported, where it builds and runs it here (what
+    a user gets without deploycc); None where it does not (an op it lacks, a bundle-only target), and
+    for int8 builds, whose float original says nothing of the quantized engine's rounding."""
+    if request.precision == Precision.INT8 or request.fp32_model is not None or request.bundle_only:
+        return None
+    folder = staging / ".as-exported-engine"
+    try:
+        original = dataclasses.replace(request, model=source, outdir=folder)
+        folder.mkdir(exist_ok=True)
+        runner = backend.load(backend.build(original), folder, original)
+        try:
+            return runner.run(feeds)
+        finally:
+            runner.close()
+    except Exception:  # whatever the backend raises of the original: no comparison, as before
+        return None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def verification_precision(legalized: LegalizeReport, precision: Precision) -> Precision:

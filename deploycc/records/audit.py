@@ -47,6 +47,10 @@ class AuditOptions:
     executor: str = "local"
     ray_address: str | None = None
     partition: bool = False  # refused models tried again with host segments (build stage)
+    # Each cell's build folder keeps only its reports (report.md, report.json) once the cell ends:
+    # a corpus of hundreds of models would otherwise keep every target's engine of each, and the
+    # disk (a 300-model zoo on six targets left 45 GB of builds).
+    reports_only: bool = False
     precision: Precision | None = None  # None: each target's default; int8 calibrates on the hints' samples
     max_drop: float = 0.01
     metric: str = "auto"

@@ -257,3 +257,13 @@ def test_audit_prints_a_line_per_cell_off_a_terminal(corpus: Path, tmp_path: Pat
                           for c, outcome in zip(cells, outcomes, strict=True))
     assert "broken.onnx @ jetson-nano: failed (invalid-model) at check" in said
     assert "cnn.onnx @ ort-cpu: legal-as-exported" in said
+
+
+def test_reports_only_keeps_each_cells_reports_and_drops_its_engines(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "audit"
+    report = api.audit([corpus / "cnn.onnx"], ["ort-cpu"], out, AuditOptions(reports_only=True))
+    cell = report.cells[0]
+    assert cell.status == "verified"
+    kept = sorted(p.name for p in (out / "builds").rglob("*") if p.is_file())
+    assert kept == ["report.json", "report.md"]
+    assert (out / cell.details["report"]).is_file()  # the audit page still links the cell's report
