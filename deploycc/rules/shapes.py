@@ -9,6 +9,8 @@
   with two or more run-time axes).
 - TopK(x, K) with K computed at run time but bounded by a constant (K = Min(c, n)): a TopK of
   constant c on x padded with c sorting-last values, then the first K (TensorRT needs a constant K).
+- MaxPool / AveragePool over one spatial axis: the 2-D pooling over an added axis of size 1, which
+  is squeezed out again (TensorRT pools 2-D and 3-D only; Canine's downsampling is 1-D).
 """
 
 from __future__ import annotations
@@ -213,3 +215,53 @@ class TopKBoundedRule(Rule):
         count = b.op("Reshape", b.op("Cast", k, to=7), b.ints([1]))
         return [b.op("Slice", values, b.ints([0]), count, b.ints([axis])),
                 b.op("Slice", indices, b.ints([0]), count, b.ints([axis]))]
+
+
+POOL_ATTRIBUTES = ("kernel_shape", "strides", "dilations")
+
+
+class _Pool1dAs2d(Rule):
+    """A 1-D pooling as the 2-D one over [N, C, 1, L]: its attributes with 1 (or a zero pad) for
+    the added axis, then that axis squeezed out (TensorRT pools 2-D and 3-D only)."""
+
+    family = "shapes"
+
+    def check(self, site: Site) -> str | None:
+        if site.rank(0) != 3:
+            return "only a 1-D pooling (a rank-3 input) is rewritten" if site.rank(0) is not None \
+                else "the input's rank is unknown"
+        if site.output_count > 1 and site.output_used(1):
+            return "the Indices output is used"
+        if site.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            return "auto_pad SAME_* is not rewritten (explicit pads are)"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        attributes: dict[str, Any] = {
+            name: [1, *site.attr(name)] for name in POOL_ATTRIBUTES if site.attr(name) is not None}
+        pads = site.attr("pads")
+        if pads is not None:
+            attributes["pads"] = [0, pads[0], 0, pads[1]]
+        for name in ("ceil_mode", "count_include_pad", "p", "storage_order", "auto_pad"):
+            if site.attr(name) is not None:
+                attributes[name] = site.attr(name)
+        x = site.input(0)
+        assert x is not None
+        pooled = b.op(self.op_type, b.unsqueeze(x, [2]), **attributes)
+        return [b.squeeze(pooled, [2])]
+
+
+@register
+class MaxPool1dRule(_Pool1dAs2d):
+    """MaxPool over [N, C, L] = Squeeze(MaxPool over [N, C, 1, L], axis 2), kernel [1, k]."""
+
+    name = "maxpool-1d-as-2d"
+    op_type = "MaxPool"
+
+
+@register
+class AveragePool1dRule(_Pool1dAs2d):
+    """AveragePool over [N, C, L] = Squeeze(AveragePool over [N, C, 1, L], axis 2), kernel [1, k]."""
+
+    name = "averagepool-1d-as-2d"
+    op_type = "AveragePool"

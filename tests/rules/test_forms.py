@@ -208,3 +208,16 @@ def test_topk_bounded_on_x_of_unknown_rank() -> None:
     expected, actual = run_ort(before, feeds), run_ort(serialize(model), feeds)
     for name in ("v", "i"):
         np.testing.assert_array_equal(actual[name], expected[name])
+
+
+@pytest.mark.parametrize(("op", "attributes", "rule"), [
+    ("MaxPool", "kernel_shape=[3], strides=[2], pads=[1, 1]", "maxpool-1d-as-2d"),
+    ("MaxPool", "kernel_shape=[2], dilations=[2], ceil_mode=1", "maxpool-1d-as-2d"),
+    ("AveragePool", "kernel_shape=[4], strides=[4]", "averagepool-1d-as-2d"),
+    ("AveragePool", "kernel_shape=[3], pads=[1, 2], count_include_pad=1", "averagepool-1d-as-2d"),
+])
+def test_one_dimensional_pooling_as_two_dimensional(op: str, attributes: str, rule: str) -> None:
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[2,3,16] x) => (float[2,3,?] y) {{ y = {op}<{attributes}>(x) }}
+    """, op, rule)
