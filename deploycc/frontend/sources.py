@@ -138,7 +138,8 @@ def with_inputs(module: Any, given: Any, *, names: list[str] | None = None, labe
 
 def save_archive(source: TorchSource, folder: Path, stem: str) -> Path:
     """`source` as a file another process loads (an audit cell runs in its own): a torch.export
-    archive (.pt2, with its example inputs and dynamic dims) where torch.export takes the module,
+    archive (.pt2, with its example inputs; a .pt2 source's own program, dims included, as it is)
+    where torch.export takes the module,
     else a TorchScript trace (.pt, which only the TorchScript exporter reads), with its example
     inputs beside it as STEM.inputs.npz named in STEM.pt.hints.json. An archive of the same module
     (its code, weights and example inputs: STEM.digest) is kept as it is, so the audit's cells of
