@@ -1,6 +1,7 @@
 """Audit reports: audit.json (every cell), audit.md, and a self-contained audit.html (inline
 CSS, no scripts, no network) with the model x target matrix coloured by status (each cell with
-its reason, and a link to its build's report.md relative to the page, so the folder can be moved),
+its reason, and a link to its build's report.md relative to the page, so the folder can be moved;
+models grouped by the family their hints name, each family with a summary row),
 the success rate per target as exported vs after deploycc, and the top failure causes with their
 models.
 """
@@ -111,18 +112,46 @@ def page(report: AuditReport) -> str:
     e = html.escape
     grid = {(c.model, c.target): c for c in report.cells}
     rows = []
+    for family, models in _grouped(report):
+        if family is not None:  # the family's own row: its models deployed after deploycc, per target
+            counts = []
+            for target in report.targets:
+                mine = [grid[(model, target)] for model in models]
+                counts.append(f"<td><b>{sum(1 for c in mine if c.succeeded)}/{len(mine)}</b></td>")
+            rows.append(f'<tr class="family"><th>{e(family or "no family")} ({len(models)})</th>'
+                        f"{''.join(counts)}</tr>")
+        rows.extend(_model_row(model, report, grid) for model in models)
+    return _document(report, rows)
+
+
+def _grouped(report: AuditReport) -> list[tuple[str | None, list[str]]]:
+    """The models by family, families in name order (those without one last), each with a row of
+    its own; one group without a heading where no model's hints name a family."""
+    if not report.families:
+        return [(None, list(report.models))]
+    groups: dict[str, list[str]] = defaultdict(list)
     for model in report.models:
-        cells = []
-        for target in report.targets:
-            cell = grid[(model, target)]
-            text = cell.status if cell.status != CellStatus.FAILED else f"failed: {cell.category}"
-            text += " (regressed)" if cell.regressed else ""
-            link = _link(cell)
-            shown = f'<a href="{e(link)}">{e(text)}</a>' if link else e(text)
-            # the reason as text on the page: a tooltip is invisible on a phone, a print or a search
-            why = f'<div class="why">at {e(cell.stage)}: {e(cell.message)}</div>' if cell.message else ""
-            cells.append(f'<td style="background:{COLOURS.get(cell.status, "#eee")}">{shown}{why}</td>')
-        rows.append(f"<tr><th>{e(_label(model))}</th>{''.join(cells)}</tr>")
+        groups[report.families.get(model, "")].append(model)
+    return sorted(groups.items(), key=lambda item: (item[0] == "", item[0]))
+
+
+def _model_row(model: str, report: AuditReport, grid: dict[tuple[str, str], CellResult]) -> str:
+    e = html.escape
+    cells = []
+    for target in report.targets:
+        cell = grid[(model, target)]
+        text = cell.status if cell.status != CellStatus.FAILED else f"failed: {cell.category}"
+        text += " (regressed)" if cell.regressed else ""
+        link = _link(cell)
+        shown = f'<a href="{e(link)}">{e(text)}</a>' if link else e(text)
+        # the reason as text on the page: a tooltip is invisible on a phone, a print or a search
+        why = f'<div class="why">at {e(cell.stage)}: {e(cell.message)}</div>' if cell.message else ""
+        cells.append(f'<td style="background:{COLOURS.get(cell.status, "#eee")}">{shown}{why}</td>')
+    return f"<tr><th>{e(_label(model))}</th>{''.join(cells)}</tr>"
+
+
+def _document(report: AuditReport, rows: list[str]) -> str:
+    e = html.escape
     rates = "".join(
         f"<tr><th>{e(s.target)}</th>"
         f"<td>{s.legal_as_exported}/{s.cells} ({s.rate_as_exported:.0%})</td>"
@@ -142,6 +171,7 @@ th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; font-size:
 caption {{ font-weight: bold; text-align: left; padding: 4px 0; }}
 td {{ max-width: 28em; vertical-align: top; }}
 td a {{ color: inherit; }}
+tr.family th, tr.family td {{ background: #f2f2f2; border-top: 2px solid #888; }}
 .why {{ font-size: 12px; color: #444; overflow-wrap: anywhere; }}
 </style></head><body>
 <h1>deploycc audit</h1>

@@ -170,6 +170,18 @@ def read_hints(model: Path) -> dict[str, Any]:
             "hints_sha256": digest.hexdigest()[:16], **axes}
 
 
+def hinted_family(model: Path) -> str:
+    """The family a model's hints name ("family": "timm"), for grouping the audit page; '' if none."""
+    import json
+
+    path = hints_path(model)
+    try:
+        family = json.loads(path.read_text()).get("family") if path.is_file() else None
+    except (ValueError, AttributeError, OSError):
+        return ""
+    return str(family) if isinstance(family, str) else ""
+
+
 def _hinted_axes(data: dict[str, Any]) -> dict[str, Any]:
     """A hints file's own axes flags ("batch", "dynamic_batch", "shape_ranges"), checked as the
     command line checks them; a malformed one is a ValueError."""
@@ -368,6 +380,7 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
     names = [t.name for t in targets]
     summary, top_failures = summarize(ordered, names)
     report = AuditReport(outdir=str(out), models=[str(m) for m in models], targets=names,
+                         families={str(m): family for m in models if (family := hinted_family(m))},
                          stages=list(options.stages), cells=ordered, summary=summary,
                          top_failures=top_failures,
                          counts=dict(Counter(r.status for r in ordered)),

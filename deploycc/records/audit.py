@@ -164,3 +164,5 @@ class AuditReport(Result):
     seconds: float = 0.0
     reused: int = 0
     notes: list[str] = field(default_factory=list)
+    # model -> its family, where its hints name one ("family": "timm"): the page groups by it
+    families: dict[str, str] = field(default_factory=dict)

@@ -267,3 +267,21 @@ def test_reports_only_keeps_each_cells_reports_and_drops_its_engines(corpus: Pat
     kept = sorted(p.name for p in (out / "builds").rglob("*") if p.is_file())
     assert kept == ["report.json", "report.md"]
     assert (out / cell.details["report"]).is_file()  # the audit page still links the cell's report
+
+
+def test_the_page_groups_models_by_the_family_their_hints_name(tmp_path: Path) -> None:
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    for name, family in (("b_cnn", "timm"), ("a_encoder", "transformers"), ("c_cnn", "timm"), ("d", None)):
+        onnx.save(encoder_block() if "encoder" in name else small_cnn(), folder / f"{name}.onnx")
+        if family:
+            (folder / f"{name}.hints.json").write_text(json.dumps({"family": family}))
+    report = api.audit([folder], ["ort-cpu"], tmp_path / "audit", AuditOptions(stages=("check",)))
+    assert report.families == {str(folder / "b_cnn.onnx"): "timm", str(folder / "c_cnn.onnx"): "timm",
+                               str(folder / "a_encoder.onnx"): "transformers"}
+    page = (tmp_path / "audit" / "audit.html").read_text()
+    order = [page.index(text) for text in ("timm (2)", "b_cnn", "c_cnn", "transformers (1)", "a_encoder",
+                                           "no family (1)", "d.onnx")]
+    assert order == sorted(order)  # each family's row, then its models; those without a family last
+    family_row = page[page.index("timm (2)"):page.index("</tr>", page.index("timm (2)"))]
+    assert "<b>2/2</b>" in family_row  # both legal on ort-cpu
