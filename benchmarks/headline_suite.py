@@ -140,6 +140,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--audit", type=Path, default=HERE / "results" / "corpus-audit.json",
+                        help="the audit with hints to set each cell beside (benchmarks/zoo/results/onnx.json "
+                             "for the zoo)")
+    parser.add_argument("--name", default="headline",
+                        help="results/NAME.{json,md} and its own block in RESULTS.md "
+                             "(headline-zoo for the zoo)")
     parser.add_argument("--report-only", action="store_true",
                         help="write the tables from the cells already run, whatever code ran them")
     args = parser.parse_args()
@@ -152,7 +158,8 @@ def main() -> None:
     code = code_digest()
     cache = args.work / "cells"
     if args.report_only:
-        write_results([json.loads(path.read_text()) for path in sorted(cache.glob("*.json"))], targets)
+        write_results([json.loads(path.read_text()) for path in sorted(cache.glob("*.json"))], targets,
+                      args.audit, args.name)
         return
     cache.mkdir(parents=True, exist_ok=True)
     todo, cells = [], []
@@ -181,11 +188,11 @@ def main() -> None:
             update(f"{cell['model']} @ {cell['target']}: exit {cell['exit']}", done, len(todo))
             update.line(f"[{done}/{len(todo)}] {cell['model']} @ {cell['target']}: exit {cell['exit']} "
                         f"({cell.get('status', '-')}), {cell['seconds']} s")
-    write_results(cells, targets)
+    write_results(cells, targets, args.audit, args.name)
 
 
-def write_results(cells: list[dict], targets: list[str]) -> None:
-    audit = json.loads((HERE / "results" / "corpus-audit.json").read_text())
+def write_results(cells: list[dict], targets: list[str], audit_path: Path, name: str) -> None:
+    audit = json.loads(audit_path.read_text())
     audited = {(Path(c["model"]).stem, c["target"]): c for c in audit["cells"]}
     accepted = set(FLAGS.findall(subprocess.run([sys.executable, "-m", "deploycc.cli", "build", "--help"],
                                                 capture_output=True, text=True, cwd=REPO).stdout))
@@ -242,19 +249,25 @@ def write_results(cells: list[dict], targets: list[str]) -> None:
                               for c in sorted(not_judged, key=lambda c: (c["model"], c["target"]))), ""]
     text = "\n".join(lines)
     results = HERE / "results"
-    (results / "headline.json").write_text(json.dumps({"summary": summary, "cells": cells}, indent=1) + "\n")
-    heading = ("## The headline command as typed\n\nMade by `python benchmarks/headline_suite.py`: "
+    (results / f"{name}.json").write_text(json.dumps({"summary": summary, "cells": cells}, indent=1) + "\n")
+    zoo = name != "headline"
+    resolved = audit_path.resolve()
+    shown = resolved.relative_to(REPO) if resolved.is_relative_to(REPO) else audit_path
+    heading = (f"## The headline command as typed{' on the zoo' if zoo else ''}\n\nMade by "
+               f"`python benchmarks/headline_suite.py{' --name ' + name if zoo else ''}`: "
                "`deploycc build MODEL --target T` with no other flag (default output folder, the target's "
                "shape policy, typical sizes for verification and bench) on every model of "
-               "`benchmarks/corpus.py`, each cell against the corpus audit with hints "
-               "(`results/corpus-audit.json`). An outcome is ok (exit 0: verified, or legalized and bundled "
+               f"{'the list given' if zoo else '`benchmarks/corpus.py`'}, each cell against the audit with "
+               f"hints (`{shown}`). "
+               "An outcome is ok (exit 0: verified, or legalized and bundled "
                "for TensorRT), needs-inputs, refused (exit 1: not legal, built or verified; host segments "
                "count as refused, since the command has no --partition), or another exit code. Raw data: "
-               "`results/headline.json`.\n\n")
-    (results / "headline.md").write_text(heading + text + "\n")
+               f"`results/{name}.json`.\n\n")
+    (results / f"{name}.md").write_text(heading + text + "\n")
     from results_page import put_block
 
-    put_block(f"{MARK_BEGIN}\n{heading}{text}\n{MARK_END}", MARK_BEGIN, MARK_END)
+    begin, end = (MARK_BEGIN, MARK_END) if not zoo else (f"<!-- {name}:begin -->", f"<!-- {name}:end -->")
+    put_block(f"{begin}\n{heading}{text}\n{end}", begin, end)
     print(f"same outcome as the audit: {agreeing}/{everything} ({agreeing / everything:.1%}); "
           f"degenerate ok: {flat}; not strict JSON: {not_strict}")
     for target, row in summary.items():
