@@ -43,13 +43,13 @@ def original_outputs(path: Path, feeds: dict[str, np.ndarray], run: Callable[[],
     inputs = feeds_digest(feeds)
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, inputs)
     found = _memory.get(key)
-    shared = _shared_file(path, inputs)
-    if found is None and shared is not None:
-        found = _read(shared)
     if found is None:
-        found = run()
-        if shared is not None:
-            _write(shared, found)
+        shared = _shared_file(path, inputs)
+        found = _read(shared) if shared is not None else None
+        if found is None:
+            found = run()
+            if shared is not None:
+                _write(shared, found)
     _memory[key] = found
     _memory.move_to_end(key)
     while len(_memory) > KEPT_IN_MEMORY:
@@ -83,9 +83,12 @@ def _write(file: Path, found: Outputs) -> None:
     outputs, reference = found
     if any(not isinstance(array, np.ndarray) or array.dtype == object for array in outputs.values()):
         return  # sequences and maps: not stored
-    file.parent.mkdir(parents=True, exist_ok=True)
     partial = file.with_name(f"{file.stem}.{os.getpid()}.partial.npz")
     meta = json.dumps({"names": list(outputs), "reference": reference})
     arrays: dict[str, Any] = {f"output_{index}": array for index, array in enumerate(outputs.values())}
-    np.savez(partial, **{"__meta__": np.array(meta), **arrays})
-    partial.replace(file)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(partial, **{"__meta__": np.array(meta), **arrays})
+        partial.replace(file)
+    except OSError:  # a full disk, a read-only folder: the cache saves time, it decides nothing
+        partial.unlink(missing_ok=True)
