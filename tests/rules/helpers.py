@@ -26,6 +26,19 @@ def _node(model: ir.Model, op: str) -> ir.Node:
     return next(n for n in model.graph if n.op_type == op)
 
 
+def rewritten_by(model: ir.Model, op: str, rule: str, proof: str = "proven") -> Decision:
+    """Decide the first `op` node of `model` with the catalog; assert `rule` rewrote it (gone from
+    the graph) with a certificate of status `proof`."""
+    node = _node(model, op)
+    decision = decide(node, model.graph, opset_map(model))
+    assert decision.rewrite is not None, decision.explain()
+    assert decision.rewrite.rule == rule
+    certificate = decision.rewrite.certificate
+    assert certificate is not None and certificate.status == proof, certificate
+    assert node not in list(model.graph)
+    return decision
+
+
 def rewrite_and_compare(text: str, op: str, rule: str, *, atol: float = 1e-4, rtol: float = 1e-4,
                         seeds: tuple[int, ...] = (11, 12), feeds: dict[str, np.ndarray] | None = None,
                         int_high: int | None = None) -> Decision:
@@ -33,13 +46,7 @@ def rewrite_and_compare(text: str, op: str, rule: str, *, atol: float = 1e-4, rt
     whole graph computes the same before and after on several seeded inputs with edge values."""
     model = load(text)
     before = serialize(model)
-    node = _node(model, op)
-    decision = decide(node, model.graph, opset_map(model))
-    assert decision.rewrite is not None, decision.explain()
-    assert decision.rewrite.rule == rule
-    certificate = decision.rewrite.certificate
-    assert certificate is not None and certificate.status == "proven", certificate
-    assert node not in list(model.graph)
+    decision = rewritten_by(model, op, rule)
     after = serialize(model)
     signature = [v for v in model.graph.inputs if v.name not in model.graph.initializers]
     for seed in seeds:

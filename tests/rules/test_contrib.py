@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.rules.helpers import declines, rewrite_and_compare
+from tests.rules.helpers import declines, rewrite_and_compare, rewritten_by
 
 HEADER = '<ir_version: 10, opset_import: ["" : 17, "com.microsoft" : 1]>'
 
@@ -222,17 +222,11 @@ def test_dynamic_quantize_lstm_is_the_lstm_on_its_dequantized_weights(tmp_path, 
     import onnx
     import onnx_ir as ir
 
-    from deploycc.graph.graphs import opset_map
     from deploycc.graph.shapes import infer_shapes
-    from deploycc.rules.engine import decide
 
     model = ir.from_proto(onnx.load(str(_quantized_lstm(tmp_path, direction))))
     infer_shapes(model)
-    node = next(n for n in model.graph if n.op_type == "DynamicQuantizeLSTM")
-    decision = decide(node, model.graph, opset_map(model))
-    assert decision.rewrite is not None, decision.explain()
-    assert decision.rewrite.rule == "ms-dynamic-quantize-lstm"
-    assert decision.rewrite.certificate is not None and decision.rewrite.certificate.status == "proven"
+    rewritten_by(model, "DynamicQuantizeLSTM", "ms-dynamic-quantize-lstm")
     assert [n.op_type for n in model.graph if n.op_type == "LSTM"] == ["LSTM"]
 
 

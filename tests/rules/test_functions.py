@@ -9,7 +9,7 @@ import onnx
 
 from deploycc import api
 from deploycc.verify.runner import run_model_bytes, run_ort
-from tests.rules.helpers import declines, rewrite_and_compare
+from tests.rules.helpers import declines, rewrite_and_compare, rewritten_by
 
 
 def test_static_body_elu() -> None:
@@ -83,18 +83,13 @@ def test_a_body_with_a_scan_reads_the_models_values() -> None:
     import onnx_ir as ir
 
     from deploycc.audit.conformance import as_value
-    from deploycc.graph.graphs import opset_map
     from deploycc.graph.shapes import infer_shapes
-    from deploycc.rules.engine import decide
     from deploycc.verify.runner import serialize
 
     case = next(c for c in _cases() if c.name == "test_linear_attention_linear")
     model = ir.serde.deserialize_model(case.model)
     infer_shapes(model)
-    node = next(n for n in model.graph if n.op_type == "LinearAttention")
-    decision = decide(node, model.graph, opset_map(model))
-    assert decision.rewrite is not None and decision.rewrite.rule == "function-body", decision.explain()
-    assert decision.rewrite.certificate is not None and decision.rewrite.certificate.status == "proven"
+    rewritten_by(model, "LinearAttention", "function-body")
     ops = {n.op_type for n in model.graph}
     assert "Scan" in ops and "LinearAttention" not in ops
     inputs, expected = case.data_sets[0]
@@ -108,18 +103,12 @@ def test_preview_domain_bodies() -> None:
     """FlexAttention (ai.onnx.preview) has a body but no runtime kernel: the preview rule inlines it."""
     import onnx_ir as ir
 
-    from deploycc.graph.graphs import opset_map
     from deploycc.graph.shapes import infer_shapes
-    from deploycc.rules.engine import decide
 
     case = next(c for c in _cases() if c.name == "test_flexattention")
     model = ir.serde.deserialize_model(case.model)
     infer_shapes(model)
-    node = next(n for n in model.graph if n.op_type == "FlexAttention")
-    decision = decide(node, model.graph, opset_map(model))
-    assert decision.rewrite is not None, decision.explain()
-    assert decision.rewrite.rule == "function-body-preview"
-    assert decision.rewrite.certificate is not None and decision.rewrite.certificate.status == "proven"
+    rewritten_by(model, "FlexAttention", "function-body-preview")
     assert all(n.domain in ("", "ai.onnx") for n in model.graph)
 
 
