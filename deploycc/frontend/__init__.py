@@ -30,3 +30,12 @@ def source_kind(spec: str | Path) -> str | None:
     if FACTORY.match(text) and not Path(text).exists():
         return "factory"
     return None
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's first non-empty line (at most 200 characters), or its type's name: what a
+    one-line message quotes of torch's and the exporters' many-line errors."""
+    for line in str(error).splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return type(error).__name__

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import DeployccError, ExportFailed
+from deploycc.frontend import first_line
 from deploycc.frontend.exporters import ExporterFailed, export_with, opset_ceiling, requested_opset
 from deploycc.frontend.failures import classify
 from deploycc.frontend.proof import final_proof, prove, proven, second_size, torch_outputs
@@ -55,16 +56,14 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
     options = _with_ranges(source, options or BuildOptions())
     outdir = Path(outdir)
     started = time.perf_counter()
-    order = list(source.exporters or target.export.exporters)
-    record = ExportReport(source=source.label, kind=source.kind, target=target.name,
-                          opset_ceiling=opset_ceiling(target), order=order, example_shapes=source.shapes())
+    record = _record(source, target)
     expected = reference_outputs(source)
     with io.StagedDirectory(outdir, force=options.force) as staged:
         staging = staged.staging
         built: list[tuple[ExportAttempt, BuildReport, Path]] = []
         finals: dict[str, tuple[Verification, str] | None] = {}  # torch against each build's result
         refusals: list[DeployccError] = []
-        for exporter in order:
+        for exporter in record.order:
             if progress is not None:
                 progress(f"export ({exporter})")
             attempt, exported = export_attempt(exporter, source, target, record.opset_ceiling,
@@ -114,12 +113,10 @@ def export_for_target(source: TorchSource, target: Target, folder: Path) -> tupl
     """The first export, in the target's order, that exports and is proven against torch (no
     build: `legalize`, `check` and `build --partition` take it from here), written in `folder`.
     Raises ExportFailed, with each attempt's classified line, when none is."""
-    order = list(source.exporters or target.export.exporters)
-    record = ExportReport(source=source.label, kind=source.kind, target=target.name,
-                          opset_ceiling=opset_ceiling(target), order=order, example_shapes=source.shapes())
+    record = _record(source, target)
     started = time.perf_counter()
     expected = reference_outputs(source)
-    for exporter in order:
+    for exporter in record.order:
         attempt, exported = export_attempt(exporter, source, target, record.opset_ceiling,
                                            folder / f"export.{exporter}", expected)
         record.attempts.append(attempt)
@@ -130,6 +127,14 @@ def export_for_target(source: TorchSource, target: Target, folder: Path) -> tupl
     failed = ExportFailed(f"{source.label}: {record.line()}")
     failed.record = record
     raise failed
+
+
+def _record(source: TorchSource, target: Target) -> ExportReport:
+    """The export's record before any attempt: the exporters in order (the user's, else the
+    target's) at the target's opset ceiling."""
+    return ExportReport(source=source.label, kind=source.kind, target=target.name,
+                        opset_ceiling=opset_ceiling(target), example_shapes=source.shapes(),
+                        order=list(source.exporters or target.export.exporters))
 
 
 def _with_ranges(source: TorchSource, options: BuildOptions) -> BuildOptions:
@@ -159,14 +164,10 @@ def reference_outputs(source: TorchSource) -> list[Any]:
         raise
     except Exception as error:
         failure = ExportFailure(TORCH_FAILURE, f"the module fails on its example inputs: "
-                                f"{type(error).__name__}: {_first_line(error)}",
+                                f"{type(error).__name__}: {first_line(error)}",
                                 hint="give example inputs it takes (--example-inputs, --input)")
         raise ExportFailed(f"{source.label}: {failure.line()}") from None
 
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0][:200] if lines else ""
 
 
 def default_axes(source: TorchSource, target: Target) -> dict[str, dict[int, Axis]]:

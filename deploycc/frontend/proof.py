@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.frontend import first_line
 from deploycc.records.export import ExportProof
 from deploycc.taxonomy import Precision
 from deploycc.verify.runner import RunError
@@ -67,7 +68,7 @@ def prove(path: Path, source: TorchSource, inputs: tuple[Any, ...], why: str,
         actual = dict(zip(names, runner.run(None, feeds), strict=True))
     except Exception as error:  # ORT refused the model or these sizes: no proof
         result = Verification(passed=False, reference=REFERENCE, inputs=why, precision=Precision.FP32,
-                              problem=f"ONNX Runtime could not run the export: {_first_line(error)}")
+                              problem=f"ONNX Runtime could not run the export: {first_line(error)}")
         return ExportProof(shapes, result, why)
     return ExportProof(shapes, judge(expected, actual, why, Precision.FP32, original=(path, feeds)), why)
 
@@ -130,9 +131,3 @@ def final_proof(run: Callable[[dict[str, Any]], dict[str, Any]], model: Path, gr
     ordered = {value.name: produced[value.name] for value in graph.outputs if value.name in produced}
     return judge(expected, ordered, "the example inputs", precision, original=(model, feeds))
 
-
-def _first_line(error: BaseException) -> str:
-    for line in str(error).splitlines():
-        if line.strip():
-            return line.strip()[:200]
-    return type(error).__name__

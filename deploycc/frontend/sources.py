@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from deploycc.errors import ModelInputError, OptionError
-from deploycc.frontend import FACTORY, source_kind
+from deploycc.frontend import FACTORY, first_line, source_kind
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool")
 INTEGER_RANGE = (0, 10)  # what `--input name:dims:int64` draws: a valid index for most vocabularies
@@ -179,10 +179,11 @@ def _module_digest(source: TorchSource, inputs: dict[str, Any]) -> str:
         digest.update(inspect.getsource(type(source.module)).encode())
     except (OSError, TypeError):  # defined where its source cannot be read
         pass
+    uint8 = torch_module().uint8
     for name, tensor in source.module.state_dict().items():
         digest.update(name.encode())
         try:  # any dtype, bfloat16 included, as its raw bytes
-            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch_module().uint8).numpy().tobytes())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(uint8).numpy().tobytes())
         except (RuntimeError, TypeError):  # a quantized or sparse tensor: its printed form
             digest.update(repr(tensor).encode())
     for name, array in inputs.items():
@@ -215,7 +216,7 @@ def _load_pt2(path: Path, torch: Any) -> Any:
         return torch.export.load(str(path))
     except Exception as error:
         raise ModelInputError(
-            f"{path}: not a torch.export archive ({_first_line(error)})",
+            f"{path}: not a torch.export archive ({first_line(error)})",
             hint="write it with torch.export.save(torch.export.export(model, args), path)") from None
 
 
@@ -226,7 +227,7 @@ def _load_torchscript(path: Path, torch: Any) -> Any:
         return torch.jit.load(str(path), map_location="cpu")
     except Exception as error:
         raise ModelInputError(
-            f"{path}: not a TorchScript archive ({_first_line(error)})",
+            f"{path}: not a TorchScript archive ({first_line(error)})",
             hint="a state_dict saved with torch.save is weights, not a model: give module.path:factory") \
             from None
 
@@ -254,14 +255,14 @@ def _call_factory(spec: str, torch: Any) -> tuple[Any, tuple[Any, ...] | None]:
         raise
     except Exception as error:
         raise ModelInputError(f"{spec}: cannot import {where} ({type(error).__name__}: "
-                              f"{_first_line(error)})") from None
+                              f"{first_line(error)})") from None
     factory = getattr(module, name, None)
     if factory is None or not callable(factory):
         raise ModelInputError(f"{spec}: {where} has no callable {name!r}")
     try:
         made = factory()
     except Exception as error:
-        raise ModelInputError(f"{spec}: the factory failed ({type(error).__name__}: {_first_line(error)})") \
+        raise ModelInputError(f"{spec}: the factory failed ({type(error).__name__}: {first_line(error)})") \
             from None
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
         return made[0], made[1]
@@ -328,7 +329,7 @@ def _from_npz(path: Path, names: list[str], torch: Any) -> tuple[Any, ...]:
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except (OSError, ValueError) as error:
-        raise OptionError(f"--example-inputs {path}: not an .npz file ({_first_line(error)})") from None
+        raise OptionError(f"--example-inputs {path}: not an .npz file ({first_line(error)})") from None
     if names and all(name in arrays for name in names):
         ordered = [arrays[name] for name in names]
     elif all(key.startswith("arr_") for key in arrays):
@@ -366,9 +367,3 @@ def _from_specs(specs: tuple[str, ...], names: list[str], torch: Any) -> tuple[t
                           f"parameters ({', '.join(names)})", hint="give the leading parameters by name")
     return tuple(made[name] for name in order), order
 
-
-def _first_line(error: BaseException) -> str:
-    for line in str(error).splitlines():
-        if line.strip():
-            return line.strip()[:200]
-    return type(error).__name__
