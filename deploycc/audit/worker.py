@@ -298,9 +298,7 @@ def run_torch_cell(spec: CellSpec, target: Target, result: CellResult) -> None:
         record, exported_path = export_for_target(source, target, workdir / "export")
     except ExportFailed as failed:
         result.status, result.message = CellStatus.FAILED, str(failed)
-        attempts = getattr(failed.record, "attempts", [])
-        kinds = [a.failure.kind for a in attempts if a.failure is not None]
-        result.category = EXPORT_TO_CELL.get(kinds[0], Failure.EXPORT) if kinds else Failure.EXPORT
+        result.category = _export_category(failed.record)
         return
     result.details["export"] = {"chosen": record.chosen, "reason": record.reason}
     _check(result, check_model(str(exported_path), [target]).targets[0])
@@ -311,13 +309,17 @@ def run_torch_cell(spec: CellSpec, target: Target, result: CellResult) -> None:
 
 def _from_export(result: CellResult, report: BuildReport) -> None:
     """No exporter exported and proved the model: the first attempt's class, every attempt's line."""
-    record = report.export
-    failures = [a.failure for a in record.attempts if a.failure is not None] if record else []
     result.status = CellStatus.FAILED
-    result.category = EXPORT_TO_CELL.get(failures[0].kind, Failure.EXPORT) if failures else Failure.EXPORT
+    result.category = _export_category(report.export)
     result.message = report.summary
     result.details = {"build_status": report.status, "summary": report.summary}
     _note_export(result, report)
+
+
+def _export_category(record: object) -> Failure:
+    """The cell's category for a failed export: the first attempt's class (EXPORT_TO_CELL)."""
+    kinds = [a.failure.kind for a in getattr(record, "attempts", []) if a.failure is not None]
+    return EXPORT_TO_CELL.get(kinds[0], Failure.EXPORT) if kinds else Failure.EXPORT
 
 
 def _note_export(result: CellResult, report: BuildReport) -> None:
