@@ -17,7 +17,7 @@ $(BIN)/python:
 
 # torch (the PyTorch front end's optional extra) at the CPU build the machine serves from disk
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[dev,onnxsim,ray,int8]'
+	$(BIN)/python -m pip install -q -e '.[dev,onnxsim,ray,int8,fp16]'
 	$(BIN)/python -m pip install -q torch==2.13.0
 	touch $@
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import OptionError
 from deploycc.records.targets import TargetListing, TargetSummary
+from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -118,18 +119,67 @@ def check_onnx(
     dla: bool = False,
     explain: bool = False,
     capabilities: Sequence[str | Path] = (),
+    precision: Precision | str | None = "target",
+    inputs: str | Path | None = None,
 ) -> CheckReport:
     """Judge every node of `model` against each target; list every illegal node and why.
 
     `capabilities`: tables written by `deploycc probe -o FILE`, laid over the declared ones.
+    `precision` fp16 or bf16: also find what half precision breaks (on `inputs`, an .npz, or
+    drawn as verification draws them) and the layers a build keeps in fp32, without building;
+    "target" (the default): that analysis where a target builds in fp16 (or bf16) by default, as
+    `build` does; None or fp32: none.
     """
     from deploycc.analysis.check import check_model
 
     if not targets:
         raise OptionError("no target given", hint="pass at least one --target")
     resolved = [t if not isinstance(t, str) else get_target(t, jetpack=jetpack) for t in targets]
-    return check_model(model, resolved, dla=dla, explain=explain,
-                       capabilities=_load_capabilities(capabilities))
+    report = check_model(model, resolved, dla=dla, explain=explain,
+                         capabilities=_load_capabilities(capabilities))
+    if precision == "target":
+        defaults = [Precision(t.precision.default) for t in resolved]
+        precision = next((p for p in (Precision.FP16, Precision.BF16) if p in defaults), None)
+        if precision is not None and _model_bytes(model) > CHECK_ANALYSIS_BYTES:
+            # check stays a quick read of the graph by default: a large model runs when asked
+            report.notes.append(f"no {precision.value} analysis by default for a model over "
+                                f"{CHECK_ANALYSIS_BYTES >> 30} GiB (it runs the model): "
+                                f"`check --precision {precision.value}` runs it; `build` always does")
+            precision = None
+    if precision in (Precision.FP16, Precision.BF16):
+        from deploycc.errors import DeployccError
+        from deploycc.verify.runner import RunError
+
+        try:
+            report.half = half_analysis(model, Precision(precision), inputs)
+        except (RunError, DeployccError) as error:  # the legality verdicts stand without it
+            report.notes.append(f"no {Precision(precision).value} analysis: {error}")
+        except Exception as error:  # a model the checker passes and the tools choke on: advice lost only
+            report.notes.append(f"no {Precision(precision).value} analysis: {type(error).__name__}: "
+                                f"{str(error).strip()[:200]}")
+    return report
+
+
+CHECK_ANALYSIS_BYTES = 1 << 30  # check's default fp16 analysis runs on models up to this size
+
+
+def _model_bytes(model: str | Path) -> int:
+    from deploycc import io
+
+    loaded = io.load(model, check=False)
+    return loaded.file_size + sum(f.size_bytes for f in loaded.external_files)
+
+
+def half_analysis(model: str | Path, precision: Precision, inputs: str | Path | None = None) -> Any:
+    """What fp16 (or bf16) breaks in an ONNX model and the fewest layers to keep in fp32, on
+    `inputs` (an .npz) or on inputs drawn as verification draws them (deploycc.fp16)."""
+    from deploycc.fp16 import analyze_half
+    from deploycc.options import LegalizeOptions
+    from deploycc.verify.verification import signature_feeds
+
+    options = LegalizeOptions(inputs=Path(inputs) if inputs is not None else None)
+    feeds, _, described = signature_feeds(Path(model), options, {}, None, Path(model))
+    return analyze_half(Path(model), feeds, precision, inputs=described)
 
 
 def _load_capabilities(paths: Sequence[str | Path]) -> dict[str, dict[str, str]]:

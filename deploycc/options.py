@@ -90,6 +90,8 @@ class BuildOptions:
     # executor builds on the board, not on whichever node legalized the model).
     bundle_only: bool = False
     quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
+    # fp16/bf16: find on the host what half breaks and keep just those layers in fp32
+    half_analysis: bool = True
 
     def effective_precision(self, target: Target) -> Precision:
         """The asked precision, else the target's default; a name that is no precision is refused."""

@@ -169,6 +169,78 @@ def import_ort(doc: dict[str, Any], name: str) -> dict[str, Any]:
     }
 
 
+def parse_operator_kernels(markdown: str) -> list[dict[str, Any]]:
+    """The rows of one execution provider's section of ONNX Runtime's docs/OperatorKernels.md, as
+    the ORT capability files hold them: per op and domain, its kernels (since, until, type
+    constraints). A row names the op, or continues the op above ("|||[6, 12]|..."); the opset
+    cell is "13+" (open), "13" (one version) or "[6, 12]"; the types cell is
+    "**T** = tensor(float), tensor(float16)<br/> **T1** = ..."."""
+    ops: list[dict[str, Any]] = []
+    domain = "ai.onnx"
+    for line in markdown.splitlines():
+        if not line.startswith("|") or line.startswith("|--") or line.startswith("| Op Name"):
+            continue
+        cells = line.strip()[1:-1].split("|")  # the row's own outer pipes only: "|||13|" continues
+        found = re.match(r"\*\*Operator Domain:\*\* \*(.+)\*", cells[0])
+        if found:
+            domain = found.group(1)
+            continue
+        if len(cells) < 4:
+            continue
+        op, opset, types = cells[0].strip(), cells[2].strip(), cells[3]
+        if op:
+            ops.append({"op_type": op, "domain": domain, "kernels": []})
+        elif not ops:
+            continue
+        ops[-1]["kernels"].append({**_opset_range(opset), "type_constraints": _type_constraints(types)})
+    return ops
+
+
+def _opset_range(text: str) -> dict[str, int | None]:
+    if text.endswith("+"):
+        return {"since_opset": int(text[:-1]), "until_opset": None}
+    bounds = re.fullmatch(r"\[(\d+),\s*(\d+)\]", text)
+    if bounds:
+        return {"since_opset": int(bounds.group(1)), "until_opset": int(bounds.group(2))}
+    return {"since_opset": int(text), "until_opset": int(text)}
+
+
+def _type_constraints(text: str) -> dict[str, list[str]]:
+    constraints = {}
+    for part in text.split("<br/>"):
+        found = re.match(r"\s*\*\*(\w+)\*\* = (.*)", part)
+        if found:
+            constraints[found.group(1)] = [t.strip() for t in found.group(2).split(", ") if t.strip()]
+    return constraints
+
+
+HERE_VENDOR = Path(__file__).resolve().parent / "vendor"
+CUDA_KERNELS = "ort-operator-kernels-cuda-001d12d.md"
+CUDA_TABLE = "ort-cuda-1.25"
+
+
+def ort_kernels_doc(path: Path) -> dict[str, Any]:
+    """The CUDA EP section of OperatorKernels.md (tools/vendor/, with its provenance in its first
+    line) as an ORT capability document, for import_ort."""
+    return {
+        "product": "ONNX Runtime CUDAExecutionProvider",
+        "product_version": "1.25 (main @001d12d, after 1.24.1 and before 1.25.0)",
+        "opset_range": {"statement": "per-op kernel version ranges of the CUDA EP; until_opset null = "
+                                     "open-ended (latest)"},
+        "source": {"repo": "microsoft/onnxruntime", "path": "docs/OperatorKernels.md",
+                   "commit": "001d12d2623fd411ce0f83d05abb5e82304a3389", "tag_or_branch": "main",
+                   "url": "https://github.com/microsoft/onnxruntime/blob/001d12d2623fd411ce0f83d05abb5e82304a3389"
+                          "/docs/OperatorKernels.md",
+                   "retrieved": "2026-12-02",
+                   "provenance_note": "the stored copy is at this main commit: it has the "
+                                      "GroupQueryAttention "
+                                      "fp8 KV cache (after 1.24.1) and not the opset-26 CumProd/BitCast "
+                                      "kernels of 1.25.0, so kernels 1.25.0 added later are missing "
+                                      "(deploycc then predicts CPU where CUDA runs)"},
+        "ops": parse_operator_kernels(path.read_text()),
+    }
+
+
 def import_openvino(doc: dict[str, Any], name: str, probe_key: str) -> dict[str, Any]:
     ops = []
     for row in doc["ops"]:
@@ -375,6 +447,12 @@ def main() -> None:
                            version="2026.4.1 (status from the 2026.4.1 frontend probe)")
     (args.out / "openvino-2026.4.toml").write_text(to_toml(table, header))
     print(f"openvino-2026.4: {len(table['op'])} entries")
+    cuda = ort_kernels_doc(HERE_VENDOR / CUDA_KERNELS)
+    table = import_ort(cuda, CUDA_TABLE)
+    header = HEADER.format(file=CUDA_KERNELS, product=cuda["product"], version=cuda["product_version"])
+    (args.out / f"{CUDA_TABLE}.toml").write_text(to_toml(table, header.replace("../shared/capabilities/",
+                                                                                "tools/vendor/")))
+    print(f"{CUDA_TABLE}: {len(table['op'])} entries")
     jetpack = import_jetpack(load("jetpack.json"))
     header = HEADER.format(file="jetpack.json", product="JetPack", version="release map")
     (args.out / "jetpack.toml").write_text(to_toml(jetpack, header))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.analysis.placement import PlacementPrediction, predict_placement
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.graph.graphs import all_graphs, graph_label, opset_map
 from deploycc.legality.conversion_target import ConversionTarget, NodeVerdict
@@ -46,6 +47,8 @@ class TargetVerdict:
     graph_findings: list[GraphFinding]
     dla: dict[str, list[str]] | None = None
     fixes: list[dict[str, str]] | None = None  # with --explain: the rule that would fix each node
+    # ONNX Runtime with a GPU provider: each node's provider, the subgraphs and Memcpy borders
+    placement: PlacementPrediction | None = None
 
 
 @dataclass
@@ -55,6 +58,9 @@ class CheckReport(Result):
     opset_imports: dict[str, int]
     notes: list[str]
     targets: list[TargetVerdict]
+    # `check --precision fp16` (and the default on targets that build fp16): a HalfPrecisionReport
+    # of deploycc.fp16, a layer above this one, which the API sets
+    half: Any = None
 
     @property
     def exit_code(self) -> int:
@@ -173,6 +179,7 @@ def check_model(path: str | Path, targets: list[Target], *, dla: bool = False,
 def _verdict(model: ir.Model, target: Target, dla: bool, explain: bool,
              probed: dict[str, str] | None) -> TargetVerdict:
     verdict = judge_model(model, target, dla=dla, probed=probed)
+    verdict.placement = predict_placement(model, target)
     if explain:
         verdict.fixes = explain_fixes(model, target)
     return verdict

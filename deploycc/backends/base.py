@@ -65,6 +65,9 @@ class BuildRequest:
     fp32_model: Path | None = None
     calibration_cache: Path | None = None
     backend_options: BackendOptions | None = None  # None: the backend's defaults
+    # fp16/bf16: the ONNX nodes the half-precision analysis keeps in fp32 (deploycc.fp16); each
+    # backend writes them in its own form, or says it cannot
+    fp32_layers: tuple[str, ...] = ()
 
 
 class Quantizer(Name):
@@ -164,6 +167,11 @@ class Backend(ABC):
     def prepare(self, request: BuildRequest, options: BuildOptions) -> None:  # noqa: B027
         """Complete a build request from the model and the user's options (TensorRT's profiles);
         most need nothing."""
+
+    def builds_profiles(self, target: Target) -> bool:
+        """Whether engines for `target` are built for min/opt/max profiles, so its shape policy's
+        "profile" dims get one (TensorRT; ONNX Runtime's TensorRT provider)."""
+        return self.fixed_shape_engines
 
     def static_dims(self, options: BuildOptions) -> str | None:
         """Why this build takes every dim the target's shape policy would give a profile at one

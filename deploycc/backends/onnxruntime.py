@@ -9,7 +9,7 @@ import ctypes
 import json
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from deploycc.backends.base import (
     Backend,
     BackendError,
     BackendOptions,
+    BackendUnavailable,
     BuildRequest,
     ConformanceRunner,
     Int8Recipe,
@@ -28,6 +29,8 @@ from deploycc.backends.base import (
     Quantizer,
     Runner,
 )
+from deploycc.backends.ort_gpu import GPU_BUNDLE, TENSORRT, write_gpu_bundle
+from deploycc.device.bundle import BUNDLE_DIR
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
@@ -91,11 +94,100 @@ class OrtRunner(Runner):
 @dataclass
 class OrtOptions(BackendOptions):
     artifact_format: str = "onnx"  # "onnx" (optimized ONNX) or "ort" (ORT format): --format
+    # the TensorRT provider's trt_profile_* shapes: (input, min, opt, max) per dynamic input
+    profiles: list[tuple[str, list[int], list[int], list[int]]] = field(default_factory=list)
 
 
 def _own(request: BuildRequest) -> OrtOptions:
     options = request.backend_options
     return options if isinstance(options, OrtOptions) else OrtOptions()
+
+
+FP16_MODEL = "model.fp16.onnx"
+
+
+def _profiles(model: Path, options: BuildOptions) -> list[tuple[str, list[int], list[int], list[int]]]:
+    """(input, min, opt, max) for each input of the legalized model with a dynamic dim, from the
+    shape plan's ranges (--shape-range, or the target's profiles) and --dynamic-batch; an input
+    the plan gave no range stays out (the provider then builds for the shapes it meets)."""
+    from deploycc import io
+    from deploycc.graph.graphs import dims_of
+
+    graph = io.load(model, check=False).model.graph
+    profiles = []
+    for value in graph.inputs:
+        name, dims = value.name or "", dims_of(value) or []
+        if value.name in graph.initializers or all(isinstance(d, int) for d in dims):
+            continue
+        if name in options.shape_ranges:
+            low, opt, high = options.shape_ranges[name]
+            profiles.append((name, list(low), list(opt), list(high)))
+        elif options.batch_range is not None and all(isinstance(d, int) for d in dims[1:]):
+            rest = [int(d) for d in dims[1:]]  # type: ignore[arg-type]
+            smallest, typical, largest = options.batch_range
+            profiles.append((name, [smallest, *rest], [typical, *rest], [largest, *rest]))
+    return profiles
+
+
+def _in_fp16(request: BuildRequest) -> tuple[BuildRequest, list[str]]:
+    """The request for the model converted to fp16 by onnxconverter-common (inputs and outputs
+    kept fp32; the layers the analysis keeps on the block list, with the ops ORT has no fp16
+    kernel for), and what to say of it."""
+    import dataclasses
+
+    import onnx
+
+    try:
+        from onnxconverter_common import float16
+    except ImportError:
+        raise BackendUnavailable("--precision fp16 on ONNX Runtime needs onnxconverter-common",
+                                 hint="pip install 'deploycc[fp16]'") from None
+    proto = onnx.load(str(request.model))
+    # fp16's own limits: the converter's defaults clamp weights to 1e4 and flush below 1e-7
+    converted = float16.convert_float_to_float16(
+        proto, min_positive_val=float(np.finfo(np.float16).smallest_subnormal),
+        max_finite_val=float(np.finfo(np.float16).max), keep_io_types=True,
+        node_block_list=list(request.fp32_layers) or None)
+    _restore_fp32_weights(proto, converted, set(request.fp32_layers))
+    path = request.outdir / FP16_MODEL
+    large = converted.ByteSize() > (1 << 30) if hasattr(converted, "ByteSize") else False
+    onnx.save(converted, str(path), save_as_external_data=large,
+              location=FP16_MODEL + ".data" if large else None)
+    notes = [f"converted to fp16 by onnxconverter-common, {len(request.fp32_layers)} layer(s) on its "
+             "block list"
+             if request.fp32_layers else "converted to fp16 by onnxconverter-common"]
+    if not _has_half_arithmetic():
+        notes.append("this CPU has no fp16 arithmetic (no AVX512-FP16, not ARM64): ONNX Runtime's CPU EP "
+                     "runs most fp16 nodes between Casts it inserts, so fp16 halves the weights but is "
+                     "not faster here; fp32 is the faster build on this machine")
+    return dataclasses.replace(request, model=path), notes
+
+
+def _restore_fp32_weights(original: Any, converted: Any, kept: set[str]) -> None:
+    """Give the weights only kept layers read back their fp32 values: the converter writes every
+    initializer in fp16 (clamped to its range) and casts it up for a blocked node, which would
+    round the very layer the analysis keeps. The Cast it reads them through becomes a no-op."""
+    readers: dict[str, set[str]] = {}
+    for node in original.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.name)
+    weights = {tensor.name: tensor for tensor in original.graph.initializer}
+    for tensor in converted.graph.initializer:
+        source = weights.get(tensor.name)
+        if source is not None and readers.get(tensor.name) and readers[tensor.name] <= kept:
+            tensor.CopyFrom(source)
+
+
+def _has_half_arithmetic() -> bool:
+    """Whether this CPU computes in fp16 (ORT's MLAS has fp16 kernels on ARM64 and AVX512-FP16)."""
+    import platform
+
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return True
+    try:
+        return "avx512_fp16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
 
 
 class OnnxRuntimeBackend(Backend):
@@ -104,6 +196,27 @@ class OnnxRuntimeBackend(Backend):
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return OrtOptions(artifact_format=options.artifact_format)
+
+    def builds_profiles(self, target: Target) -> bool:
+        """The TensorRT provider builds engines for profiles (trt_profile_*_shapes)."""
+        return target.backend.execution_provider == TENSORRT
+
+    def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
+        if self.builds_profiles(request.target):
+            request.backend_options = replace(_own(request), profiles=_profiles(request.model, options))
+
+    def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
+                      outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
+        if artifact.kind != GPU_BUNDLE:
+            return
+        from deploycc.device.bundle import write_reference
+
+        # TensorRT 10's bindings (the TensorRT provider's): int64 stays int64
+        artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, "10", described,
+                                          trtexec=False)
+
+    def device_folder(self, artifact: Artifact) -> str | None:
+        return BUNDLE_DIR if artifact.kind == GPU_BUNDLE else None
 
     def conformance_runner(self) -> ConformanceRunner:
         return run_conformance_case
@@ -130,11 +243,17 @@ class OnnxRuntimeBackend(Backend):
     def build(self, request: BuildRequest) -> Artifact:
         import onnxruntime as ort
 
-        # int8: the model is a Q/DQ model (quantize/)
-        if request.precision not in (Precision.FP32, Precision.INT8):
-            raise BackendError(f"precision {request.precision} is not built for {request.target.name} yet: "
-                               "ORT CPU runs the model in the precision it was exported in",
-                               hint="export the model in that precision, or use --precision fp32")
+        # int8: the model is a Q/DQ model (quantize/); fp16: converted here, the kept layers in fp32
+        if request.precision not in (Precision.FP32, Precision.INT8, Precision.FP16):
+            raise BackendError(f"precision {request.precision} is not built for {request.target.name}: "
+                               "ORT CPU runs fp32, fp16 and int8 models",
+                               hint="use --precision fp32 or fp16")
+        notes: list[str] = []
+        if request.precision == Precision.FP16:
+            request, notes = _in_fp16(request)
+        provider = self._provider(request)
+        if provider not in ort.get_available_providers():  # onnxruntime-gpu's, on a host without it
+            return write_gpu_bundle(request, _own(request).profiles)
         level = request.target.backend.optimization_level or DEFAULT_LEVEL
         artifact_format = _own(request).artifact_format
         ort_format = artifact_format == "ort"
@@ -142,7 +261,6 @@ class OnnxRuntimeBackend(Backend):
         external = "model.ort.onnx.data" if _has_external_data(request.model) and not ort_format else None
         options = session_options(level, optimized_path=request.outdir / name, ort_format=ort_format,
                                   external_data=external)
-        provider = self._provider(request)
         if request.fail_on_fallback and provider != "CPUExecutionProvider":
             options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         try:
@@ -159,7 +277,7 @@ class OnnxRuntimeBackend(Backend):
         return Artifact(kind="ort-format" if ort_format else "ort-optimized-onnx", files=files,
                         settings={"graph_optimization_level": level, "execution_provider": provider,
                                   "format": artifact_format},
-                        placement=placement)
+                        placement=placement, notes=notes)
 
     def placement(self, artifact: Path, provider: str) -> Placement:
         """Run once with profiling on and read which provider ran every node."""

@@ -110,6 +110,50 @@ def _stable_names(model: Any, onnx_path: Path) -> None:
             op.set_friendly_name(f"{op.get_type_name()}_{index}")
 
 
+# The runtime attribute that keeps an op in its original precision when the model is compressed
+# to fp16 or inferred in half (ov::disable_fp16_compression; its RTTI name was
+# "disable_fp16_compression" until 2023 and is "precise" since): the key of each spelling is set.
+KEEP_PRECISION_KEYS = ("precise_0", "disable_fp16_compression_0")
+
+
+def keep_in_fp32(model: Any, onnx_path: Path, nodes: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Mark the ops the ONNX nodes became to stay in fp32 (in place): an op carries the node's
+    name, or the name of one of its output tensors (the frontend names an op that feeds a graph
+    output after the output). Returns the nodes matched and those no op matched."""
+    from deploycc import io
+
+    graph = io.load(onnx_path, check=False).model.graph
+    wanted = set(nodes)
+    by_output = {v.name: node.name for node in graph if node.name in wanted for v in node.outputs if v.name}
+    matched: set[str] = set()
+    for op in model.get_ops():
+        name = op.get_friendly_name()
+        node = name if name in wanted else next(
+            (by_output[t] for port in op.outputs() for t in port.get_names() if t in by_output), None)
+        if node is None:
+            continue
+        for key in KEEP_PRECISION_KEYS:
+            op.get_rt_info()[key] = ""
+        matched.add(node)
+    return [n for n in nodes if n in matched], [n for n in nodes if n not in matched]
+
+
+def _half_arithmetic(device: str, precision: Precision) -> list[str]:
+    """A note where the device has no arithmetic in `precision`: its plugin then computes in fp32
+    (the IR keeps the precision asked and the kept layers for a device that has it)."""
+    import openvino as ov
+
+    try:
+        capabilities = [str(c) for c in ov.Core().get_property(device, "OPTIMIZATION_CAPABILITIES")]
+    except Exception:  # a device without the property: nothing to say
+        return []
+    if precision.value.upper() in capabilities:
+        return []
+    return [f"{device} here has no {precision} arithmetic (OPTIMIZATION_CAPABILITIES: "
+            f"{', '.join(capabilities)}): it computes in fp32, so {precision} saves nothing on this machine; "
+            f"the IR is {precision} for one that has it"]
+
+
 def compile_model(model: Any, device: str, config: dict[str, str]) -> Any:
     """OpenVINO's compiled model from a file path, ONNX bytes or an ov.Model: the one place deploycc
     compiles (runners, the conformance probe)."""
@@ -223,6 +267,12 @@ class OpenVinoBackend(Backend):
             raise _conversion_error(str(error)) from None
         if request.model.suffix == ".onnx":  # an IR (NNCF's int8 model) keeps its names
             _stable_names(model, request.model)
+        notes = []
+        if request.fp32_layers and request.precision in (Precision.FP16, Precision.BF16):
+            matched, unmatched = keep_in_fp32(model, request.model, request.fp32_layers)
+            notes.append(f"{len(matched)} layer(s) kept in fp32 through the runtime's "
+                         "disable_fp16_compression"
+                         + (f"; no op found for {', '.join(unmatched)}" if unmatched else ""))
         xml = request.outdir / "model.xml"
         # The int8 IR arrives written under the artifact's names: it is the artifact as it is
         # (saving it again would write over the weights file read_model has just mapped).
@@ -230,6 +280,8 @@ class OpenVinoBackend(Backend):
             # save_model compresses weights to fp16 by default; only do it when fp16 was asked for
             ov.save_model(model, str(xml), compress_to_fp16=request.precision == Precision.FP16)
         device = request.target.device.kind
+        if request.precision in (Precision.FP16, Precision.BF16):
+            notes += _half_arithmetic(device, request.precision)
         placement = self.placement(model, device)
         if placement.unsupported:
             # The CPU plugin refuses an If whose branches differ in rank while a dim is dynamic
@@ -247,7 +299,7 @@ class OpenVinoBackend(Backend):
                                   "compile": {k: v for k, v in compile_config(request).items()
                                               if k != "CACHE_DIR"},  # a path of this machine
                                   "compress_to_fp16": request.precision == Precision.FP16},
-                        placement=placement)
+                        placement=placement, notes=notes)
 
     @staticmethod
     def placement(model: Any, device: str) -> Placement:

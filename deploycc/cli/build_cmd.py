@@ -71,6 +71,8 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
               help="A target without the precision builds the one it suggests instead (reported).")
 @click.option("--require-int8", is_flag=True,
               help="int8: fail (exit 1) rather than build in float when the guard keeps float.")
+@click.option("--no-fp16-analysis", "no_half_analysis", is_flag=True,
+              help="fp16/bf16: skip finding what half breaks; every layer builds in half.")
 @click.option("--format", "artifact_format", type=click.Choice(["onnx", "ort"]), default="onnx",
               show_default=True, help="ONNX Runtime artifact: optimized ONNX or ORT format.")
 @click.option("--fail-on-fallback", is_flag=True, help="Refuse when nodes leave the target's device/EP.")
@@ -95,7 +97,8 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
 @click.pass_context
 def build_command(ctx: click.Context, model: str, target: str, outdir: str | None, jetpack: str | None,
                   precision: str | None, calibration: Path | None, validation: Path | None, max_drop: float,
-                  metric: str, allow_fallback: bool, require_int8: bool, artifact_format: str,
+                  metric: str, allow_fallback: bool, require_int8: bool, no_half_analysis: bool,
+                  artifact_format: str,
                   fail_on_fallback: bool, batch_range: str | None,
                   shape_range: tuple[str, ...], dla_core: int | None, gpu_fallback: bool,
                   workspace_mb: int | None, no_bench: bool, force: bool, engine_only: bool, partition: bool,
@@ -118,7 +121,7 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         batch_range=parse_batch_range(batch_range) if batch_range else None,
         shape_ranges=dict(parse_shape_range(text) for text in shape_range), dla_core=dla_core,
         gpu_fallback=gpu_fallback, workspace_mb=workspace_mb, bench=not no_bench, force=force,
-        engine_only=engine_only,
+        engine_only=engine_only, half_analysis=not no_half_analysis,
         quantize=QuantizeOptions(calibration=calibration, validation=validation, max_drop=max_drop,
                                  metric=metric, allow_fallback=allow_fallback, require_int8=require_int8))
     if outdir is None and not engine_only:

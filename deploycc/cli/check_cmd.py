@@ -9,6 +9,7 @@ from deploycc.cli import emit
 from deploycc.cli.torch_flags import torch_options, torch_source
 from deploycc.errors import OptionError
 from deploycc.report import console
+from deploycc.taxonomy import Precision
 
 
 @click.command("check")
@@ -21,11 +22,17 @@ from deploycc.report import console
               help="Say which rule would fix each illegal node (nothing is rewritten).")
 @click.option("--capabilities", multiple=True, type=click.Path(dir_okay=False),
               help="A probed capability table (`deploycc probe -o FILE`) laid over the declared one.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
+              help="Find what fp16 (bf16) breaks and the layers a build keeps in fp32 (default: where a "
+                   "target builds in fp16, as the Jetsons do; fp32 skips it).")
+@click.option("--inputs", type=click.Path(exists=True, dir_okay=False),
+              help="An .npz of inputs for the fp16 analysis (default: drawn as verification draws them).")
 @torch_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.pass_context
 def check_command(ctx: click.Context, model: str, targets: tuple[str, ...], jetpack: str | None,
-                  dla: bool, explain: bool, capabilities: tuple[str, ...], as_json: bool, **flags) -> None:
+                  dla: bool, explain: bool, capabilities: tuple[str, ...], precision: str | None,
+                  inputs: str | None, as_json: bool, **flags) -> None:
     """List every node a target would refuse, grouped as op | count | reason | nodes.
 
     MODEL is an ONNX file or a PyTorch model (model.pt2, model.pt, module.path:factory), which is
@@ -41,6 +48,8 @@ def check_command(ctx: click.Context, model: str, targets: tuple[str, ...], jetp
         report = api.check_torch(source, targets=list(targets), jetpack=jetpack, dla=dla, explain=explain)
     else:
         report = api.check(model, list(targets), jetpack=jetpack, dla=dla, explain=explain,
-                           capabilities=capabilities)
+                           capabilities=capabilities,
+                           precision=Precision(precision) if precision else "target",
+                           inputs=inputs)
     emit(report, as_json, console.render_check)
     ctx.exit(report.exit_code)

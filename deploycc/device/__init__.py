@@ -20,5 +20,6 @@ schedules the board's task (audit/ray_executor.py), and the commands are cli/dev
 # The engines run_on_device.py takes (`--engine`): the board's own first (its default), then
 # ONNX Runtime standing in for it on any host. tests/backends/test_device_runner.py holds these
 # to the runner's own.
-RUNNER_ENGINES = ("tensorrt", "onnxruntime")
+RUNNER_ENGINES = ("tensorrt", "onnxruntime", "onnxruntime-gpu")
 BOARD_ENGINE = RUNNER_ENGINES[0]
+GPU_ENGINE = RUNNER_ENGINES[2]  # onnxruntime-gpu on an ort-cuda or ort-trt bundle: the real engine there

@@ -54,7 +54,20 @@ def trtexec_flags(version: str) -> dict[str, str]:
     new = _version_tuple(version) or (10, 0)
     return {"workspace": "--memPoolSize=workspace:{}" if new >= (8, 4) else "--workspace={}",
             "build_only": "--skipInference" if new >= (8, 6) else "--buildOnly",
-            "streams": "--infStreams={}" if new >= (8, 6) else "--streams={}"}
+            "streams": "--infStreams={}" if new >= (8, 6) else "--streams={}",
+            **layer_precision_flags(new)}
+
+
+def layer_precision_flags(version: tuple[int, ...]) -> dict[str, str]:
+    """trtexec's per-layer precision flags, where its release has them (read from
+    samples/common/sampleOptions.cpp at each tag): --precisionConstraints=none|prefer|obey from
+    8.2.1, --layerPrecisions and --layerOutputTypes (NAME:fp32 pairs split on ",", the name on
+    the last ":") from 8.4.1 through 10.16; 11.0 removed all three, its networks strongly typed.
+    An empty dict: this trtexec cannot pin a layer's precision."""
+    if version < (8, 4) or version >= (11,):  # (major, minor): 8.4.1 is the first 8.4 release
+        return {}
+    return {"layer_precisions": "--layerPrecisions={}", "layer_output_types": "--layerOutputTypes={}",
+            "precision_constraints": "--precisionConstraints={}"}
 
 
 def copy_model(model: Path, folder: Path, name: str) -> list[str]:
@@ -99,7 +112,8 @@ def _sha256(path: Path) -> str:
 
 
 def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
-                    precision: Precision, tensorrt_version: str, described: str) -> list[str]:
+                    precision: Precision, tensorrt_version: str, described: str,
+                    trtexec: bool = True) -> list[str]:
     """The board's reference: each array as raw little-endian bytes in its binding dtype (the
     same files work as `trtexec --loadInputs=name:file`), and an index with names, shapes,
     dtypes, files and sha256s, the tolerances of the precision and the model they belong to."""
@@ -127,7 +141,8 @@ def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[s
                 "tolerances": {"atol": atol, "rtol": rtol, "min_cosine": min_cosine,
                                "mismatch_share": MISMATCH_SHARE.get(precision, 0.0)}, **index}
     (reference / REFERENCE_INDEX).write_text(json.dumps(document, indent=1) + "\n")
-    files.append(write_trtexec_runner(folder, index["inputs"], tensorrt_version))
+    if trtexec:  # a TensorRT bundle: trtexec's runner reads these files too
+        files.append(write_trtexec_runner(folder, index["inputs"], tensorrt_version))
     return [*files, f"{BUNDLE_DIR}/{REFERENCE_DIR}/{REFERENCE_INDEX}"]
 
 

@@ -140,11 +140,243 @@ class OrtEngine:
         # The reference holds what the engine binding takes (INT64 as INT32 before TensorRT 10):
         # give ONNX Runtime what the model declares, as TensorRT's importer does.
         self.types = {i.name: ORT_TYPES.get(i.type) for i in self.session.get_inputs()}
+        if settings.get("fp32_layers"):
+            self.fp32_layers = {"asked": list(settings["fp32_layers"]),
+                                "note": "ONNX Runtime stands in for the engine and computes all in fp32"}
 
     def run(self, feeds):
         feeds = {name: array.astype(self.types[name]) if self.types.get(name) else array
                  for name, array in feeds.items()}
         return dict(zip(self.outputs, self.session.run(None, feeds)))
+
+
+def layer_nodes(name, metadata, wanted):
+    """The ONNX node (of `wanted`) a TensorRT network layer came from, or None. The ONNX parser
+    names a node's layer after the node, a second layer of the same node NAME_1, NAME_2... (its
+    unique-name counter), and from TensorRT 10 it also writes "[ONNX Layer: NAME]" into the
+    layer's metadata; a layer it made on its own is "(Unnamed Layer* N) [Type]"."""
+    if name in wanted:
+        return name
+    if metadata:
+        for node in wanted:
+            if "[ONNX Layer: {}]".format(node) in metadata:
+                return node
+    base, _, counter = name.rpartition("_")
+    if base in wanted and counter.isdigit():
+        return base
+    return None
+
+
+def pin_fp32(network, trt, wanted):
+    """Keep the layers of the ONNX nodes in `wanted` in fp32 (their precision and their float
+    outputs' type); returns {node: [layer names]} and the nodes no layer came from."""
+    wanted = set(wanted)
+    pinned = {}  # type: dict
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        node = layer_nodes(layer.name, getattr(layer, "metadata", ""), wanted)
+        if node is None:
+            continue
+        floating = [k for k in range(layer.num_outputs)
+                    if layer.get_output(k).dtype in (trt.float32, trt.float16)]
+        if not floating:
+            continue  # a shape or index layer: no precision to keep
+        layer.precision = trt.float32
+        for k in floating:
+            layer.set_output_type(k, trt.float32)
+        pinned.setdefault(node, []).append(layer.name)
+    return pinned, sorted(wanted - set(pinned))
+
+
+def obey_precision(config, trt):
+    """The builder flag that makes per-layer precision binding: OBEY_PRECISION_CONSTRAINTS from
+    TensorRT 8.2, STRICT_TYPES before (its name for the same)."""
+    flag = getattr(trt.BuilderFlag, "OBEY_PRECISION_CONSTRAINTS", None) or \
+        getattr(trt.BuilderFlag, "STRICT_TYPES", None)
+    if flag is not None:
+        config.set_flag(flag)
+    return flag is not None
+
+
+def layer_precision(layer):
+    """The precision of an engine layer from the engine inspector's detailed JSON: its first
+    output's "Format/Datatype" ("Row major linear FP32", "Channel major FP16 format ...", or a
+    bare "Half", "Float", "BFloat16" from Myelin), read as trex reads it."""
+    outputs = layer.get("Outputs") or []
+    text = str(outputs[0].get("Format/Datatype", "")) if outputs and isinstance(outputs[0], dict) else ""
+    for token, precision in (("BF16", "bf16"), ("BFloat16", "bf16"), ("FP32", "fp32"), ("Float", "fp32"),
+                             ("FP16", "fp16"), ("Half", "fp16"), ("Int8", "int8"), ("INT8", "int8"),
+                             ("Int32", "int32")):
+        if token in text:
+            return precision
+    return None
+
+
+def _names_node(text, node):
+    """Whether `node` appears in a layer name as a whole name ("a + b", "PWN(a, b)")."""
+    at = text.find(node)
+    while at >= 0:
+        before = text[at - 1] if at > 0 else " "
+        after = text[at + len(node)] if at + len(node) < len(text) else " "
+        if not (before.isalnum() or before in "_/.") and not (after.isalnum() or after in "_/."):
+            return True
+        at = text.find(node, at + 1)
+    return False
+
+
+def engine_precisions(layers, wanted):
+    """{node: the precision the engine gave it} for the ONNX nodes in `wanted`, read from the
+    inspector's layers: by the "[ONNX Layer: NAME]" metadata (8.6+), else by name, a fused
+    layer's name joining its parts ("a + b", "PWN(a, b)"). Reformat layers name the layer they
+    feed, and a Myelin region ("{ForeignNode[a...b]}") only its first and last layer: neither
+    says what a node inside got, so such a node is left out (reported as not found)."""
+    found = {}
+    for layer in layers:
+        if not isinstance(layer, dict):
+            continue
+        name = str(layer.get("Name", "")).replace("\x1e", "+").replace("\x1f", "+")
+        if layer.get("LayerType") == "Reformat" or layer.get("Origin") == "REFORMAT" or \
+                name.startswith("Reformatting CopyNode") or name.startswith("{ForeignNode["):
+            continue
+        metadata = str(layer.get("Metadata", ""))
+        precision = layer_precision(layer) or "unknown"
+        for node in wanted:
+            if node not in found and ("[ONNX Layer: {}]".format(node) in metadata or _names_node(name, node)):
+                found[node] = precision
+    return found
+
+
+def inspect_engine(engine, trt, wanted):
+    """What the engine inspector (TensorRT 8.2+) says each kept layer got, or None where there
+    is no inspector."""
+    if not wanted or not hasattr(engine, "create_engine_inspector"):
+        return None
+    try:
+        inspector = engine.create_engine_inspector()
+        info = json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+    except Exception:  # an engine built without detailed verbosity, an older layout
+        return None
+    layers = info.get("Layers", []) if isinstance(info, dict) else []
+    found = engine_precisions(layers, wanted)
+    return {"engine": found, "not_found": sorted(set(wanted) - set(found))}
+
+
+def _gpu_sm():
+    """GPU 0's compute capability as "sm86", through NVML; "sm-unknown" without it."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(0))
+        return "sm{}{}".format(major, minor)
+    except Exception:
+        return "sm-unknown"
+
+
+def _tensorrt_version():
+    try:
+        import tensorrt
+
+        return tensorrt.__version__
+    except Exception:
+        return "unknown"
+
+
+def ort_gpu_session(bundle, profiling=False):
+    """The ONNX Runtime session a bundle's providers.json describes: the one call that loads a
+    deploycc build for onnxruntime-gpu. The TensorRT provider's caches go to a folder keyed by the
+    model, the TensorRT version, the GPU's SM and the profiles, so another GPU or an upgrade never
+    reads a stale engine. A provider this onnxruntime lacks is left out (returned in `missing`):
+    the CPU build runs the same model, its GPU options unread. Returns (session, missing)."""
+    import onnxruntime as ort
+
+    document = read_json(os.path.join(bundle, "providers.json"))
+    available = set(ort.get_available_providers())
+    key = "{}-trt{}-{}-{}".format(document["model_sha256"][:12], _tensorrt_version(), _gpu_sm(),
+                                  hashlib.sha256(json.dumps(document.get("profiles", []), sort_keys=True)
+                                                 .encode()).hexdigest()[:8])
+    providers, missing = [], []
+    for name, options in document["providers"]:
+        if name not in available:
+            missing.append(name)
+            continue
+        options = dict(options)
+        for option in ("trt_engine_cache_path", "trt_timing_cache_path", "trt_ep_context_file_path"):
+            if option in options:
+                options[option] = os.path.join(bundle, options[option], key)
+                if not os.path.isdir(options[option]):
+                    os.makedirs(options[option])
+        providers.append((name, {k: str(v) if isinstance(v, bool) else v for k, v in options.items()}))
+    session_options = ort.SessionOptions()
+    if profiling:
+        session_options.enable_profiling = True
+        session_options.profile_file_prefix = os.path.join(bundle, "ort-profile")
+    session = ort.InferenceSession(os.path.join(bundle, "model.onnx"), session_options, providers=providers)
+    return session, missing
+
+
+def placement_from_profile(events):
+    """{provider: nodes} and {node: provider} from ONNX Runtime's profiling JSON: each node's
+    kernel event ("cat": "Node", args.provider), once per node."""
+    per_node = {}  # type: dict
+    for event in events:
+        args = event.get("args") or {}
+        if event.get("cat") != "Node" or "provider" not in args:
+            continue
+        name = str(event.get("name", ""))
+        for suffix in ("_kernel_time", "_fence_before", "_fence_after"):
+            if name.endswith(suffix):
+                name = name[:-len(suffix)]
+        per_node.setdefault(name, args["provider"])
+    counts = {}  # type: dict
+    for provider in per_node.values():
+        counts[provider] = counts.get(provider, 0) + 1
+    return counts, per_node
+
+
+def placement_differences(predicted, measured):
+    """The nodes ORT placed elsewhere than deploycc predicted: {node: "predicted -> measured"}.
+    ORT's profile names a node by its ONNX name; nodes ORT fused or added (Memcpy) are left out."""
+    primary, off = predicted["primary"], predicted.get("off_primary", {})
+    differs = {}
+    for node, provider in measured.items():
+        if "Memcpy" in node:
+            continue
+        expected = off.get(node, primary)
+        if provider != expected:
+            differs[node] = "{} -> {}".format(expected, provider)
+    return differs
+
+
+class OrtGpuEngine(OrtEngine):
+    """onnxruntime-gpu on a bundle's providers.json: the session deploycc's build describes, timed
+    and verified as TensorRT's engine is, with where ORT placed each node read from its profiling."""
+
+    name = "onnxruntime-gpu"
+
+    def __init__(self, bundle, settings):
+        import onnxruntime as ort
+
+        started = time.perf_counter()
+        self.version = ort.__version__
+        self.bundle = bundle
+        self.session, self.missing = ort_gpu_session(bundle, profiling=True)
+        self.build_seconds = time.perf_counter() - started
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        self.types = {i.name: ORT_TYPES.get(i.type) for i in self.session.get_inputs()}
+        self.profiled = False
+
+    def run(self, feeds):
+        outputs = OrtEngine.run(self, feeds)
+        if not self.profiled:  # the first run's profile says where each node ran; later runs are timed
+            self.profiled = True
+            with open(self.session.end_profiling()) as handle:
+                counts, per_node = placement_from_profile(json.load(handle))
+            self.placement = {"counts": counts, "nodes": per_node, "missing_providers": self.missing}
+            predicted_path = os.path.join(self.bundle, "placement-predicted.json")
+            if os.path.exists(predicted_path):
+                self.placement["differs"] = placement_differences(read_json(predicted_path), per_node)
+        return outputs
 
 
 class _CudaMemory:
@@ -297,6 +529,11 @@ class TrtEngine:
         if self.engine is None:
             raise RuntimeError("TensorRT could not deserialize the plan")
         self.context = self.engine.create_execution_context()
+        kept = settings.get("fp32_layers") or []
+        if kept:
+            asked = getattr(self, "fp32_layers", None) or {"asked": list(kept), "note": "plan built earlier"}
+            asked["inspector"] = inspect_engine(self.engine, trt, kept)
+            self.fp32_layers = asked
         self.memory = _CudaMemory()
         self.named = hasattr(self.engine, "num_io_tensors")
         self.io = self._io()
@@ -324,6 +561,15 @@ class TrtEngine:
         precision = settings.get("precision", "fp32")
         if precision in ("fp16", "int8"):
             config.set_flag(trt.BuilderFlag.FP16)
+        kept = settings.get("fp32_layers") or []
+        if kept and precision in ("fp16", "int8"):
+            pinned, unmatched = pin_fp32(network, trt, kept)
+            self.fp32_layers = {"asked": list(kept), "pinned": pinned, "unmatched": unmatched,
+                                "obeyed": obey_precision(config, trt)}
+        if hasattr(trt, "ProfilingVerbosity") and hasattr(config, "profiling_verbosity"):
+            # the engine inspector's per-layer precisions (8.2+)
+            config.profiling_verbosity = getattr(trt.ProfilingVerbosity, "DETAILED", None) or \
+                getattr(trt.ProfilingVerbosity, "VERBOSE", config.profiling_verbosity)
         if precision == "int8":
             config.set_flag(trt.BuilderFlag.INT8)
             if settings.get("int8_calibration_cache"):
@@ -407,7 +653,7 @@ class TrtEngine:
         return outputs
 
 
-ENGINES = {"tensorrt": TrtEngine, "onnxruntime": OrtEngine}  # type: dict
+ENGINES = {"tensorrt": TrtEngine, "onnxruntime": OrtEngine, "onnxruntime-gpu": OrtGpuEngine}  # type: dict
 
 
 # --------------------------------------------------------------------------- measurements
@@ -614,8 +860,12 @@ def run(bundle, engine_name, iterations, warmup_seconds):
             engine = faster_int8_form(engine, bundle, settings, inputs, result)
         result["engine_version"] = engine.version
         result["build_seconds"] = round(getattr(engine, "build_seconds", 0.0), 3)
+        if getattr(engine, "fp32_layers", None):
+            result["fp32_layers"] = engine.fp32_layers
         result["stage"] = "run"
         actual = engine.run(inputs)
+        if getattr(engine, "placement", None):
+            result["placement"] = engine.placement
         result["stage"] = "verify"
         atol, rtol, min_cosine = (index["tolerances"][key] for key in ("atol", "rtol", "min_cosine"))
         share = index["tolerances"].get("mismatch_share", 0.0)

@@ -27,6 +27,7 @@ from deploycc.verify.runner import RunError
 
 if TYPE_CHECKING:
     from deploycc.bench.latency import LatencyStats
+    from deploycc.fp16 import HalfPrecisionReport
     from deploycc.quantize import QuantizeReport
     from deploycc.records.legalize import LegalizeReport
     from deploycc.targets.schema import Target
@@ -95,11 +96,11 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
         report = BuildReport(
             model=str(source), target=target.name, outdir=str(outdir), status=done.status, stage=done.stage,
             summary=summary_of(done.status, done.message, target, artifact),
-            next_step=next_step_after(done.status, done.stage, done.message, target),
+            next_step=next_step_after(done.status, done.stage, done.message, target, artifact),
             precision=done.precision, legalize=legalized, artifact=artifact, verification=verification,
             benchmark=done.benchmark, build_hash=manifest["build_hash"],
             failure_category=done.failure_category, files=listing(staging), seconds=seconds,
-            quantization=done.quantization, notes=notes, shapes=shapes)
+            quantization=done.quantization, notes=notes, shapes=shapes, half=done.half)
         step.stop()
         write_reports(staging, report)
         staged.commit()
@@ -117,6 +118,7 @@ class _Done:
     precision: Precision
     artifact: Artifact | None = None
     quantization: QuantizeReport | None = None
+    half: HalfPrecisionReport | None = None
     verification: Verification | None = None
     benchmark: LatencyStats | None = None
     failure_category: Failure | None = None
@@ -148,6 +150,9 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
             engine_model, done.precision = _engine_input(quantization, staging, notes)
     if not legalized.success or done.stage == Stage.QUANTIZE:
         return done
+    if done.precision in (Precision.FP16, Precision.BF16) and options.half_analysis:
+        step(done.precision.value)
+        done.half = _half_analysis(source, staging, legalized, options, done.precision, notes)
     step("build")
     done.stage = Stage.BUILD
     request = BuildRequest(
@@ -156,12 +161,14 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         calibration_cache=staging / quantization.calibration_cache
         if quantization is not None and quantization.calibration_cache else None,
         fp32_model=staging / LEGALIZED if quantization is not None else None,
-        backend_options=backend.backend_options(options))
+        backend_options=backend.backend_options(options),
+        fp32_layers=tuple(done.half.kept) if done.half is not None else ())
     backend.prepare(request, options)  # the backend's own completion (TensorRT: profiles, the DLA's model)
     try:
         done.artifact = artifact = backend.build(request)
         if artifact.pending_on_device:
             done.status, done.stage, done.message = PENDING, Stage.DONE, artifact.notes[0]
+            _predicted_placement(staging, backend.device_folder(artifact), target, notes)
             done.feeds = _add_reference(source, staging, artifact, backend, legalized, options,
                                         done.precision)
         else:
@@ -189,6 +196,52 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         if judged is not None and judged.inputs == str(staging / VERIFY_INPUTS):
             judged.inputs = SAMPLE_DESCRIBED  # not the staging path
     return done
+
+
+def _half_analysis(source: Path, staging: Path, legalized: LegalizeReport, options: BuildOptions,
+                   precision: Precision, notes: list[str]) -> HalfPrecisionReport | None:
+    """What half precision breaks in the legalized model, on the inputs verification drew, and the
+    layers to keep in fp32; None (with a note) where ORT cannot run the model on them. Nameless
+    nodes are named first: the engines find a kept layer by its name."""
+    from deploycc.fp16 import analyze_half, name_nodes_in_file
+    from deploycc.verify.verification import signature_feeds
+
+    drawn = legalized.verification
+    try:
+        name_nodes_in_file(staging / LEGALIZED)
+        feeds, _, described = signature_feeds(staging / LEGALIZED, options.legalize, legalized.fed_layouts,
+                                               drawn.shapes if drawn else None, source)
+        if described == str(staging / VERIFY_INPUTS):
+            described = SAMPLE_DESCRIBED
+        return analyze_half(staging / LEGALIZED, feeds, precision, inputs=described,
+                            tolerance=verification_precision(legalized, precision))
+    except (RunError, OptionError) as error:
+        notes.append(f"no {precision} analysis: {error}")
+    except Exception as error:  # the analysis is advice: the build goes on in plain {precision}
+        notes.append(f"no {precision} analysis: {type(error).__name__}: {str(error).strip()[:200]}")
+    return None
+
+
+PREDICTED_PLACEMENT = "placement-predicted.json"  # in the device folder: the runner compares
+
+
+def _predicted_placement(staging: Path, folder: str | None, target: Target, notes: list[str]) -> None:
+    """Where ORT will run each node of the legalized model on a target with providers behind its
+    own (check's prediction), written beside the bundle's model for the runner to hold the
+    measured placement to, and said in a note."""
+    if not target.fallback or folder is None:
+        return
+    from deploycc.analysis.placement import predict_placement
+    from deploycc.graph.shapes import load_inferred
+
+    prediction = predict_placement(load_inferred(staging / LEGALIZED).model, target)
+    if prediction is None:
+        return
+    notes.append(f"placement predicted: {prediction.line()}")
+    nodes = {item.node: item.provider for item in prediction.off_primary}
+    (staging / folder / PREDICTED_PLACEMENT).write_text(json.dumps(
+        {"primary": prediction.primary, "counts": prediction.counts, "off_primary": nodes,
+         "subgraphs": prediction.subgraphs, "memcpy": prediction.memcpy}, indent=1) + "\n")
 
 
 def _fixed_at_samples(options: BuildOptions, done: _Done) -> BuildOptions | None:

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deploycc.device import BOARD_ENGINE
+from deploycc.device import BOARD_ENGINE, GPU_ENGINE
 from deploycc.device.bundle import BUNDLE_DIR, MODEL_NAME, REFERENCE_DIR, REFERENCE_INDEX
 from deploycc.errors import OptionError
 from deploycc.io import write_text_atomic
@@ -54,6 +54,10 @@ def _next_step(device: DeviceResult, precision: Precision | None) -> str:
     (the stages are run_on_device.py's: read, build, run, verify, bench)."""
     again = "copy bundle/ to the device and run `python3 run_on_device.py` there again"
     if device.verified:
+        if device.engine == GPU_ENGINE:
+            return ("deploy bundle/ on the GPU host and load it with `ort_gpu_session('bundle')` from its "
+                    "run_on_device.py (providers.json holds every provider option); where ORT placed each "
+                    "node is under 'On the device' in report.md")
         if not device.engine.startswith(BOARD_ENGINE):
             return (f"{device.engine} stood in for TensorRT: run `python3 run_on_device.py` on the board "
                     "without --engine to build and verify the TensorRT engine itself, then import its result")

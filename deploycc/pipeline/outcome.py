@@ -20,12 +20,19 @@ if TYPE_CHECKING:
 RUN_REFUSED = "the engine could not run inputs the original model takes"
 
 
-def next_step_after(status: BuildStatus, stage: Stage, message: str, target: Target) -> str:
+# What a device bundle leaves pending and the runner's command line, unless the artifact's settings
+# say otherwise (`pending`, `runner`): the TensorRT bundle's
+PENDING_WHAT, RUNNER_COMMAND = "the TensorRT engine", "python3 run_on_device.py"
+
+
+def next_step_after(status: BuildStatus, stage: Stage, message: str, target: Target,
+                    artifact: Artifact | None = None) -> str:
     """What the user does next, after a build that ended so (report.json's `next_step`)."""
     if status == BuildStatus.VERIFIED:
         return "deploy the artifact; `deploycc bench` for a full benchmark"
     if status == BuildStatus.PENDING_ON_DEVICE:
-        return ("copy bundle/ to the device, run `python3 run_on_device.py` there (builds, verifies and "
+        runner = (artifact.settings.get("runner") if artifact is not None else None) or RUNNER_COMMAND
+        return (f"copy bundle/ to the device, run `{runner}` there (builds, verifies and "
                 "times the engine), then `deploycc device import OUTDIR bundle/result.json`")
     if status == BuildStatus.NEEDS_INPUTS:
         return "give inputs the model takes: --inputs data.npz (one array per input name)"
@@ -48,7 +55,8 @@ def summary_of(status: BuildStatus, message: str, target: Target, artifact: Arti
     if status == BuildStatus.VERIFIED and artifact is not None:
         return f"built {artifact.kind} for {target.name} and verified it against the original"
     if status == BuildStatus.PENDING_ON_DEVICE:
-        return f"legalized and bundled for {target.name}; the TensorRT engine is pending on the device"
+        what = (artifact.settings.get("pending") if artifact is not None else None) or PENDING_WHAT
+        return f"legalized and bundled for {target.name}; {what} is pending on the device"
     return message
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from deploycc.backends.base import Artifact
 from deploycc.bench.latency import LatencyStats
 from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from deploycc.fp16 import HalfPrecisionReport
 from deploycc.quantize import QuantizeReport
 from deploycc.records.device import DeviceResult
 from deploycc.records.export import ExportReport
@@ -45,6 +46,7 @@ class BuildReport(Result):
     shapes: ShapePlan | None = None  # what each input is built for, verified and timed at
     device: DeviceResult | None = None  # the board's result, once `deploycc device import` read it
     export: ExportReport | None = None  # a torch model's export: both exporters' attempts and proofs
+    half: HalfPrecisionReport | None = None  # fp16/bf16: what half breaks, and the layers kept in fp32
 
     @property
     def exit_code(self) -> int:

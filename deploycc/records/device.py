@@ -17,9 +17,10 @@ from typing import Any
 
 from deploycc.errors import OptionError
 from deploycc.results import from_dict
-from deploycc.taxonomy import DEVICE_STAGES, ON_DEVICE, BuildStatus, Stage
+from deploycc.taxonomy import DEVICE_STAGES, ON_DEVICE, BuildStatus, Precision, Stage
 
 RESULT_SCHEMA = 1  # the newest result.json this deploycc reads
+UNKNOWN_PRECISION = "unknown"  # what the runner writes for a layer whose format it could not read
 # Every result names its schema, status, stage, engine, and the model it ran (the bundle's
 # model.onnx by sha256: a result from another bundle is refused).
 REQUIRED = ("schema", "status", "stage", "model_sha256", "engine")
@@ -52,6 +53,12 @@ class DeviceResult:
     power_mode: str | None = None
     clocks: dict[str, Any] | None = None
     int8_forms: dict[str, Any] | None = None  # an INT8 bundle for the GPU: both forms timed
+    # fp16's kept layers: asked, pinned {node: [TensorRT layers]}, unmatched, and the engine
+    # inspector's {engine: {node: precision}, not_found}
+    fp32_layers: dict[str, Any] | None = None
+    # onnxruntime-gpu: {counts: {provider: nodes}, nodes: {node: provider}, missing_providers,
+    # differs: {node: "predicted -> measured"}}, read from ORT's profiling on the host
+    placement: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     order: list[str] = field(default_factory=list, repr=False, compare=False)
 
@@ -94,3 +101,32 @@ class DeviceResult:
         keys = [*self.order, *(key for key, value in values.items()
                                if key not in self.order and (value is not None or key in REQUIRED))]
         return {key: values[key] for key in keys if key in values}
+
+    def fp32_layers_lines(self) -> list[str]:
+        """The plan's fp32 layers against what the board made of them."""
+        kept = self.fp32_layers or {}
+        if not kept.get("asked"):
+            return []
+        asked = list(kept["asked"])
+        lines = [f"fp32 layers: {len(asked)} asked"]
+        if kept.get("note"):
+            lines.append(f"{kept['note']}")
+        if "pinned" in kept:
+            lines.append(f"{len(kept['pinned'])} pinned to fp32 in the network"
+                         + ("" if kept.get("obeyed", True) else
+                            " (this TensorRT has no flag that obeys them)"))
+        if kept.get("unmatched"):
+            lines.append("no TensorRT layer came from " + ", ".join(kept["unmatched"]))
+        inspector = kept.get("inspector")
+        if inspector:
+            engine = inspector.get("engine", {})
+            # the runner writes TensorRT's precisions as strings; "unknown" where it could not read one
+            wide = [node for node, precision in engine.items() if precision == Precision.FP32]
+            half = sorted(node for node, precision in engine.items()
+                          if node not in wide and precision != UNKNOWN_PRECISION)
+            lines.append(f"the engine inspector: {len(wide)} in fp32"
+                         + (f", not fp32 against the plan: {', '.join(half)}" if half else "")
+                         + (", inside fused or Myelin layers it does not name: "
+                            + ", ".join(inspector["not_found"])
+                            if inspector.get("not_found") else ""))
+        return lines

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from deploycc.analysis.check import CheckReport, NodeGroup, TargetVerdict
     from deploycc.analysis.inspect import InspectReport
     from deploycc.bench.run import BenchReport
+    from deploycc.fp16 import HalfPrecisionReport
     from deploycc.records.audit import AuditReport
     from deploycc.records.build import BuildReport
     from deploycc.records.export import ExportReport
@@ -194,6 +195,16 @@ def _render_verdict(out: Console, verdict: TargetVerdict) -> None:
                           f"[green]{fix['fix']}[/green]" if fix["fix"]
                           else f"[red]{fix['explanation']}[/red]")
         out.print(table)
+    if verdict.placement is not None:
+        placement = verdict.placement
+        out.print(escape(f"  placement predicted: {placement.line()}"))
+        for item in placement.off_primary[:10]:
+            provider = item.provider.removesuffix("ExecutionProvider")
+            out.print(escape(f"    {item.node} ({item.op}) -> {provider}"
+                             + (f": {item.reason}" if item.reason else "")))
+        if len(placement.off_primary) > 10:
+            out.print(f"    and {len(placement.off_primary) - 10} more off the primary provider "
+                      "(--json lists all)")
     if verdict.dla is not None:
         out.print(f"  DLA: {len(verdict.dla['dla'])} nodes on DLA, "
                   f"{len(verdict.dla['gpu-fallback'])} fall back to the GPU, "
@@ -210,6 +221,8 @@ def render_check(report: CheckReport) -> None:
         out.print(_matrix(report))
     for verdict in report.targets:
         _render_verdict(out, verdict)
+    if report.half is not None:
+        render_half(out, report.half)
 
 
 def _matrix(report: CheckReport) -> Table:
@@ -297,6 +310,16 @@ def _histogram(counts: dict[str, int]) -> str:
     return ", ".join(f"{op} {n}" for op, n in counts.items())
 
 
+def render_half(out: Console, half: HalfPrecisionReport) -> None:
+    """fp16: the layers kept in fp32, the predicted error with and without them, what overflows."""
+    out.print(escape(f"  {half.line()}; {half.errors()} ({half.runs} emulation run(s), "
+                     f"{half.seconds:.1f} s)"))
+    for flag in half.flagged[:5]:
+        out.print(escape(f"    flagged {flag}"), style="yellow")
+    if len(half.flagged) > 5:
+        out.print(f"    and {len(half.flagged) - 5} more flagged tensor(s) in report.json")
+
+
 def render_build(report: BuildReport) -> None:
     out = _console()
     colour = STATUS_COLOURS.get(report.status, "red")
@@ -319,6 +342,8 @@ def render_build(report: BuildReport) -> None:
         out.print(f"  int8: {quantized.metric} {quantized.int8_metric:.4f} vs fp32 "
                   f"{quantized.fp32_metric:.4f} (budget {quantized.max_drop}){speed}, "
                   f"{len(quantized.kept_float)} layer(s) kept in float")
+    if report.half is not None:
+        render_half(out, report.half)
     if report.shapes is not None and report.shapes.inputs:
         out.print(escape(f"  shapes: the engine takes {report.shapes.line()} (change with "
                          f"{report.shapes.change_with})"))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
+    from deploycc.fp16 import HalfPrecisionReport
     from deploycc.quantize import QuantizeReport
     from deploycc.records.build import BuildReport
     from deploycc.records.device import DeviceResult
@@ -68,6 +69,8 @@ def build_markdown(report: BuildReport) -> str:
             lines.append("")
     if report.quantization is not None:
         lines += _quantization(report.quantization)
+    if report.half is not None:
+        lines += half_section(report.half)
     if report.notes:
         lines += [f"- {note}" for note in report.notes] + [""]
     artifact = report.artifact
@@ -166,6 +169,22 @@ def _shapes(report: BuildReport) -> list[str]:
     return lines
 
 
+def half_section(half: HalfPrecisionReport) -> list[str]:
+    """fp16/bf16: the layers kept in fp32 and why, the predicted error, the flagged tensors."""
+    lines = [f"## {half.precision.value}", "", f"**{half.line()}**", "",
+             f"- {half.errors()}; judged at {half.tolerance.value} verification's tolerances",
+             f"- emulated on ONNX Runtime CPU on {half.inputs}: {half.runs} run(s), {half.seconds:.1f} s, "
+             f"{half.layers} layer(s) that compute float"]
+    if half.reason and half.kept:
+        lines.append(f"- {half.reason}")
+    if half.flagged:
+        lines += ["", "| tensor | written by | op | why | max abs | smallest nonzero |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {f.name} | {f.node or '(graph input)'} | {f.op} | {f.why} | {f.max_abs:.4g} | "
+                  f"{f.min_abs_nonzero:.3g} |" for f in half.flagged]
+    return [*lines, ""]
+
+
 def _quantization(quantized: QuantizeReport) -> list[str]:
     """--precision int8: what was quantized how, the metric fp32 vs int8, each step of the guard."""
     verdict = f"**Built in {quantized.decision}**: {quantized.reason}."
@@ -240,6 +259,19 @@ def _device(device: DeviceResult) -> list[str]:
         before, after = nvml["before"], nvml["after"]
         lines += ["", f"NVML: GPU memory {before['gpu_memory_used_kb']} kB before timing, "
                       f"{after['gpu_memory_used_kb']} kB after; power {after.get('power_mw')} mW."]
+    placement = device.placement or {}
+    if placement.get("counts"):
+        measured = ", ".join(f"{provider} {count}" for provider, count in placement["counts"].items())
+        differs = placement.get("differs") or {}
+        lines += ["", f"Placement measured (ORT profiling): {measured}"
+                      + (f"; providers this onnxruntime lacks: {', '.join(placement['missing_providers'])}"
+                         if placement.get("missing_providers") else "")
+                      + (f"; {len(differs)} node(s) not where predicted: "
+                         + ", ".join(f"{n} ({w})" for n, w in list(differs.items())[:10])
+                         if differs else "; every node where deploycc predicted it") + "."]
+    kept = device.fp32_layers_lines()
+    if kept:
+        lines += ["", "; ".join(kept) + "."]
     memory = device.memory or {}
     if memory:
         rss, nvmap = memory.get("peak_rss_kb"), memory.get("nvmap_delta_kb")

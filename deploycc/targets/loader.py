@@ -55,6 +55,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 TARGET_KEYS = {
     "schema", "name", "description", "aliases", "mode", "backend", "device", "opset", "ops", "op",
     "dtypes", "shapes", "precision", "memory", "dla", "jetpack", "provenance", "restrict", "export",
+    "placement",
 }
 EXPORTERS = ("dynamo", "torchscript")  # torch.onnx.export(dynamo=True) and (dynamo=False)
 
@@ -434,6 +435,8 @@ def build_target(path: Path, jetpack: str | None) -> Target:
             shape_policy=dla_r.choice("shape_policy", SHAPE_POLICIES, default="static"),
         )
 
+    placement_r = top.table("placement") or Reader({}, path, "placement.")
+    placement_r.reject_unknown({"fallback", "note"})
     provenance_r = top.table("provenance") or Reader({}, path, "provenance.")
     export_r = top.table("export") or Reader({}, path, "export.")
     return Target(
@@ -474,6 +477,7 @@ def build_target(path: Path, jetpack: str | None) -> Target:
         source_file=str(path),
         provenance=tuple((k, str(v)) for k, v in sorted(provenance_r.data.items())),
         export=_export_policy(export_r, high),
+        fallback=placement_r.strings("fallback"),
     )
 
 

@@ -252,6 +252,10 @@ class Target:
     provenance: tuple[tuple[str, str], ...] = field(default=())
     mode: str = "full"  # one of LEGALIZE_MODES: the default of `legalize --mode` and `build`
     export: ExportPolicy = ExportPolicy()  # the PyTorch front end's choices for this target
+    # ONNX Runtime with a GPU provider: the targets of the providers ORT places a node on when the
+    # primary one has no kernel for it, in order (ort-trt: ort-cuda, ort-cpu); `check` predicts
+    # each node's provider from their tables
+    fallback: tuple[str, ...] = ()
 
     def to_dict(self, with_ops: bool = False) -> dict[str, Any]:
         data = asdict(self)

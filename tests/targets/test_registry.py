@@ -1,4 +1,4 @@
-"""Targets are data: the six built-ins load, user files and search paths work, errors name key."""
+"""Targets are data: the eight built-ins load, user files and search paths work, errors name key."""
 
 from __future__ import annotations
 
@@ -13,13 +13,18 @@ from deploycc.errors import TargetError
 from deploycc.targets import registry
 from tests.conftest import REPO, SHARED_CAPABILITIES
 
-BUILTIN = ["gpu-trt10", "jetson-nano", "jetson-orin", "jetson-xavier", "openvino-cpu", "ort-cpu"]
+BUILTIN = ["gpu-trt10", "jetson-nano", "jetson-orin", "jetson-xavier", "openvino-cpu", "ort-cpu", "ort-cuda",
+           "ort-trt"]
 
 
-def test_the_six_builtin_targets_load_with_their_backends():
+def test_the_builtin_targets_load_with_their_backends():
     targets = {t.name: t for t in registry.list_targets()}
     assert sorted(targets) == BUILTIN
     assert targets["ort-cpu"].backend.kind == "onnxruntime"
+    # onnxruntime-gpu: its providers behind the target's own, in ORT's order
+    assert targets["ort-trt"].backend.execution_provider == "TensorrtExecutionProvider"
+    assert targets["ort-trt"].fallback == ("ort-cuda", "ort-cpu")
+    assert targets["ort-cuda"].fallback == ("ort-cpu",)
     assert targets["openvino-cpu"].backend.kind == "openvino"
     assert targets["jetson-nano"].backend.version.startswith("8.2")
     assert targets["jetson-xavier"].backend.version == "8.5.2"

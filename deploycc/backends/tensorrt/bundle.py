@@ -42,6 +42,7 @@ def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = P
         command.append(flags["workspace"].format(workspace))
     if request.precision == Precision.FP16:
         command.append("--fp16")
+        command += fp32_layer_flags(request, flags)
     elif request.precision == Precision.INT8:
         command += ["--int8", "--fp16"]
         if implicit_int8(request):  # the DLA's implicit quantization reads the scales from the cache
@@ -58,6 +59,36 @@ def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = P
     return command
 
 
+def fp32_layer_flags(request: BuildRequest, flags: dict[str, str]) -> list[str]:
+    """trtexec's flags that keep the half-precision analysis' layers in fp32 (the layer the
+    parser names after each node; run_on_device.py also pins the others a node makes), where
+    this release has them and the names can be spelled (trtexec splits its specs on ",")."""
+    names = [name for name in request.fp32_layers if "," not in name and "'" not in name]
+    if not names or "layer_precisions" not in flags:
+        return []
+    spec = ",".join(f"{name}:fp32" for name in names)
+    return [flags["layer_precisions"].format(spec), flags["layer_output_types"].format(spec),
+            flags["precision_constraints"].format("obey")]
+
+
+def fp32_layer_notes(request: BuildRequest) -> list[str]:
+    """What the bundle does with the kept layers, where trtexec cannot say it all."""
+    if not request.fp32_layers or request.precision != Precision.FP16:
+        return []
+    version = request.target.backend.version
+    flags = trtexec_flags(version)
+    notes = [f"{len(request.fp32_layers)} layer(s) kept in fp32: run_on_device.py pins them through the "
+             "API (layer precision and output type, OBEY_PRECISION_CONSTRAINTS)"]
+    if "layer_precisions" not in flags:
+        notes.append(f"trtexec of TensorRT {version} has no --layerPrecisions (8.4.1 to 10.16): trtexec.sh "
+                     "builds all in fp16; use run_on_device.py")
+    unspelled = [name for name in request.fp32_layers if "," in name or "'" in name]
+    if unspelled and "layer_precisions" in flags:
+        notes.append(f"trtexec cannot name {', '.join(unspelled)} (a ',' or a quote in the name): "
+                     "only run_on_device.py keeps them in fp32")
+    return notes
+
+
 def settings(request: BuildRequest) -> dict[str, Any]:
     options = own(request)
     return {
@@ -70,6 +101,7 @@ def settings(request: BuildRequest) -> dict[str, Any]:
         "dla_core": options.dla_core,
         "gpu_fallback": options.gpu_fallback,
         "int8_calibration_cache": CALIBRATION_CACHE if implicit_int8(request) else None,
+        "fp32_layers": list(request.fp32_layers) if request.precision == Precision.FP16 else [],
     }
 
 
@@ -107,4 +139,5 @@ def write_bundle(request: BuildRequest) -> Artifact:
                     notes=[f"TensorRT is not installed here: the engine is pending on the device. "
                            f"Copy {BUNDLE_DIR}/ to the {request.target.name} and run `python3 {RUNNER}` "
                            f"there (it builds the engine, checks it against the reference and times it; "
-                           f"`sh trtexec.sh` builds only), then `deploycc device import` its result.json."])
+                           f"`sh trtexec.sh` builds only), then `deploycc device import` its result.json.",
+                           *fp32_layer_notes(request)])

@@ -118,6 +118,14 @@ def build_plan(request: BuildRequest, onnx_path: Path, plan_path: Path) -> tuple
     network = _network(builder, trt)
     _parser = _parse(network, onnx_path, logger, trt)  # the parser must outlive the build
     config, cache = _configure(builder, network, request, trt)
+    kept: dict[str, Any] = {}
+    if request.fp32_layers and request.precision == Precision.FP16:
+        # the half-precision analysis' layers, pinned as the board's runner pins them
+        from deploycc.device.run_on_device import obey_precision, pin_fp32
+
+        pinned, unmatched = pin_fp32(network, trt, request.fp32_layers)
+        kept = {"fp32_layers": {"asked": list(request.fp32_layers), "pinned": pinned, "unmatched": unmatched,
+                                "obeyed": obey_precision(config, trt)}}
     placement = layer_placement(network, config, request, trt)
     options = own(request)
     if options.dla_core is not None and placement.fallback and not options.gpu_fallback:
@@ -132,7 +140,7 @@ def build_plan(request: BuildRequest, onnx_path: Path, plan_path: Path) -> tuple
     plan_path.with_name(plan_path.name + ".json").write_text(json.dumps(stamp, indent=2) + "\n")
     if cache is not None and options.timing_cache is not None:
         options.timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
-    return placement, {"build_seconds": round(time.perf_counter() - started, 3), "fingerprint": stamp}
+    return placement, {"build_seconds": round(time.perf_counter() - started, 3), "fingerprint": stamp, **kept}
 
 
 class TensorRTRunner(Runner):

@@ -1,0 +1,99 @@
+"""ONNX Runtime with a GPU provider (ort-cuda, ort-trt) where that provider is not installed, as on
+the machines deploycc is developed on: the device bundle. It holds the legalized model and
+providers.json, the provider list with each provider's options, which `run_on_device.py`'s
+`ort_gpu_session(BUNDLE)` turns into a session: the one documented call, on any host with
+onnxruntime (a provider it lacks is left out, and said so).
+
+The TensorRT provider's options make its build reproducible and cached:
+- fp16 / int8 as the build's precision;
+- the engine cache and timing cache under the bundle, in a folder keyed by the model's sha256,
+  the TensorRT version, the GPU's SM and the profiles (ort_gpu_session resolves the key on the
+  host: an upgrade or another GPU gets a fresh folder instead of a stale engine, ORT #18272, #22244);
+- explicit trt_profile_{min,opt,max}_shapes from the shape plan, so a new shape inside them
+  never rebuilds the engine (ORT #13851);
+- the EPContext model (trt_dump_ep_context_model), so a second start skips the parser and build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from deploycc.backends.base import Artifact, BuildRequest
+from deploycc.device.bundle import BUNDLE_DIR, BUNDLE_FILE, BUNDLE_SCHEMA, MODEL_NAME, copy_model, copy_runner
+from deploycc.taxonomy import Precision
+
+GPU_BUNDLE = "ort-gpu-bundle"  # the artifact's kind
+PROVIDERS_FILE = "providers.json"
+TENSORRT, CUDA, CPU = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
+CACHE_DIR = "trt-cache"  # under the bundle; ort_gpu_session adds the key folder
+ENGINE = "onnxruntime-gpu"  # run_on_device.py's --engine for it
+
+
+def profile_text(profiles: list[tuple[str, list[int], list[int], list[int]]], pick: int) -> str:
+    """ORT's trt_profile_*_shapes spelling: "input:1x3x224x224,mask:1x128"."""
+    return ",".join(f"{name}:{'x'.join(str(d) for d in dims[pick])}" for name, *dims in profiles)
+
+
+def provider_list(request: BuildRequest, profiles: list[tuple[str, list[int], list[int], list[int]]],
+                  min_subgraph_size: int | None = None) -> list[list[Any]]:
+    """[[provider, options], ...] in ORT's priority order: the target's provider, then CUDA (for
+    the TensorRT provider's leftovers), then the CPU."""
+    primary = request.target.backend.execution_provider or CUDA
+    providers: list[list[Any]] = []
+    if primary == TENSORRT:
+        options: dict[str, Any] = {
+            "trt_fp16_enable": request.precision in (Precision.FP16, Precision.INT8),
+            "trt_int8_enable": request.precision == Precision.INT8,
+            "trt_engine_cache_enable": True, "trt_engine_cache_path": CACHE_DIR,
+            "trt_timing_cache_enable": True, "trt_timing_cache_path": CACHE_DIR,
+            "trt_dump_ep_context_model": True, "trt_ep_context_file_path": CACHE_DIR,
+        }
+        # int8: the model is quantize/'s Q/DQ model, which TensorRT reads as explicit quantization
+        # (no calibration table: the scales are in the graph)
+        if min_subgraph_size is not None:
+            options["trt_min_subgraph_size"] = min_subgraph_size
+        if profiles:
+            for key, pick in (("trt_profile_min_shapes", 0), ("trt_profile_opt_shapes", 1),
+                              ("trt_profile_max_shapes", 2)):
+                options[key] = profile_text(profiles, pick)
+        providers.append([TENSORRT, options])
+    providers.append([CUDA, {}])
+    providers.append([CPU, {}])
+    return providers
+
+
+def write_gpu_bundle(request: BuildRequest, profiles: list[tuple[str, list[int], list[int], list[int]]],
+                     min_subgraph_size: int | None = None) -> Artifact:
+    """OUTDIR/bundle: the model, providers.json, bundle.json and the runner; pending on the device."""
+    folder = request.outdir / BUNDLE_DIR
+    folder.mkdir()
+    files = copy_model(request.model, folder, MODEL_NAME)
+    providers = provider_list(request, profiles, min_subgraph_size)
+    model_sha = hashlib.sha256((folder / MODEL_NAME).read_bytes()).hexdigest()
+    document = {"providers": providers, "model_sha256": model_sha,
+                "profiles": [{"input": name, "min": low, "opt": opt, "max": high}
+                             for name, low, opt, high in profiles],
+                "load": "from run_on_device import ort_gpu_session; session = ort_gpu_session('bundle')"}
+    (folder / PROVIDERS_FILE).write_text(json.dumps(document, indent=1) + "\n")
+    settings = {"target": request.target.name, "onnxruntime": request.target.backend.version,
+                "execution_provider": providers[0][0], "precision": request.precision,
+                "profiles": document["profiles"], "fp32_layers": list(request.fp32_layers)}
+    (folder / BUNDLE_FILE).write_text(json.dumps({"schema": BUNDLE_SCHEMA, "settings": settings,
+                                                  "engine": ENGINE}, indent=2) + "\n")
+    files += [f"{BUNDLE_DIR}/{PROVIDERS_FILE}", f"{BUNDLE_DIR}/{BUNDLE_FILE}", copy_runner(folder)]
+    provider = str(providers[0][0]).removesuffix("ExecutionProvider")
+    runner = f"python3 run_on_device.py --engine {ENGINE}"
+    note = (f"onnxruntime here has no {provider} provider: the session is pending on the GPU host. Copy "
+            f"{BUNDLE_DIR}/ there and run `{runner}` (it builds the session from providers.json, checks it "
+            "against the reference, times it and reads where ORT placed each node), then `deploycc device "
+            f"import` its result.json. In your code: {document['load']}")
+    return Artifact(kind=GPU_BUNDLE, files=files, pending_on_device=True,
+                    settings={**settings, "providers": providers, "pending": "the ONNX Runtime session",
+                              "runner": runner}, notes=[note])
+
+
+def read_providers(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / PROVIDERS_FILE).read_text())

@@ -1,0 +1,264 @@
+"""Which layers half precision breaks, found on the host before the board does.
+
+1. The model runs once on ORT CPU in fp32 with every layer's activation as an output: each
+   tensor's range. A tensor beyond the half range, or all below its smallest normal number, is
+   flagged.
+2. The model runs again with half emulated between layers (emulate.py). Its outputs are judged
+   against the fp32 run at the precision's tolerances, as verification judges an engine.
+3. While they are beyond tolerance, the layer that does the most damage is kept in fp32 and the
+   emulation runs again. A layer's damage is measured, as the INT8 guard ranks its layers: the
+   error of its output less the worst error it was handed (error that arrives from upstream is
+   not charged to it). Every layer that turns finite inputs into inf or NaN is kept in one step.
+4. Each kept layer that the others make unnecessary is given back to half (a mask at the float
+   minimum that half holds as -inf, harmlessly, is the usual one).
+
+What is left is the fewest layers this greedy search finds, not a proven minimum; each choice is
+measured, never guessed from the op type.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deploycc.fp16.emulate import (
+    FP16_MAX,
+    activations,
+    exposed,
+    float_layers,
+    name_layers,
+    round_between_layers,
+    rounded_feeds,
+    run_model,
+)
+from deploycc.fp16.record import BELOW_NORMAL, BEYOND_RANGE, FlaggedTensor, HalfPrecisionReport
+from deploycc.taxonomy import Precision
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+# The half types' limits: the largest finite value and the smallest normal one.
+LIMITS = {Precision.FP16: (FP16_MAX, float(np.finfo(np.float16).tiny)),
+          Precision.BF16: (float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny))}
+MAX_RUNS = 12  # emulation runs before the search gives up and says so
+# After this many runs, a search whose error has not fallen to half of the all-half error is
+# chasing rounding spread over the whole model (RAFT's iterations), which no few layers fix.
+STALL_RUNS, STALL_SHARE = 4, 0.5
+MAX_PRUNED = 12  # kept layers each tried back in half; beyond that, the search's choice stands
+MAX_FLAGGED = 50  # flagged tensors listed in the report (the widest first)
+
+
+def analyze_half(model_path: Path, feeds: dict[str, np.ndarray], precision: Precision, *, inputs: str,
+                 tolerance: Precision | None = None,
+                 progress: Callable[[str], None] | None = None) -> HalfPrecisionReport:
+    """The half-precision analysis of a model on these inputs, judged at the tolerances of
+    `tolerance` (None: as verification judges this model built in `precision`: a quantized one
+    at int8's). Raises RunError when ORT cannot run the model on them."""
+    import tempfile
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="deploycc-fp16-") as folder:
+        prepared = _prepared(model_path, Path(folder) / "prepared.onnx")
+        report = _analyze(prepared, feeds, precision, inputs, progress, tolerance)
+    report.seconds = round(time.monotonic() - started, 2)
+    return report
+
+
+def _prepared(model_path: Path, path: Path) -> Path:
+    """The model with its tensors typed (onnx's inference) and every node named, written once for
+    the runs to load."""
+    from deploycc import io
+    from deploycc.graph.shapes import infer_shapes
+
+    model = io.load(model_path, check=False).model
+    infer_shapes(model)  # a failure leaves the types the model declares
+    name_layers(model.graph)
+    io.save(model, path)
+    return path
+
+
+def _analyze(model_path: Path, feeds: dict[str, np.ndarray], precision: Precision, inputs: str,
+             progress: Callable[[str], None] | None, tolerance: Precision | None) -> HalfPrecisionReport:
+    from deploycc import io
+    from deploycc.verify.verification import tolerance_precision
+
+    model = io.load(model_path, check=False).model
+    layers = float_layers(model.graph)
+    names = [v.name or "" for node in layers for v in activations(node)]
+    if tolerance is None:
+        ops = {node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}": 1
+               for node in model.graph}
+        tolerance = tolerance_precision(ops, precision)
+    report = HalfPrecisionReport(precision=precision, inputs=inputs, layers=len(layers), tolerance=tolerance)
+    if not layers:
+        report.reason = "no layer computes a float32 tensor"
+        return report
+    outputs = [v.name or "" for v in model.graph.outputs]
+    exposed(model, names)
+    reference = run_model(model, feeds)
+    judged = [name for name in outputs if name in reference
+              and np.issubdtype(reference[name].dtype, np.floating)]
+    report.flagged = flagged_tensors(reference, layers, precision, feeds)
+    _set_shapes(model.graph, {**feeds, **reference})
+    flops = {node.name or "": _flops(node) for node in layers}
+
+    def emulate(kept: set[str]) -> dict[str, np.ndarray]:
+        report.runs += 1
+        if progress is not None:
+            progress(f"{precision.value} emulation {report.runs}")
+        emulated = io.load(model_path, check=False).model
+        round_between_layers(emulated, kept, precision)
+        exposed(emulated, names)
+        return run_model(emulated, rounded_feeds(feeds, precision))
+
+    state = emulate(set())
+    report.within_all_half, report.error_all_half = _judge(reference, state, judged, report.tolerance)
+    report.within_with_kept, report.error_with_kept = report.within_all_half, report.error_all_half
+    if not report.within_all_half:
+        _search(report, model.graph, layers, reference, state, judged, emulate, precision)
+    total = sum(flops.values())
+    report.kept_flops_share = sum(flops.get(name, 0) for name in report.kept) / total if total else 0.0
+    return report
+
+
+def _search(report: HalfPrecisionReport, graph: ir.Graph, layers: list[ir.Node],
+            reference: dict[str, np.ndarray], state: dict[str, np.ndarray], judged: list[str],
+            emulate: Callable[[set[str]], dict[str, np.ndarray]], precision: Precision) -> None:
+    """Keep layers in fp32, most damaging first, until the emulated outputs are within tolerance;
+    then give back to half each that is not needed."""
+    kept: list[str] = []
+    within = False
+    while report.runs < MAX_RUNS:
+        damage = layer_damage(layers, reference, state)
+        candidates = sorted(((d, name) for name, d in damage.items() if name not in kept and d > 0),
+                            key=lambda item: -item[0])
+        if not candidates:
+            break
+        sources = [name for d, name in candidates if math.isinf(d)]
+        kept += sources or [candidates[0][1]]
+        state = emulate(set(kept))
+        within, error = _judge(reference, state, judged, report.tolerance)
+        if within or (report.runs >= STALL_RUNS and error > STALL_SHARE * report.error_all_half):
+            break
+    if not within:
+        report.reason = (f"{len(kept)} layer(s) kept in fp32 did not bring the emulated output within "
+                         f"{precision.value} tolerance in {report.runs} runs: the error is rounding spread "
+                         "over many layers, not one layer's range; build in fp32 where it matters")
+        report.within_with_kept, report.error_with_kept = False, report.error_all_half
+        return
+    report.error_with_kept = error
+    for name in list(reversed(kept))[:MAX_PRUNED]:
+        if len(kept) == 1 or report.runs >= MAX_RUNS + MAX_PRUNED:
+            break
+        trial = [k for k in kept if k != name]
+        within, trial_error = _judge(reference, emulate(set(trial)), judged, report.tolerance)
+        if within:
+            kept, report.error_with_kept = trial, trial_error
+    report.kept, report.within_with_kept = kept, True
+
+
+def tensor_error(expected: np.ndarray, actual: np.ndarray) -> float:
+    """The largest difference relative to the tensor's largest finite value; inf where a finite
+    value came out inf or NaN (or the other way round)."""
+    e, a = np.asarray(expected, np.float64), np.asarray(actual, np.float64)
+    if e.shape != a.shape:
+        return math.inf
+    settled = (np.isnan(e) & np.isnan(a)) | (np.isinf(e) & (e == a))
+    if np.any((np.isfinite(e) != np.isfinite(a)) & ~settled):
+        return math.inf
+    finite = np.isfinite(e) & np.isfinite(a)
+    if not finite.any():
+        return 0.0
+    scale = float(np.max(np.abs(e[finite]))) or 1e-30
+    return float(np.max(np.abs(a[finite] - e[finite]))) / scale
+
+
+def layer_damage(layers: list[ir.Node], reference: dict[str, np.ndarray],
+                 state: dict[str, np.ndarray]) -> dict[str, float]:
+    """Per layer, the error of its output less the worst error of the activations it reads (inf
+    for a layer that makes inf or NaN of finite inputs)."""
+    errors: dict[str, float] = {}
+
+    def error(name: str) -> float:
+        if name not in errors:
+            errors[name] = tensor_error(reference[name], state[name]) \
+                if name in reference and name in state else 0.0
+        return errors[name]
+
+    damage = {}
+    for node in layers:
+        own = max((error(v.name or "") for v in activations(node)), default=0.0)
+        handed = max((error(v.name or "") for v in node.inputs if v is not None and v.name), default=0.0)
+        if math.isinf(own):
+            damage[node.name or ""] = 0.0 if math.isinf(handed) else math.inf
+        else:
+            damage[node.name or ""] = max(0.0, own - handed)
+    return damage
+
+
+def _judge(reference: dict[str, np.ndarray], state: dict[str, np.ndarray], judged: list[str],
+           precision: Precision) -> tuple[bool, float]:
+    """Whether every float output is within the precision's tolerances, and the worst max error."""
+    from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, compare
+
+    atol, rtol, cosine = TOLERANCES[precision]
+    within, worst = True, 0.0
+    for name in judged:
+        result = compare(name, reference[name], state[name], atol=atol, rtol=rtol, min_cosine=cosine,
+                         mismatch_share=MISMATCH_SHARE.get(precision, 0.0))
+        within = within and result.passed
+        worst = max(worst, result.max_abs_error)
+    return within, worst
+
+
+def flagged_tensors(reference: dict[str, np.ndarray], layers: list[ir.Node], precision: Precision,
+                    feeds: dict[str, np.ndarray]) -> list[FlaggedTensor]:
+    """The activations (and float inputs) the half type cannot hold, the widest first."""
+    largest, smallest_normal = LIMITS[precision]
+    found = []
+    where = [(v.name or "", node.name or "", node.op_type) for node in layers for v in activations(node)]
+    where += [(name, "", "") for name, array in feeds.items() if array.dtype == np.float32]
+    for name, node, op in where:
+        array = reference.get(name, feeds.get(name))
+        if array is None or array.size == 0:
+            continue
+        magnitude = np.abs(np.asarray(array, np.float64))
+        magnitude = magnitude[np.isfinite(magnitude)]
+        if magnitude.size == 0:
+            continue
+        top = float(magnitude.max())
+        nonzero = magnitude[magnitude > 0]
+        low = float(nonzero.min()) if nonzero.size else 0.0
+        if top > largest:
+            found.append(FlaggedTensor(name, node, op, BEYOND_RANGE, top, low))
+        elif 0 < top < smallest_normal:
+            found.append(FlaggedTensor(name, node, op, BELOW_NORMAL, top, low))
+    found.sort(key=lambda flag: -flag.max_abs if flag.why == BEYOND_RANGE else flag.max_abs)
+    return found[:MAX_FLAGGED]
+
+
+def _set_shapes(graph: ir.Graph, arrays: dict[str, np.ndarray]) -> None:
+    """The shapes the run had, where the graph's are not static (for the FLOP count)."""
+    import onnx_ir as ir
+
+    for node in graph:
+        for value in node.outputs:
+            if value.name in arrays:
+                value.shape = ir.Shape(arrays[value.name].shape)
+    for value in graph.inputs:
+        if value.name in arrays:
+            value.shape = ir.Shape(arrays[value.name].shape)
+
+
+def _flops(node: ir.Node) -> int:
+    from deploycc.bench.flops import node_flops
+
+    try:
+        return node_flops(node, unknown_dim=1) or 0
+    except Exception:  # an attribute or shape the counter does not read: counted as none
+        return 0

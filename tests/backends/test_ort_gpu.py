@@ -1,0 +1,138 @@
+"""onnxruntime-gpu targets (ort-cuda, ort-trt) on a host without their providers: the bundle, its
+provider options, the one call that loads it (run here by the CPU build, the GPU options left
+unread), the runner standing in, and ORT's profiling read back as placement."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deploycc import api
+from deploycc.options import BuildOptions
+from deploycc.taxonomy import Precision
+from tests.backends.test_device_runner import _runner_module
+from tests.cli.test_cli import run as run_cli
+
+
+def _model(path: Path) -> Path:
+    """A dynamic batch through MatMul, Relu and Det (a node neither GPU provider has)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="matmul"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "square"], ["m"], name="to_square"),
+             helper.make_node("Det", ["m"], ["d"], name="det"),
+             helper.make_node("Sigmoid", ["d"], ["y"], name="sigmoid")]
+    signature = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])]
+    graph = helper.make_graph(nodes, "g", signature,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"]),
+                               helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", 4])],
+                              [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W"),
+                               numpy_helper.from_array(np.array([-1, 2, 2], np.int64), "square")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("ort-gpu")
+    report = api.build(_model(folder / "m.onnx"), "ort-trt", folder / "out")
+    assert report.status == "pending-on-device", report.summary
+    assert "ONNX Runtime session is pending" in report.summary
+    assert "--engine onnxruntime-gpu" in report.next_step
+    return folder / "out"
+
+
+def test_the_bundle_carries_the_providers_with_caches_profiles_and_the_ep_context(built: Path) -> None:
+    document = json.loads((built / "bundle" / "providers.json").read_text())
+    names = [name for name, _ in document["providers"]]
+    assert names == ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    trt = document["providers"][0][1]
+    assert trt["trt_engine_cache_enable"] and trt["trt_timing_cache_enable"]
+    assert trt["trt_dump_ep_context_model"]
+    assert trt["trt_fp16_enable"] is False  # ort-trt builds fp32 by default, as ORT does
+    # the target's batch profile (1, 8, 32) as explicit shapes: no rebuild inside them
+    assert (trt["trt_profile_min_shapes"], trt["trt_profile_opt_shapes"], trt["trt_profile_max_shapes"]) == \
+        ("x:1x8", "x:8x8", "x:32x8")
+    # as exported, Det has no TensorRT importer nor CUDA kernel: three engines' worth of borders ...
+    original = api.check(built.parent / "m.onnx", ["ort-trt"]).targets[0].placement
+    assert {o.node: o.provider for o in original.off_primary} == {"det": "CPUExecutionProvider"}
+    assert original.memcpy == 2 and original.subgraphs == 2
+    # ... legalized (the 2x2 determinant written out), the whole graph is one TensorRT subgraph
+    predicted = json.loads((built / "bundle" / "placement-predicted.json").read_text())
+    assert predicted["off_primary"] == {} and predicted["memcpy"] == 0 and predicted["subgraphs"] == 1
+
+
+def test_the_cpu_build_of_onnxruntime_loads_the_bundle_with_the_gpu_options_unread(built: Path) -> None:
+    runner = _runner_module()
+    session, missing = runner.ort_gpu_session(str(built / "bundle"))
+    assert missing == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    import onnxruntime as ort
+
+    original = ort.InferenceSession(str(built.parent / "m.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], original.run(None, {"x": x})[0], rtol=1e-5)
+
+
+def test_the_runner_stands_in_reads_placement_and_the_import_shows_it(built: Path, tmp_path: Path) -> None:
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(built, out)
+    child = subprocess.run([sys.executable, str(out / "bundle" / "run_on_device.py"), "--engine",
+                            "onnxruntime-gpu", "--iterations", "3", "--warmup-s", "0"],
+                           capture_output=True, text=True, timeout=120)
+    result = json.loads((out / "bundle" / "result.json").read_text())
+    assert child.returncode == 0, result
+    assert result["engine"] == "onnxruntime-gpu" and result["status"] == "verified-on-device"
+    placement = result["placement"]
+    assert placement["counts"] == {"CPUExecutionProvider": len(placement["nodes"])}
+    assert placement["missing_providers"] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    # without the GPU providers every node the prediction put on TensorRT ran on the CPU: said so
+    assert placement["differs"] and set(placement["differs"].values()) == {
+        "TensorrtExecutionProvider -> CPUExecutionProvider"}
+    imported = run_cli("device", "import", str(out), str(out / "bundle" / "result.json"))
+    assert imported.returncode == 0, imported.stderr
+    assert "Placement measured (ORT profiling): CPUExecutionProvider" in (out / "report.md").read_text()
+
+
+def test_the_placement_reader_takes_ort_s_profiling_events() -> None:
+    # Node events as ONNX Runtime writes them (quoted from microsoft/onnxruntime issue #5617)
+    events = [
+        {"cat": "Node", "pid": 8800, "tid": 10988, "dur": 0, "ts": 331013, "ph": "X",
+         "name": "Add_27_fence_before", "args": {"op_name": "Add"}},
+        {"cat": "Node", "pid": 8800, "tid": 10988, "dur": 42, "ts": 331014, "ph": "X",
+         "name": "Add_27_kernel_time",
+         "args": {"op_name": "Add", "provider": "CPUExecutionProvider", "graph_index": "25",
+                  "parameter_size": "0", "exec_plan_index": "25", "activation_size": "1548800",
+                  "output_size": "774400"}},
+        {"cat": "Node", "pid": 8800, "tid": 10988, "dur": 80, "ts": 331063, "ph": "X",
+         "name": "PRelu_28_kernel_time", "args": {"op_name": "PRelu", "provider": "CPUExecutionProvider",
+                                                  "graph_index": "26", "parameter_size": "4"}},
+        {"cat": "Session", "pid": 8800, "tid": 10988, "dur": 30779, "ts": 13, "ph": "X",
+         "name": "model_loading_uri", "args": {}},
+    ]
+    runner = _runner_module()
+    counts, nodes = runner.placement_from_profile(events)
+    assert counts == {"CPUExecutionProvider": 2} and nodes == {"Add_27": "CPUExecutionProvider",
+                                                               "PRelu_28": "CPUExecutionProvider"}
+    predicted = {"primary": "CUDAExecutionProvider", "off_primary": {"PRelu_28": "CPUExecutionProvider"}}
+    assert runner.placement_differences(predicted, nodes) == {
+        "Add_27": "CUDAExecutionProvider -> CPUExecutionProvider"}
+
+
+def test_ort_cuda_fp16_converts_the_model_and_puts_cuda_first(tmp_path: Path) -> None:
+    report = api.build(_model(tmp_path / "m.onnx"), "ort-cuda", tmp_path / "out",
+                       BuildOptions(precision=Precision.FP16))
+    assert report.status == "pending-on-device"
+    document = json.loads((tmp_path / "out" / "bundle" / "providers.json").read_text())
+    assert [name for name, _ in document["providers"]] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    bundled = onnx.load(str(tmp_path / "out" / "bundle" / "model.onnx"))
+    weights = {t.name: t.data_type for t in bundled.graph.initializer}
+    assert weights["W"] == TensorProto.FLOAT16 and report.half is not None

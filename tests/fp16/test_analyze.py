@@ -1,0 +1,100 @@
+"""The fp16 analysis on ONNX Runtime: a tensor beyond fp16's range is flagged and the layer that
+writes it kept in fp32 when (and only when) the emulated output needs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deploycc.fp16 import analyze_half
+from deploycc.fp16.analyze import tensor_error
+from deploycc.fp16.emulate import round_array
+from deploycc.fp16.record import BEYOND_RANGE
+from deploycc.taxonomy import Precision
+
+RNG = np.random.default_rng(7)
+
+
+def _save(path: Path, nodes: list, inputs: list, outputs: list, weights: dict[str, np.ndarray]) -> Path:
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(array, name) for name, array in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = onnx.shape_inference.infer_shapes(model)
+    onnx.save(model, path)
+    return path
+
+
+def overflowing_matmul(folder: Path) -> Path:
+    """x @ W writes values near 1e6 (beyond 65504); a scale by 1e-3 brings them back into range."""
+    return _save(folder / "overflow.onnx", [
+        helper.make_node("MatMul", ["x", "W"], ["h"], name="wide_matmul"),
+        helper.make_node("Mul", ["h", "scale"], ["s"], name="scale"),
+        helper.make_node("Tanh", ["s"], ["y"], name="tanh"),
+    ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])],
+        {"W": (RNG.standard_normal((32, 16)) * 2e4).astype(np.float32),
+         "scale": np.array(1e-5, np.float32)})
+
+
+def masked_attention(folder: Path) -> Path:
+    """Scores plus an additive mask at the float minimum, then Softmax: half holds the mask as
+    -inf, and exp(-inf) = 0 is what the float minimum gave too."""
+    mask = np.zeros((1, 8, 8), np.float32)
+    mask[:, :, 5:] = np.finfo(np.float32).min
+    return _save(folder / "mask.onnx", [
+        helper.make_node("MatMul", ["q", "kT"], ["scores"], name="scores"),
+        helper.make_node("Add", ["scores", "mask"], ["masked"], name="add_mask"),
+        helper.make_node("Softmax", ["masked"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y"], name="context"),
+    ], [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
+        {"kT": (RNG.standard_normal((16, 8)) * 0.3).astype(np.float32), "mask": mask,
+         "v": RNG.standard_normal((8, 16)).astype(np.float32)})
+
+
+def test_a_matmul_beyond_fp16_is_flagged_and_kept_and_the_rest_stays_in_half(tmp_path: Path) -> None:
+    model = overflowing_matmul(tmp_path)
+    x = RNG.standard_normal((2, 32)).astype(np.float32)
+    report = analyze_half(model, {"x": x}, Precision.FP16, inputs="random")
+    assert [flag.name for flag in report.flagged if flag.why == BEYOND_RANGE] == ["h"]
+    assert report.flagged[0].node == "wide_matmul" and report.flagged[0].max_abs > 65504
+    assert not report.within_all_half and report.error_all_half > 0.1
+    assert report.kept == ["wide_matmul"]
+    assert report.within_with_kept and report.error_with_kept < 1e-2
+    assert 0.5 < report.kept_flops_share < 1  # the MatMul is most of this graph's work
+    assert report.line().startswith("fp16: 1 layer(s) kept in fp32")
+    # bf16 has fp32's range: nothing overflows, nothing is kept
+    bf16 = analyze_half(model, {"x": x}, Precision.BF16, inputs="random")
+    assert bf16.flagged == [] and bf16.kept == [] and bf16.within_all_half
+
+
+def test_an_additive_mask_at_the_float_minimum_costs_no_fp32_layer(tmp_path: Path) -> None:
+    model = masked_attention(tmp_path)
+    q = RNG.standard_normal((1, 8, 16)).astype(np.float32)
+    report = analyze_half(model, {"q": q}, Precision.FP16, inputs="random")
+    assert "masked" in [flag.name for flag in report.flagged]  # flagged: beyond range
+    assert report.within_all_half and report.kept == [] and report.kept_flops_share == 0
+    assert report.runs == 1  # one emulation, no search
+
+
+def test_a_model_within_range_keeps_every_layer_in_half(tmp_path: Path) -> None:
+    from examples.make_models import small_cnn
+
+    onnx.save(small_cnn(), tmp_path / "cnn.onnx")
+    image = RNG.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    report = analyze_half(tmp_path / "cnn.onnx", {"image": image}, Precision.FP16, inputs="random")
+    assert report.layers > 3 and report.flagged == [] and report.kept == []
+    assert report.within_all_half and 0 < report.error_all_half < 1e-2  # half rounds, within tolerance
+
+
+def test_rounding_through_half_saturates_activations_and_clamps_weights() -> None:
+    values = np.array([1.0, 70000.0, -1e6, 1e-9], np.float32)
+    assert list(round_array(values, Precision.FP16, clamp=False)) == [1.0, np.inf, -np.inf, 0.0]
+    assert list(round_array(values, Precision.FP16, clamp=True))[:3] == [1.0, 65504.0, -65504.0]
+    assert round_array(values, Precision.BF16, clamp=False)[1] == pytest.approx(70000, rel=4e-3)
+    assert tensor_error(np.array([1.0, 2.0]), np.array([1.0, np.inf])) == np.inf
+    assert tensor_error(np.array([-np.inf, 2.0]), np.array([-np.inf, 2.0])) == 0.0
