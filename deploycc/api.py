@@ -119,7 +119,7 @@ def check_onnx(
     dla: bool = False,
     explain: bool = False,
     capabilities: Sequence[str | Path] = (),
-    precision: Precision | str | None = "target",
+    precision: Precision | str | None = None,
     inputs: str | Path | None = None,
 ) -> CheckReport:
     """Judge every node of `model` against each target; list every illegal node and why.
@@ -127,8 +127,8 @@ def check_onnx(
     `capabilities`: tables written by `deploycc probe -o FILE`, laid over the declared ones.
     `precision` fp16 or bf16: also find what half precision breaks (on `inputs`, an .npz, or
     drawn as verification draws them) and the layers a build keeps in fp32, without building;
-    "target" (the default): that analysis where a target builds in fp16 (or bf16) by default, as
-    `build` does; None or fp32: none.
+    "target" (the CLI's default): that analysis where a target builds in fp16 (or bf16) by default,
+    as `build` does; None (the API's default, a read of the graph only) or fp32: none.
     """
     from deploycc.analysis.check import check_model
 

@@ -59,6 +59,8 @@ class PlacementPrediction:
     counts: dict[str, int] = field(default_factory=dict)  # provider -> nodes
     subgraphs: int = 0  # runs of nodes on the primary provider, in topological order
     subgraph_sizes: list[int] = field(default_factory=list)
+    # the runs themselves, as indices of the main graph's nodes in order
+    runs: list[list[int]] = field(default_factory=list, repr=False)
     borders: list[Border] = field(default_factory=list)
     off_primary: list[OffPrimary] = field(default_factory=list)
     note: str = ""
@@ -108,27 +110,24 @@ def predict_placement(model: ir.Model, target: Target) -> PlacementPrediction | 
         if provider != primary:
             prediction.off_primary.append(OffPrimary(node.name or node.op_type, node.op_type, provider,
                                                      reason))
-    prediction.subgraph_sizes = _runs(model.graph, placed, primary)
-    prediction.subgraphs = len(prediction.subgraph_sizes)
+    prediction.runs = _runs(model.graph, placed, primary)
+    prediction.subgraph_sizes = sorted((len(run) for run in prediction.runs), reverse=True)
+    prediction.subgraphs = len(prediction.runs)
     prediction.borders = _borders(model.graph, placed)
     return prediction
 
 
-def _runs(graph: ir.Graph, placed: dict[int, str], primary: str) -> list[int]:
-    """Sizes of the runs of nodes on `primary` in the graph's topological order, largest first:
-    as the TensorRT parser's supportsModel and ORT's GetCapability cut them, a node elsewhere
-    ends a run (joining the nodes around it into one engine would make a cycle through it)."""
-    sizes: list[int] = []
-    current = 0
-    for node in graph:
+def _runs(graph: ir.Graph, placed: dict[int, str], primary: str) -> list[list[int]]:
+    """The runs of nodes on `primary` in the graph's topological order (node indices): as the
+    TensorRT parser's supportsModel and ORT's GetCapability cut them, a node elsewhere ends a run
+    (joining the nodes around it into one engine would make a cycle through it)."""
+    runs: list[list[int]] = [[]]
+    for index, node in enumerate(graph):
         if placed[id(node)] == primary:
-            current += 1
-        elif current:
-            sizes.append(current)
-            current = 0
-    if current:
-        sizes.append(current)
-    return sorted(sizes, reverse=True)
+            runs[-1].append(index)
+        elif runs[-1]:
+            runs.append([])
+    return [run for run in runs if run]
 
 
 def _borders(graph: ir.Graph, placed: dict[int, str]) -> list[Border]:

@@ -68,6 +68,9 @@ class BuildRequest:
     # fp16/bf16: the ONNX nodes the half-precision analysis keeps in fp32 (deploycc.fp16); each
     # backend writes them in its own form, or says it cannot
     fp32_layers: tuple[str, ...] = ()
+    # A runtime that builds an engine per supported fragment (ORT's TensorRT provider): the fewest
+    # nodes a fragment needs to be worth its launch, from the partition cost model; None: its default
+    min_segment_nodes: int | None = None
 
 
 class Quantizer(Name):

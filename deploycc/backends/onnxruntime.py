@@ -253,7 +253,7 @@ class OnnxRuntimeBackend(Backend):
             request, notes = _in_fp16(request)
         provider = self._provider(request)
         if provider not in ort.get_available_providers():  # onnxruntime-gpu's, on a host without it
-            return write_gpu_bundle(request, _own(request).profiles)
+            return write_gpu_bundle(request, _own(request).profiles, request.min_segment_nodes)
         level = request.target.backend.optimization_level or DEFAULT_LEVEL
         artifact_format = _own(request).artifact_format
         ort_format = artifact_format == "ort"

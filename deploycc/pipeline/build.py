@@ -21,6 +21,7 @@ from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, B
 from deploycc.errors import OptionError, PrecisionRefused
 from deploycc.options import BuildOptions
 from deploycc.pipeline.outcome import RUN_REFUSED, Clock, listing, next_step_after, summary_of, write_reports
+from deploycc.pipeline.placement import predicted_placement, worth_a_launch
 from deploycc.records.build import BuildReport
 from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
 from deploycc.verify.runner import RunError
@@ -162,13 +163,14 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         if quantization is not None and quantization.calibration_cache else None,
         fp32_model=staging / LEGALIZED if quantization is not None else None,
         backend_options=backend.backend_options(options),
-        fp32_layers=tuple(done.half.kept) if done.half is not None else ())
+        fp32_layers=tuple(done.half.kept) if done.half is not None else (),
+        min_segment_nodes=worth_a_launch(staging / LEGALIZED, target, notes))
     backend.prepare(request, options)  # the backend's own completion (TensorRT: profiles, the DLA's model)
     try:
         done.artifact = artifact = backend.build(request)
         if artifact.pending_on_device:
             done.status, done.stage, done.message = PENDING, Stage.DONE, artifact.notes[0]
-            _predicted_placement(staging, backend.device_folder(artifact), target, notes)
+            predicted_placement(staging / LEGALIZED, staging, backend.device_folder(artifact), target, notes)
             done.feeds = _add_reference(source, staging, artifact, backend, legalized, options,
                                         done.precision)
         else:
@@ -220,28 +222,6 @@ def _half_analysis(source: Path, staging: Path, legalized: LegalizeReport, optio
     except Exception as error:  # the analysis is advice: the build goes on in plain {precision}
         notes.append(f"no {precision} analysis: {type(error).__name__}: {str(error).strip()[:200]}")
     return None
-
-
-PREDICTED_PLACEMENT = "placement-predicted.json"  # in the device folder: the runner compares
-
-
-def _predicted_placement(staging: Path, folder: str | None, target: Target, notes: list[str]) -> None:
-    """Where ORT will run each node of the legalized model on a target with providers behind its
-    own (check's prediction), written beside the bundle's model for the runner to hold the
-    measured placement to, and said in a note."""
-    if not target.fallback or folder is None:
-        return
-    from deploycc.analysis.placement import predict_placement
-    from deploycc.graph.shapes import load_inferred
-
-    prediction = predict_placement(load_inferred(staging / LEGALIZED).model, target)
-    if prediction is None:
-        return
-    notes.append(f"placement predicted: {prediction.line()}")
-    nodes = {item.node: item.provider for item in prediction.off_primary}
-    (staging / folder / PREDICTED_PLACEMENT).write_text(json.dumps(
-        {"primary": prediction.primary, "counts": prediction.counts, "off_primary": nodes,
-         "subgraphs": prediction.subgraphs, "memcpy": prediction.memcpy}, indent=1) + "\n")
 
 
 def _fixed_at_samples(options: BuildOptions, done: _Done) -> BuildOptions | None:

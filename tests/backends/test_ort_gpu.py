@@ -136,3 +136,26 @@ def test_ort_cuda_fp16_converts_the_model_and_puts_cuda_first(tmp_path: Path) ->
     bundled = onnx.load(str(tmp_path / "out" / "bundle" / "model.onnx"))
     weights = {t.name: t.data_type for t in bundled.graph.initializer}
     assert weights["W"] == TensorProto.FLOAT16 and report.half is not None
+
+
+def test_a_fragment_not_worth_its_launch_sets_the_tensorrt_min_subgraph_size(tmp_path: Path) -> None:
+    """A convolution worth an engine, then Unique (no TensorRT importer, no CUDA kernel: the CPU),
+    then one Neg on its output: an engine for one cheap node costs more than it computes."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Unique", ["r"], ["u"], name="unique"),
+             helper.make_node("Neg", ["u"], ["y"], name="neg")]
+    image = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])
+    graph = helper.make_graph(nodes, "g", [image],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 16, 32, 32])],
+                              [numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32),
+                                                       "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    placement = api.check(tmp_path / "m.onnx", ["ort-trt"]).targets[0].placement
+    assert placement.subgraph_sizes == [2, 1]
+    report = api.build(tmp_path / "m.onnx", "ort-trt", tmp_path / "out")
+    trt = json.loads((tmp_path / "out" / "bundle" / "providers.json").read_text())["providers"][0][1]
+    assert trt["trt_min_subgraph_size"] == 2  # the Neg stays with CUDA; the convolution's engine is kept
+    assert any("not worth a launch" in note for note in report.notes)

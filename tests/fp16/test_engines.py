@@ -145,5 +145,7 @@ def test_check_gives_the_analysis_without_building(overflow: Path) -> None:
     assert out.returncode == 0, out.stderr
     half = json.loads(out.stdout)["half"]
     assert half["kept"] == [KEPT] and half["flagged"][0]["name"] == "h"
-    assert api.check(overflow, ["ort-cpu"]).half is None  # ort-cpu builds fp32: no analysis by default
-    assert api.check(overflow, ["jetson-orin"]).half.kept == [KEPT]  # the Jetsons build fp16
+    # as the CLI does by default: where a target builds fp16 (the Jetsons), not where it builds fp32
+    assert api.check(overflow, ["ort-cpu"], precision="target").half is None
+    assert api.check(overflow, ["jetson-orin"], precision="target").half.kept == [KEPT]
+    assert api.check(overflow, ["jetson-orin"]).half is None  # the API's default: the graph only
