@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from deploycc.device import BOARD_ENGINE, RUNNER_ENGINES
+from deploycc.device import RUNNER_ENGINES
 
 
 @click.group("device")
@@ -41,12 +41,13 @@ def import_command(ctx: click.Context, outdir: Path, result: Path) -> None:
 @click.option("--identity", type=click.Path(dir_okay=False, path_type=Path), help="SSH private key.")
 @click.option("--ssh-option", multiple=True, metavar="KEY=VALUE", help="Passed to ssh as -o.")
 @click.option("--python", default="python3", show_default=True, help="The board's Python (3.6 or newer).")
-@click.option("--engine", type=click.Choice(RUNNER_ENGINES), default=BOARD_ENGINE,
-              show_default=True, help="onnxruntime: ORT stands in for TensorRT (any host).")
+@click.option("--engine", type=click.Choice(RUNNER_ENGINES),
+              help="Default: the bundle's own (TensorRT; onnxruntime-gpu for ort-cuda and ort-trt). "
+                   "onnxruntime: ORT stands in for it (any host).")
 @click.option("--iterations", type=int, default=200, show_default=True)
 @click.pass_context
 def run_command(ctx: click.Context, outdir: Path, host: str, port: int | None, identity: Path | None,
-                ssh_option: tuple[str, ...], python: str, engine: str, iterations: int) -> None:
+                ssh_option: tuple[str, ...], python: str, engine: str | None, iterations: int) -> None:
     """Copy OUTDIR/bundle to HOST, build, verify and time the engine there, import the result.
 
     Uses the system's ssh (the bundle goes as a tar stream). Exit code 0 verified on the

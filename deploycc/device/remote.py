@@ -16,7 +16,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploycc.device import BOARD_ENGINE
 from deploycc.device.bundle import BUNDLE_DIR, RUNNER
 from deploycc.errors import DeployccError, OptionError
 from deploycc.io import tar_folder
@@ -61,7 +60,7 @@ def _last_line(process: subprocess.CompletedProcess) -> str:
     return lines[-1].strip() if lines else f"exit {process.returncode}"
 
 
-def run_on_board(outdir: Path, remote: Remote, *, python: str = "python3", engine: str = BOARD_ENGINE,
+def run_on_board(outdir: Path, remote: Remote, *, python: str = "python3", engine: str | None = None,
                  iterations: int = 200, timeout: float = 3600) -> Path:
     """Copy OUTDIR/bundle to the board (a tar stream over ssh: the board needs only sh and tar),
     run its runner there, fetch result.json; the local path of the fetched result (import it
@@ -78,7 +77,8 @@ def run_on_board(outdir: Path, remote: Remote, *, python: str = "python3", engin
                           hint="check that `ssh HOST true` works without a password prompt (keys or agent)")
     if copied.returncode != 0:
         raise OptionError(f"cannot copy the bundle to {remote.host}: {_last_line(copied)}")
-    ran = remote.ssh(f"{shlex.quote(python)} {folder}/{BUNDLE_DIR}/{RUNNER} --engine {shlex.quote(engine)} "
+    chosen = f"--engine {shlex.quote(engine)} " if engine else ""  # None: the bundle's own
+    ran = remote.ssh(f"{shlex.quote(python)} {folder}/{BUNDLE_DIR}/{RUNNER} {chosen}"
                      f"--iterations {int(iterations)}", timeout=timeout)
     fetched = remote.ssh(f"cat {folder}/{BUNDLE_DIR}/result.json", timeout=CONNECT_TIMEOUT_S * 4)
     if fetched.returncode != 0 or not fetched.stdout:

@@ -5,11 +5,13 @@ with only the standard library, numpy (JetPack's own 1.13 or newer), the `tensor
 JetPack installs, and pycuda for device memory (libcudart through ctypes where pycuda is absent).
 TensorRT 8.2 through 10.x is told apart by what its API has, never by version strings.
 
-    python3 run_on_device.py [BUNDLE] [--engine tensorrt|onnxruntime] [--iterations N]
+    python3 run_on_device.py [BUNDLE] [--engine tensorrt|onnxruntime|onnxruntime-gpu] [--iterations N]
 
 `--engine onnxruntime` runs the same path (read the bundle, load, feed the reference inputs,
 verify every output, time, measure memory, write result.json) with ONNX Runtime standing in for
-the engine: useful on any host, and how deploycc's own tests exercise this file.
+the engine: useful on any host, and how deploycc's own tests exercise this file. An ort-cuda or
+ort-trt bundle's engine is `onnxruntime-gpu` (its providers.json, through `ort_gpu_session`);
+without --engine the runner takes the bundle's own.
 Exit code 0 when the outputs match the reference, 1 when they do not or a stage failed, 2 when
 the bundle itself is unreadable. The result is written to BUNDLE/result.json either way, checked
 first against its schema (RESULT_SCHEMA, which the host reads it by).
@@ -898,15 +900,26 @@ def run(bundle, engine_name, iterations, warmup_seconds):
     return result, 0
 
 
+def bundle_engine(bundle):
+    """The engine a bundle is built for: bundle.json's "engine" (onnxruntime-gpu for an ort-cuda or
+    ort-trt bundle), TensorRT where it names none (a TensorRT bundle) or cannot be read."""
+    try:
+        return str(read_json(os.path.join(bundle, "bundle.json")).get("engine") or "tensorrt")
+    except (OSError, ValueError, AttributeError):
+        return "tensorrt"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Build, verify and time a deploycc bundle on this device.")
     parser.add_argument("bundle", nargs="?", default=os.path.dirname(os.path.abspath(__file__)))
-    parser.add_argument("--engine", choices=sorted(ENGINES), default="tensorrt")
+    parser.add_argument("--engine", choices=sorted(ENGINES), default=None,
+                        help="default: the bundle's own (bundle.json's engine; TensorRT)")
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--out", help="where to write the result (default BUNDLE/result.json)")
     args = parser.parse_args(argv)
-    result, code = run(args.bundle, args.engine, max(1, args.iterations), args.warmup_s)
+    result, code = run(args.bundle, args.engine or bundle_engine(args.bundle), max(1, args.iterations),
+                       args.warmup_s)
     broken = check_result(result)
     if broken:  # a bug here: better no result than one the host would misread
         sys.stderr.write("run_on_device.py: the result breaks its schema ({}); nothing written\n".format(

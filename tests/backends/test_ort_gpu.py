@@ -85,9 +85,9 @@ def test_the_runner_stands_in_reads_placement_and_the_import_shows_it(built: Pat
 
     out = tmp_path / "out"
     shutil.copytree(built, out)
-    child = subprocess.run([sys.executable, str(out / "bundle" / "run_on_device.py"), "--engine",
-                            "onnxruntime-gpu", "--iterations", "3", "--warmup-s", "0"],
-                           capture_output=True, text=True, timeout=120)
+    # no --engine: the runner takes the bundle's own (as `device run` and a Ray cell call it)
+    child = subprocess.run([sys.executable, str(out / "bundle" / "run_on_device.py"), "--iterations", "3",
+                            "--warmup-s", "0"], capture_output=True, text=True, timeout=120)
     result = json.loads((out / "bundle" / "result.json").read_text())
     assert child.returncode == 0, result
     assert result["engine"] == "onnxruntime-gpu" and result["status"] == "verified-on-device"
