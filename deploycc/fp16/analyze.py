@@ -120,13 +120,13 @@ def _analyze(model_path: Path, feeds: dict[str, np.ndarray], precision: Precisio
     report.within_all_half, report.error_all_half = _judge(reference, state, judged, report.tolerance)
     report.within_with_kept, report.error_with_kept = report.within_all_half, report.error_all_half
     if not report.within_all_half:
-        _search(report, model.graph, layers, reference, state, judged, emulate, precision)
+        _search(report, layers, reference, state, judged, emulate, precision)
     total = sum(flops.values())
     report.kept_flops_share = sum(flops.get(name, 0) for name in report.kept) / total if total else 0.0
     return report
 
 
-def _search(report: HalfPrecisionReport, graph: ir.Graph, layers: list[ir.Node],
+def _search(report: HalfPrecisionReport, layers: list[ir.Node],
             reference: dict[str, np.ndarray], state: dict[str, np.ndarray], judged: list[str],
             emulate: Callable[[set[str]], dict[str, np.ndarray]], precision: Precision) -> None:
     """Keep layers in fp32, most damaging first, until the emulated outputs are within tolerance;
@@ -146,7 +146,7 @@ def _search(report: HalfPrecisionReport, graph: ir.Graph, layers: list[ir.Node],
         if within or (report.runs >= STALL_RUNS and error > STALL_SHARE * report.error_all_half):
             break
     if not within:
-        report.reason = (f"{len(kept)} layer(s) kept in fp32 did not bring the emulated output within "
+        report.reason = (f"{len(kept)} layer(s) tried in fp32 did not bring the emulated output within "
                          f"{precision.value} tolerance in {report.runs} runs: the error is rounding spread "
                          "over many layers, not one layer's range; build in fp32 where it matters")
         report.within_with_kept, report.error_with_kept = False, report.error_all_half
