@@ -192,14 +192,19 @@ def test_the_result_schema_is_spelled_alike_on_the_board_and_the_host() -> None:
     assert set(runner.RESULT_KEYS) | {"model_sha256"} == set(REQUIRED)
 
 
-def test_the_runners_engines_are_spelled_alike_on_the_board_and_the_host() -> None:
-    """`device run --engine` and `audit --device-engine` offer the runner's engines, with its
-    default (the board's own engine) as theirs."""
-    from deploycc.device import BOARD_ENGINE, RUNNER_ENGINES
+def test_the_runners_engines_are_spelled_alike_on_the_board_and_the_host(tmp_path: Path) -> None:
+    """`device run --engine` and `audit --device-engine` offer the runner's engines; without one the
+    runner takes the bundle's own, the board's engine (TensorRT) where the bundle names none."""
+    from deploycc.device import BOARD_ENGINE, GPU_ENGINE, RUNNER_ENGINES
 
-    assert set(RUNNER_ENGINES) == set(_runner_module().ENGINES)
-    default = f'parser.add_argument("--engine", choices=sorted(ENGINES), default="{BOARD_ENGINE}")'
-    assert default in RUNNER.read_text()
+    runner = _runner_module()
+    assert set(RUNNER_ENGINES) == set(runner.ENGINES)
+    assert 'parser.add_argument("--engine", choices=sorted(ENGINES), default=None,' in RUNNER.read_text()
+    (tmp_path / "bundle.json").write_text(json.dumps({"schema": 1, "settings": {}}))
+    assert runner.bundle_engine(str(tmp_path)) == BOARD_ENGINE
+    (tmp_path / "bundle.json").write_text(json.dumps({"schema": 1, "settings": {}, "engine": GPU_ENGINE}))
+    assert runner.bundle_engine(str(tmp_path)) == GPU_ENGINE
+    assert runner.bundle_engine(str(tmp_path / "absent")) == BOARD_ENGINE
 
 
 def test_the_runner_holds_its_result_to_the_schema(built: Path, tmp_path: Path) -> None:
