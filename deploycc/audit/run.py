@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc.audit.isolate import WORKER, run_isolated
 from deploycc.audit.report import summarize, write_reports
 from deploycc.audit.store import CellStore
+from deploycc.device import BOARD_ENGINE
 from deploycc.errors import OptionError
 from deploycc.records.audit import HOST_SEGMENTS, STAGES, AuditOptions, AuditReport, CellResult, CellSpec
 
@@ -232,9 +233,12 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
                             target_hash=target.spec_hash, stages=tuple(options.stages), jetpack=jetpack,
                             partition=options.partition, precision=options.precision,
                             max_drop=options.max_drop, metric=options.metric, **{**axes, **hints})
-            # On Ray, a TensorRT cell's engine is built, verified and timed by the runner on a board.
-            if options.executor == "ray" and spec.needs_hardware(target.backend.kind):
-                spec.device_engine = options.device_engine
+            # On Ray, a TensorRT cell's engine (an onnxruntime-gpu cell's session) is built, verified
+            # and timed by the runner on a node offering the target; the user's --device-engine
+            # replaces the target's own engine only when it is not the default (onnxruntime stands in).
+            own = spec.needs_hardware(target) if options.executor == "ray" else None
+            if own is not None:
+                spec.device_engine = options.device_engine if options.device_engine != BOARD_ENGINE else own
             key = spec.key(version)
             spec.workdir = str(outdir / BUILDS / folders[(model, target.name)])
             spec.references = str(outdir / REFERENCES)

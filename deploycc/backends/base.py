@@ -171,6 +171,14 @@ class Backend(ABC):
         """Complete a build request from the model and the user's options (TensorRT's profiles);
         most need nothing."""
 
+    def engine_on_device(self, target: Target) -> str | None:
+        """The runner engine (device.RUNNER_ENGINES) that builds, verifies and times this target's
+        engine on its hardware, where that is not here: the audit's Ray executor sends such cells to
+        a node offering the target. None: built and judged where deploycc runs."""
+        from deploycc.device import BOARD_ENGINE
+
+        return BOARD_ENGINE if self.builds_on_device else None
+
     def builds_profiles(self, target: Target) -> bool:
         """Whether engines for `target` are built for min/opt/max profiles, so its shape policy's
         "profile" dims get one (TensorRT; ONNX Runtime's TensorRT provider)."""

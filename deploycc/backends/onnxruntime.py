@@ -197,6 +197,13 @@ class OnnxRuntimeBackend(Backend):
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return OrtOptions(artifact_format=options.artifact_format)
 
+    def engine_on_device(self, target: Target) -> str | None:
+        """onnxruntime-gpu's targets run on a GPU host: its runner engine there."""
+        from deploycc.device import GPU_ENGINE
+
+        provider = target.backend.execution_provider or "CPUExecutionProvider"
+        return GPU_ENGINE if provider != "CPUExecutionProvider" else None
+
     def builds_profiles(self, target: Target) -> bool:
         """The TensorRT provider builds engines for profiles (trt_profile_*_shapes)."""
         return target.backend.execution_provider == TENSORRT

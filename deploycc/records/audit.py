@@ -17,11 +17,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploycc.device import BOARD_ENGINE
 from deploycc.results import Result
 from deploycc.taxonomy import FAILURE_OF_REFUSAL, CellStatus, Failure, Precision, Stage
+
+if TYPE_CHECKING:
+    from deploycc.targets.schema import Target
 
 STAGES = (Stage.CHECK, Stage.LEGALIZE, Stage.BUILD, Stage.VERIFY, Stage.BENCH)
 DEFAULT_STAGES = (Stage.CHECK, Stage.LEGALIZE, Stage.BUILD, Stage.VERIFY)
@@ -108,12 +111,14 @@ class CellSpec:
                             if self.precision else []))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
-    def needs_hardware(self, backend: str) -> bool:
-        """Stages that must run on the target itself (TensorRT engines and their benchmarks)."""
+    def needs_hardware(self, target: Target) -> str | None:
+        """The runner engine of stages that must run on the target itself (a TensorRT engine, an
+        onnxruntime-gpu session, and their benchmarks), or None."""
         from deploycc.backends.registry import get_backend
 
-        return bool(backend) and get_backend(backend).builds_on_device and \
-            any(s in self.stages for s in (Stage.BUILD, Stage.BENCH))
+        if not any(s in self.stages for s in (Stage.BUILD, Stage.BENCH)):
+            return None
+        return get_backend(target.backend.kind).engine_on_device(target)
 
 
 @dataclass

@@ -19,8 +19,8 @@ ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install '
 
 @pytest.fixture(scope="module")
 def local_cluster():
-    ray.init(num_cpus=2, resources={"jetson-xavier": 1}, include_dashboard=False, log_to_driver=False,
-             ignore_reinit_error=True)
+    ray.init(num_cpus=2, resources={"jetson-xavier": 1, "ort-trt": 1}, include_dashboard=False,
+             log_to_driver=False, ignore_reinit_error=True)
     yield ray.cluster_resources()
     ray.shutdown()
 
@@ -60,3 +60,16 @@ def test_ray_executor_reports_a_board_without_tensorrt(local_cluster, tmp_path: 
     (cell,) = report.cells
     assert cell.status == "failed" and cell.category == "backend-error", cell.message
     assert "tensorrt" in cell.message.lower()
+
+
+def test_an_onnxruntime_gpu_cell_runs_its_session_on_the_node_offering_the_target(local_cluster,
+                                                                                  tmp_path: Path) -> None:
+    """ort-trt's cell goes to the node with the ort-trt resource, and its runner takes the
+    target's own engine (onnxruntime-gpu; this node's onnxruntime has only the CPU provider)."""
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)
+    report = api.audit([model], ["ort-trt"], tmp_path / "ray",
+                       AuditOptions(executor="ray", batch=1, timeout=300, device_iterations=5))
+    (cell,) = report.cells
+    assert cell.status == "verified", cell.message
+    assert cell.details["device_engine"].startswith("onnxruntime-gpu")
