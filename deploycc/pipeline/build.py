@@ -21,7 +21,7 @@ from deploycc.backends.base import Artifact, BackendError, BackendUnavailable, B
 from deploycc.errors import OptionError, PrecisionRefused
 from deploycc.options import BuildOptions
 from deploycc.pipeline.outcome import RUN_REFUSED, Clock, listing, next_step_after, summary_of, write_reports
-from deploycc.pipeline.placement import predicted_placement, worth_a_launch
+from deploycc.pipeline.placement import plan_placement, write_prediction
 from deploycc.records.build import BuildReport
 from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
 from deploycc.verify.runner import RunError
@@ -156,6 +156,7 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         done.half = _half_analysis(source, staging, legalized, options, done.precision, notes)
     step("build")
     done.stage = Stage.BUILD
+    placement = plan_placement(staging / LEGALIZED, target, notes)
     request = BuildRequest(
         model=engine_model, outdir=staging, target=target, precision=done.precision,
         fail_on_fallback=options.fail_on_fallback, bundle_only=options.bundle_only,
@@ -164,13 +165,13 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         fp32_model=staging / LEGALIZED if quantization is not None else None,
         backend_options=backend.backend_options(options),
         fp32_layers=tuple(done.half.kept) if done.half is not None else (),
-        min_segment_nodes=worth_a_launch(staging / LEGALIZED, target, notes))
+        min_segment_nodes=placement.min_segment_nodes)
     backend.prepare(request, options)  # the backend's own completion (TensorRT: profiles, the DLA's model)
     try:
         done.artifact = artifact = backend.build(request)
         if artifact.pending_on_device:
             done.status, done.stage, done.message = PENDING, Stage.DONE, artifact.notes[0]
-            predicted_placement(staging / LEGALIZED, staging, backend.device_folder(artifact), target, notes)
+            write_prediction(placement, staging, backend.device_folder(artifact), notes)
             done.feeds = _add_reference(source, staging, artifact, backend, legalized, options,
                                         done.precision)
         else:

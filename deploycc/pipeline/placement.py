@@ -1,34 +1,57 @@
 """ONNX Runtime with GPU providers, for `build`: where ORT will run each node of the legalized
 model (written beside the bundle's model for the board's runner to hold its measured placement
-to), and the fewest nodes a TensorRT fragment needs to be worth its launch."""
+to), and the fewest nodes a TensorRT fragment needs to be worth its launch. One prediction serves
+both; as advice, a prediction that fails is a note, never a failed build."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from deploycc.analysis.placement import PlacementPrediction
     from deploycc.targets.schema import Target
 
 PREDICTED_PLACEMENT = "placement-predicted.json"  # in the device folder: the runner compares
 
 
-def _worth_a_launch(model_path: Path, target: Target, notes: list[str]) -> int | None:
+@dataclass
+class PlacementPlan:
+    prediction: PlacementPrediction | None = None
+    min_segment_nodes: int | None = None  # None: the runtime's own default
+
+
+def plan_placement(model_path: Path, target: Target, notes: list[str]) -> PlacementPlan:
+    """The legalized model's predicted placement on a target with providers behind its own, and
+    the fragment size worth a launch; an empty plan elsewhere, or where the prediction fails."""
+    if not target.fallback:
+        return PlacementPlan()
+    from deploycc.analysis.placement import predict_placement
+    from deploycc.graph.shapes import load_inferred
+
+    try:
+        model = load_inferred(model_path).model
+        prediction = predict_placement(model, target)
+        if prediction is None:
+            return PlacementPlan()
+        return PlacementPlan(prediction, _worth_a_launch(model.graph, prediction, notes))
+    except Exception as error:
+        notes.append(f"no placement prediction: {type(error).__name__}: {str(error).strip()[:200]}")
+        return PlacementPlan()
+
+
+def _worth_a_launch(graph: ir.Graph, prediction: PlacementPrediction, notes: list[str]) -> int | None:
     """On a target whose runtime builds an engine per fragment it takes (ORT's TensorRT provider):
     the fewest nodes a fragment must have, so that the fragments the partition cost model finds
     not worth their launch (fewer FLOPs than the bytes they move plus one more launch) stay with
     the provider behind, while every fragment worth it is kept. None where all are worth it."""
-    if not target.fallback:
-        return None
-    from deploycc.analysis.placement import predict_placement
-    from deploycc.graph.shapes import load_inferred
     from deploycc.partition.plan import FLOPS_PER_BYTE, LAUNCH_FLOPS, flops, tensor_bytes
 
-    model = load_inferred(model_path).model
-    graph = model.graph
-    prediction = predict_placement(model, target)
-    if prediction is None or len(prediction.runs) < 2:
+    if len(prediction.runs) < 2:
         return None
     nodes = list(graph)
     worth: list[int] = []
@@ -56,39 +79,13 @@ def _worth_a_launch(model_path: Path, target: Target, notes: list[str]) -> int |
     return threshold
 
 
-def _predicted_placement(model_path: Path, staging: Path, folder: str | None, target: Target,
-                        notes: list[str]) -> None:
-    """Where ORT will run each node of the legalized model on a target with providers behind its
-    own (check's prediction), written beside the bundle's model for the runner to hold the
-    measured placement to, and said in a note."""
-    if not target.fallback or folder is None:
-        return
-    from deploycc.analysis.placement import predict_placement
-    from deploycc.graph.shapes import load_inferred
-
-    prediction = predict_placement(load_inferred(model_path).model, target)
-    if prediction is None:
+def write_prediction(plan: PlacementPlan, staging: Path, folder: str | None, notes: list[str]) -> None:
+    """The prediction beside the bundle's model (placement-predicted.json), said in a note."""
+    prediction = plan.prediction
+    if prediction is None or folder is None:
         return
     notes.append(f"placement predicted: {prediction.line()}")
     nodes = {item.node: item.provider for item in prediction.off_primary}
     (staging / folder / PREDICTED_PLACEMENT).write_text(json.dumps(
         {"primary": prediction.primary, "counts": prediction.counts, "off_primary": nodes,
          "subgraphs": prediction.subgraphs, "memcpy": prediction.memcpy}, indent=1) + "\n")
-
-
-def predicted_placement(model_path: Path, staging: Path, folder: str | None, target: Target,
-                        notes: list[str]) -> None:
-    """_predicted_placement, as advice: a prediction that fails is a note, never a failed build."""
-    try:
-        _predicted_placement(model_path, staging, folder, target, notes)
-    except Exception as error:
-        notes.append(f"no placement prediction: {type(error).__name__}: {str(error).strip()[:200]}")
-
-
-def worth_a_launch(model_path: Path, target: Target, notes: list[str]) -> int | None:
-    """_worth_a_launch, as advice: where it fails, the runtime's own default (a note says why)."""
-    try:
-        return _worth_a_launch(model_path, target, notes)
-    except Exception as error:
-        notes.append(f"no fragment cost estimate: {type(error).__name__}: {str(error).strip()[:200]}")
-        return None
