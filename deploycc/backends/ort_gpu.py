@@ -31,6 +31,45 @@ TENSORRT, CUDA, CPU = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPU
 CACHE_DIR = "trt-cache"  # under the bundle; ort_gpu_session adds the key folder
 ENGINE = "onnxruntime-gpu"  # run_on_device.py's --engine for it
 
+# The first ORT release that reads each TensorRT provider option, from the pull request that added
+# it. ORT's Python binding refuses a name it does not know ("Invalid TensorRT EP option"), so a
+# bundle for an older release (a Jetson's wheel) leaves the option out and says what that costs.
+OPTION_SINCE: dict[str, tuple[tuple[int, int], str, str]] = {
+    "trt_timing_cache_enable": ((1, 15), "onnxruntime#14767",
+                                "no timing cache: each engine build times its kernels anew"),
+    "trt_profile_min_shapes": ((1, 15), "onnxruntime#15546",
+                               "no explicit profiles: the engine is rebuilt whenever an input shape "
+                               "leaves the range seen so far (onnxruntime #13851)"),
+    "trt_timing_cache_path": ((1, 17), "onnxruntime#17865",
+                              "the timing cache lies in the engine cache folder"),
+    "trt_dump_ep_context_model": ((1, 17), "onnxruntime#19154",
+                                  "no EPContext model: every new process parses the model again "
+                                  "(the engine cache still spares the build)"),
+}
+OPTION_SINCE["trt_profile_opt_shapes"] = OPTION_SINCE["trt_profile_max_shapes"] = OPTION_SINCE[
+    "trt_profile_min_shapes"]
+OPTION_SINCE["trt_ep_context_file_path"] = OPTION_SINCE["trt_dump_ep_context_model"]
+
+
+def release(version: str) -> tuple[int, int]:
+    """(major, minor) of an ORT version text: "1.14" and "1.14.1" alike."""
+    parts = version.split(".")
+    return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+
+
+def options_for_release(options: dict[str, Any], version: str) -> tuple[dict[str, Any], list[str]]:
+    """The options ORT `version` reads, and one note per feature it lacks."""
+    have = release(version)
+    kept = {k: v for k, v in options.items() if k not in OPTION_SINCE or have >= OPTION_SINCE[k][0]}
+    lacking: dict[str, str] = {}  # origin -> note, so the three profile options give one note
+    for key in options:
+        switch = key.replace("_path", "_enable")
+        if key not in kept and not (switch != key and switch in options and switch not in kept):
+            since, origin, cost = OPTION_SINCE[key]
+            lacking.setdefault(origin, f"onnxruntime {version} predates {key} ({since[0]}.{since[1]}, "
+                                       f"{origin}): {cost}")
+    return kept, list(lacking.values())
+
 
 def profile_text(profiles: list[tuple[str, list[int], list[int], list[int]]], pick: int) -> str:
     """ORT's trt_profile_*_shapes spelling: "input:1x3x224x224,mask:1x128"."""
@@ -38,11 +77,13 @@ def profile_text(profiles: list[tuple[str, list[int], list[int], list[int]]], pi
 
 
 def provider_list(request: BuildRequest, profiles: list[tuple[str, list[int], list[int], list[int]]],
-                  min_subgraph_size: int | None = None) -> list[list[Any]]:
+                  min_subgraph_size: int | None = None) -> tuple[list[list[Any]], list[str]]:
     """[[provider, options], ...] in ORT's priority order: the target's provider, then CUDA (for
-    the TensorRT provider's leftovers), then the CPU."""
+    the TensorRT provider's leftovers), then the CPU; and a note per option the target's ORT
+    release lacks."""
     primary = request.target.backend.execution_provider or CUDA
     providers: list[list[Any]] = []
+    notes: list[str] = []
     if primary == TENSORRT:
         options: dict[str, Any] = {
             "trt_fp16_enable": request.precision in (Precision.FP16, Precision.INT8),
@@ -59,10 +100,11 @@ def provider_list(request: BuildRequest, profiles: list[tuple[str, list[int], li
             for key, pick in (("trt_profile_min_shapes", 0), ("trt_profile_opt_shapes", 1),
                               ("trt_profile_max_shapes", 2)):
                 options[key] = profile_text(profiles, pick)
+        options, notes = options_for_release(options, request.target.backend.version)
         providers.append([TENSORRT, options])
     providers.append([CUDA, {}])
     providers.append([CPU, {}])
-    return providers
+    return providers, notes
 
 
 def write_gpu_bundle(request: BuildRequest, profiles: list[tuple[str, list[int], list[int], list[int]]],
@@ -71,14 +113,18 @@ def write_gpu_bundle(request: BuildRequest, profiles: list[tuple[str, list[int],
     folder = request.outdir / BUNDLE_DIR
     folder.mkdir()
     files = copy_model(request.model, folder, MODEL_NAME)
-    providers = provider_list(request, profiles, min_subgraph_size)
+    providers, option_notes = provider_list(request, profiles, min_subgraph_size)
     model_sha = hashlib.sha256((folder / MODEL_NAME).read_bytes()).hexdigest()
     document = {"providers": providers, "model_sha256": model_sha,
                 "profiles": [{"input": name, "min": low, "opt": opt, "max": high}
                              for name, low, opt, high in profiles],
                 "load": "from run_on_device import ort_gpu_session; session = ort_gpu_session('bundle')"}
     (folder / PROVIDERS_FILE).write_text(json.dumps(document, indent=1) + "\n")
+    jetpack = request.target.jetpack
     settings = {"target": request.target.name, "onnxruntime": request.target.backend.version,
+                # a Jetson's ORT wheel is built for one JetPack (and its TensorRT): say which
+                "jetpack": jetpack.release if jetpack else None,
+                "tensorrt": dict(jetpack.facts).get("tensorrt") if jetpack else None,
                 "execution_provider": providers[0][0], "precision": request.precision,
                 "profiles": document["profiles"], "fp32_layers": list(request.fp32_layers)}
     (folder / BUNDLE_FILE).write_text(json.dumps({"schema": BUNDLE_SCHEMA, "settings": settings,
@@ -92,7 +138,7 @@ def write_gpu_bundle(request: BuildRequest, profiles: list[tuple[str, list[int],
             f"import` its result.json. In your code: {document['load']}")
     return Artifact(kind=GPU_BUNDLE, files=files, pending_on_device=True,
                     settings={**settings, "providers": providers, "pending": "the ONNX Runtime session",
-                              "runner": runner}, notes=[note])
+                              "runner": runner}, notes=[note, *option_notes])
 
 
 def read_providers(folder: Path) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def _narrowing_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
     if count:
         findings.append(GraphFinding(
             Severity.NOTE, Refusal.DTYPE,
-            f"{count} int64 initializer(s) will be carried as int32 by {target.backend.kind} "
-            f"{target.backend.version}" + (f"; not range-checked (too large): {', '.join(unchecked)}"
+            f"{count} int64 initializer(s) will be carried as int32 on {target.name} "
+            f"({target.backend.kind} {target.backend.version})" + (f"; not range-checked (too large): {', '.join(unchecked)}"
                                            if unchecked else "")))
     return findings

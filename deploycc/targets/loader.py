@@ -55,7 +55,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 TARGET_KEYS = {
     "schema", "name", "description", "aliases", "mode", "backend", "device", "opset", "ops", "op",
     "dtypes", "shapes", "precision", "memory", "dla", "jetpack", "provenance", "restrict", "export",
-    "placement",
+    "placement", "extends",
 }
 EXPORTERS = ("dynamo", "torchscript")  # torch.onnx.export(dynamo=True) and (dynamo=False)
 
@@ -358,11 +358,39 @@ def _keys(record: type) -> set[str]:
     return {f.name for f in fields(record)}
 
 
+def _find_base(name: str, near: Path) -> Path:
+    for folder in (near.parent, *search_dirs()):
+        candidate = folder / f"{name}.toml"
+        if candidate.is_file() and candidate.resolve() != near.resolve():
+            return candidate
+    raise TargetError(f"{near}: key 'extends': no target file named {name!r}",
+                      hint="the base is looked up beside the file, then as `--target` looks up names")
+
+
+def read_target_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The file's document over its base's (`extends = "jetson-orin"`): a variant of a target, e.g.
+    ONNX Runtime's TensorRT provider on the same board, states only what differs. The base's name
+    and aliases stay its own; an empty table drops the base's section (`dla = {}`)."""
+    data = read_toml(path)
+    base_name = data.get("extends")
+    if base_name is None:
+        return data
+    if not isinstance(base_name, str):
+        raise Reader(data, path).fail("extends", "must be the name of a target")
+    base_path = _find_base(base_name, path)
+    if base_path.resolve() in seen:
+        raise Reader(data, path).fail("extends", f"{base_name!r} extends this file again (a cycle)")
+    base = read_target_data(base_path, (*seen, path.resolve()))
+    own = {k: v for k, v in base.items() if k not in ("name", "aliases")}
+    merged = _deep_merge(own, {k: v for k, v in data.items() if k != "extends"})
+    return {k: v for k, v in merged.items() if v != {}}
+
+
 def build_target(path: Path, jetpack: str | None) -> Target:
-    raw = read_toml(path)
+    raw = read_target_data(path)
     data, jetpack_info = _apply_jetpack(raw, path, jetpack)
     top = Reader(data, path)
-    top.reject_unknown(TARGET_KEYS - {"jetpack"})
+    top.reject_unknown(TARGET_KEYS - {"jetpack", "extends"})
     if top.integer("schema", default=1) != 1:
         raise top.fail("schema", "only schema 1 is understood by this deploycc")
 

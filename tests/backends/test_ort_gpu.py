@@ -159,3 +159,29 @@ def test_a_fragment_not_worth_its_launch_sets_the_tensorrt_min_subgraph_size(tmp
     trt = json.loads((tmp_path / "out" / "bundle" / "providers.json").read_text())["providers"][0][1]
     assert trt["trt_min_subgraph_size"] == 2  # the Neg stays with CUDA; the convolution's engine is kept
     assert any("not worth a launch" in note for note in report.notes)
+
+
+def test_a_jetson_s_ort_wheel_gets_only_the_options_its_release_reads(tmp_path: Path) -> None:
+    """jetson-xavier-ort at JetPack 4.6.1 is ORT 1.11 (built against TensorRT 8.2): no explicit
+    profiles, timing cache nor EPContext model, which its Python binding would refuse by name."""
+    # a batch range asked for (the board's own policy fixes the batch at 1: no profile to give)
+    report = api.build(_model(tmp_path / "m.onnx"), "jetson-xavier-ort", tmp_path / "out",
+                       BuildOptions(batch_range=(1, 2, 4)), jetpack="4.6.1")
+    assert report.status == "pending-on-device", report.summary
+    document = json.loads((tmp_path / "out" / "bundle" / "providers.json").read_text())
+    trt = document["providers"][0][1]
+    assert trt["trt_engine_cache_enable"] and "trt_fp16_enable" in trt
+    assert not {"trt_profile_min_shapes", "trt_timing_cache_enable", "trt_dump_ep_context_model"} & set(trt)
+    assert report.artifact is not None and any(
+        "predates trt_profile_min_shapes" in note and "rebuilt" in note for note in report.artifact.notes)
+    settings = json.loads((tmp_path / "out" / "bundle" / "bundle.json").read_text())["settings"]
+    assert (settings["onnxruntime"], settings["jetpack"]) == ("1.11", "4.6.1")
+    assert settings["tensorrt"].startswith("8.2")  # as the JetPack map states it
+    assert document["profiles"] == [{"input": "x", "min": [1, 8], "opt": [2, 8], "max": [4, 8]}]
+    # the Orin at JetPack 6.0 (ORT 1.17) reads them all
+    newer = api.build(tmp_path / "m.onnx", "jetson-orin-ort", tmp_path / "out2",
+                      BuildOptions(batch_range=(1, 2, 4)))
+    trt = json.loads((tmp_path / "out2" / "bundle" / "providers.json").read_text())["providers"][0][1]
+    assert trt["trt_profile_opt_shapes"] == "x:2x8" and trt["trt_timing_cache_enable"]
+    assert trt["trt_dump_ep_context_model"] and newer.artifact is not None
+    assert not any("predates" in note for note in newer.artifact.notes)

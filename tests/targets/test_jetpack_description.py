@@ -28,12 +28,19 @@ def test_every_release_s_description_names_its_tensorrt_and_jetpack() -> None:
             resolved = registry.resolve(target.name, jetpack=release)
             tensorrt = _named(resolved.description, "TensorRT")
             jetpack = _named(resolved.description, "JetPack")
-            assert tensorrt and resolved.backend.version.startswith(tensorrt), (release, resolved.description)
+            # the backend's own version: TensorRT's, or the ORT release of an ORT-on-Jetson variant
+            own = (tensorrt if resolved.backend.kind == "tensorrt"
+                   else _named(resolved.description, "ONNX Runtime"))
+            assert own and resolved.backend.version.startswith(own), (release, resolved.description)
+            # and the TensorRT named is the JetPack map's
+            mapped = str(dict(resolved.jetpack.facts)["tensorrt"]).split()[0]
+            assert tensorrt and (tensorrt.startswith(mapped) or mapped.startswith(tensorrt)), \
+                (release, resolved.description, mapped)
             line = jetpack[:-2] if jetpack and jetpack.endswith(".x") else None  # "5.1.x": any 5.1
             assert jetpack == release or (line and f"{release}.".startswith(f"{line}.")), \
                 (release, resolved.description)
             checked += 1
-    assert checked >= 10  # nano 2, xavier 5, orin 6 releases
+    assert checked >= 26  # nano 2, xavier 5, orin 6 releases; as many for their ORT variants
 
 
 def test_targets_show_at_an_older_jetpack_has_a_header_of_that_release() -> None:

@@ -13,8 +13,8 @@ from deploycc.errors import TargetError
 from deploycc.targets import registry
 from tests.conftest import REPO, SHARED_CAPABILITIES
 
-BUILTIN = ["gpu-trt10", "jetson-nano", "jetson-orin", "jetson-xavier", "openvino-cpu", "ort-cpu", "ort-cuda",
-           "ort-trt"]
+BUILTIN = ["gpu-trt10", "jetson-nano", "jetson-nano-ort", "jetson-orin", "jetson-orin-ort", "jetson-xavier",
+           "jetson-xavier-ort", "openvino-cpu", "ort-cpu", "ort-cuda", "ort-trt"]
 
 
 def test_the_builtin_targets_load_with_their_backends():
@@ -194,3 +194,40 @@ def test_shipped_tables_are_exactly_what_the_importer_makes_from_the_vendor_data
 def test_no_runtime_code_reads_the_shared_folder():
     for path in (REPO / "deploycc").rglob("*.py"):
         assert "shared/capabilities" not in path.read_text(), path
+
+
+def test_a_variant_extends_its_board_and_states_only_what_differs():
+    """jetson-orin-ort: ONNX Runtime's TensorRT provider on the Orin. The board's facts (memory,
+    the parser's table per JetPack, int64 narrowing) come from jetson-orin; name, aliases, DLA and
+    the backend are its own, and each JetPack names the ORT release built for its TensorRT."""
+    board, variant = registry.resolve("jetson-orin"), registry.resolve("orin-ort")
+    assert variant.name == "jetson-orin-ort" and "orin" not in variant.aliases
+    assert variant.backend.kind == "onnxruntime" and variant.backend.version == "1.17"
+    assert variant.fallback == ("ort-cuda", "ort-cpu") and variant.dla is None and variant.mode == "partial"
+    assert variant.memory == board.memory and variant.shapes == board.shapes
+    assert variant.ops.name == "onnx-tensorrt-8.6+jetson-orin-ort"
+    assert variant.dtypes.computed_as_dtype("int64") == "int32" and variant.dtypes.unsupported == ()
+    trt10 = registry.resolve("jetson-orin-ort", jetpack="6.2")
+    assert trt10.backend.version == "1.19" and trt10.ops.name.startswith("onnx-tensorrt-10")
+    assert trt10.dtypes.computed_as_dtype("int64") == "int64" and trt10.opset.max == 20
+    assert registry.resolve("jetson-nano-ort").precision.refused == board_refusals("jetson-nano")
+
+
+def board_refusals(name: str):
+    return registry.resolve(name).precision.refused
+
+
+def test_extends_errors_name_the_file_and_key(tmp_path: Path):
+    (tmp_path / "a.toml").write_text('schema = 1\nextends = "b"\nname = "a"\n')
+    (tmp_path / "b.toml").write_text('schema = 1\nextends = "a"\nname = "b"\n')
+    with pytest.raises(TargetError, match=r"a.toml: key 'extends': 'b' extends this file again|"
+                                          r"b.toml: key 'extends': 'a' extends this file again"):
+        registry.load_target_file(tmp_path / "a.toml")
+    (tmp_path / "c.toml").write_text('schema = 1\nextends = "no-such-board"\nname = "c"\n')
+    with pytest.raises(TargetError, match="key 'extends': no target file named 'no-such-board'"):
+        registry.load_target_file(tmp_path / "c.toml")
+    # a user's own variant of a built-in: found by name among the built-ins
+    (tmp_path / "mine.toml").write_text('schema = 1\nextends = "jetson-nano"\nname = "mine"\n'
+                                        '[memory]\nbudget_mb = 2048\n')
+    mine = registry.load_target_file(tmp_path / "mine.toml")
+    assert mine.memory.budget_mb == 2048 and mine.opset.max == 13 and mine.aliases == ()
