@@ -2,13 +2,13 @@
 #   make demo   - virtual environment, deploycc, example models made by our own code, builds for ort-cpu,
 #                 openvino-cpu and a Jetson bundle
 #   make test   - the same environment with dev extras, then ruff, the layers contract (lint-imports),
-#                 hadolint, mypy and pytest
+#                 hadolint, mypy and pytest (on every core, pytest-xdist)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= demo
 
-.PHONY: demo test lint typecheck pytest clean benchmarks corpus int8 heldout zoo
+.PHONY: demo test lint typecheck pytest conformance clean benchmarks corpus int8 heldout zoo
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("deploycc needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -47,7 +47,12 @@ typecheck: $(VENV)/.installed
 	$(BIN)/mypy
 
 pytest: $(VENV)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
+
+# The tables against the installed backends on every ONNX conformance case (make test takes every
+# fourth): the figures in the README's "held against the installed backends" paragraph.
+conformance: $(VENV)/.installed
+	DEPLOYCC_CONFORMANCE_STRIDE=1 $(BIN)/python -m pytest -q -s tests/test_backend_agreement.py
 
 # Not part of CI: the side-by-side measurements in benchmarks/, in their own environment with
 # the peers (onnxsim, onnxslim) and PyTorch (CPU) to export the models.

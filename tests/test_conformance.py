@@ -6,7 +6,6 @@ target, and the verdicts must agree with the vendor tables where those are unamb
 
 from __future__ import annotations
 
-import warnings
 from functools import lru_cache
 
 import onnx
@@ -15,19 +14,15 @@ import pytest
 
 from deploycc.analysis.check import judge_model
 from deploycc.analysis.inspect import redundancy_findings
+from deploycc.audit.probe import all_cases
 from deploycc.graph.shapes import infer_shapes
 from deploycc.targets import registry
 
 ALL_TARGETS = ["ort-cpu", "openvino-cpu", "jetson-nano", "jetson-xavier", "jetson-orin", "gpu-trt10"]
 
 
-@lru_cache(maxsize=1)
 def cases() -> list:
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return collect_testcases()
+    return all_cases()
 
 
 @lru_cache(maxsize=1)

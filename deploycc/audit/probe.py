@@ -11,7 +11,10 @@ declared one, the pass rates, and the disagreements with the declared table.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from deploycc.audit.conformance import ATOL, RTOL, outcome
+from deploycc.io.files import user_cache_dir
 from deploycc.results import Result
 from deploycc.taxonomy import Legality
 
@@ -58,12 +62,28 @@ class ProbeReport(Result):
     unreachable: dict[str, int] = field(default_factory=dict)
 
 
+@functools.cache
 def all_cases() -> list[Any]:
+    """The node cases of the installed onnx. Collecting them runs every case's exporter (15 s here,
+    in each process that asks), so the first collection is kept in the user's cache, keyed by the
+    onnx release that made it; a cache that does not load is made again."""
+    import pickle
+
+    import onnx
     from onnx.backend.test.case.node import collect_testcases
 
+    cached = user_cache_dir("conformance") / f"onnx-{onnx.__version__}-node-cases.pickle"
+    with contextlib.suppress(OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError):
+        return list(pickle.loads(cached.read_bytes()))  # our own file, written below
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return collect_testcases()
+        cases = list(collect_testcases())
+    with contextlib.suppress(OSError):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+        partial.write_bytes(pickle.dumps(cases, protocol=pickle.HIGHEST_PROTOCOL))
+        partial.replace(cached)  # atomic: a concurrent reader sees the whole file or none
+    return cases
 
 
 def _legalized(case: Any, target_name: str) -> tuple[bytes | None, str]:

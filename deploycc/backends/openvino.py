@@ -5,7 +5,6 @@ and a model cache directory, and `Core.query_model` for placement.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from deploycc.backends.base import (
     Quantizer,
     Runner,
 )
+from deploycc.io.files import user_cache_dir
 from deploycc.taxonomy import Failure, Precision
 
 if TYPE_CHECKING:
@@ -39,8 +39,7 @@ INFERENCE_PRECISION = {Precision.FP32: "f32", Precision.FP16: "f16", Precision.B
 
 def default_cache_dir() -> Path:
     """Compiled-blob cache outside the output directory: blobs are machine-specific."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "deploycc" / "openvino"
+    return user_cache_dir("openvino")
 
 
 @dataclass

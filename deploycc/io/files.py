@@ -107,6 +107,13 @@ class StagedDirectory:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
+def user_cache_dir(*parts: str) -> Path:
+    """~/.cache/deploycc/PARTS (or under $XDG_CACHE_HOME): what is costly to make and the same on
+    every run of this machine, never an output."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base, "deploycc", *parts)
+
+
 def sha256_file(path: Path) -> str:
     import hashlib
 

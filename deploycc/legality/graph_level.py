@@ -106,6 +106,6 @@ def _narrowing_findings(model: ir.Model, target: Target) -> list[GraphFinding]:
         findings.append(GraphFinding(
             Severity.NOTE, Refusal.DTYPE,
             f"{count} int64 initializer(s) will be carried as int32 on {target.name} "
-            f"({target.backend.kind} {target.backend.version})" + (f"; not range-checked (too large): {', '.join(unchecked)}"
-                                           if unchecked else "")))
+            f"({target.backend.kind} {target.backend.version})"
+            + (f"; not range-checked (too large): {', '.join(unchecked)}" if unchecked else "")))
     return findings

@@ -1,23 +1,20 @@
-"""Read a target file into the records of `targets/schema.py`: TOML parsed and validated key by
-key (every error names the file and the dotted key), op tables found and merged, inline ops and
-`[[restrict]]` overlays applied, a JetPack release's facts laid over. Finding a target by name
-is `targets/registry.py`'s job.
+"""Read a target file into the records of `targets/schema.py`: the document (over its base and
+at its JetPack release, `overlays.py`) validated key by key (every error names the file and the
+dotted key, `files.py`'s Reader), op tables found and merged, inline ops and `[[restrict]]`
+overlays applied. Finding a target by name is `targets/registry.py`'s job.
 """
 
 from __future__ import annotations
 
-import copy
-import os
-import sys
-from collections.abc import Mapping
 from dataclasses import fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from deploycc.dtypes import KNOWN_DTYPES
-from deploycc.errors import TargetError
 from deploycc.legality import predicates
+from deploycc.targets.files import Reader, find_table, read_toml
+from deploycc.targets.overlays import apply_jetpack, read_target_data
 from deploycc.targets.schema import (
     BACKENDS,
     DEVICE_KINDS,
@@ -34,7 +31,6 @@ from deploycc.targets.schema import (
     Dla,
     DtypePolicy,
     ExportPolicy,
-    JetPack,
     Memory,
     OpsetRange,
     OpSupport,
@@ -47,11 +43,6 @@ from deploycc.targets.schema import (
 )
 from deploycc.taxonomy import Precision
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
 TARGET_KEYS = {
     "schema", "name", "description", "aliases", "mode", "backend", "device", "opset", "ops", "op",
     "dtypes", "shapes", "precision", "memory", "dla", "jetpack", "provenance", "restrict", "export",
@@ -60,124 +51,7 @@ TARGET_KEYS = {
 EXPORTERS = ("dynamo", "torchscript")  # torch.onnx.export(dynamo=True) and (dynamo=False)
 
 
-TARGET_PATH_ENV = "DEPLOYCC_TARGET_PATH"
-
-
-def builtin_dir() -> Path:
-    """Where the shipped target files are: inside the wheel, or at the top of a checkout."""
-    packaged = Path(__file__).resolve().parent.parent / "_builtin_targets"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "targets"
-
-
-def search_dirs() -> list[Path]:
-    extra = [Path(p) for p in os.environ.get(TARGET_PATH_ENV, "").split(os.pathsep) if p]
-    return [*extra, builtin_dir()]
-
-
-class Reader:
-    """Typed access to one TOML document; every error names the file and the dotted key."""
-
-    def __init__(self, data: Mapping[str, Any], file: Path | str, prefix: str = "") -> None:
-        self.data = data
-        self.file = str(file)
-        self.prefix = prefix
-
-    def fail(self, key: str, problem: str) -> TargetError:
-        return TargetError(
-            f"{self.file}: key '{self.prefix}{key}': {problem}",
-            hint="see targets/README.md for the target file format",
-        )
-
-    def _get(self, key: str, kind: type | tuple[type, ...], required: bool, default: Any) -> Any:
-        if key not in self.data:
-            if required:
-                raise self.fail(key, "is required")
-            return default
-        value = self.data[key]
-        if isinstance(value, bool) and kind in (int, (int,)):
-            raise self.fail(key, f"must be an integer, not {value!r}")
-        if not isinstance(value, kind):
-            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise self.fail(key, f"must be {names}, not {type(value).__name__} {value!r}")
-        return value
-
-    def text(self, key: str, default: str | None = None, required: bool = False) -> Any:
-        return self._get(key, str, required, default)
-
-    def integer(self, key: str, default: int | None = None, required: bool = False) -> Any:
-        return self._get(key, int, required, default)
-
-    def flag(self, key: str, default: bool = False) -> bool:
-        return bool(self._get(key, bool, False, default))
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None,
-               optional: bool = False) -> Any:
-        """One of `choices`; required unless a default is given or it is `optional` (then None)."""
-        value = self.text(key, default, required=default is None and not optional)
-        if value is None and optional:
-            return None
-        if value not in choices:
-            raise self.fail(key, f"must be one of {', '.join(choices)}, not {value!r}")
-        return value
-
-    def strings(self, key: str, choices: frozenset[str] | tuple[str, ...] | None = None) -> tuple:
-        values = self._get(key, list, False, [])
-        for index, item in enumerate(values):
-            if not isinstance(item, str):
-                raise self.fail(f"{key}[{index}]", f"must be a string, not {item!r}")
-            if choices is not None and item not in choices:
-                raise self.fail(f"{key}[{index}]", f"unknown value {item!r}")
-        return tuple(values)
-
-    def table(self, key: str, required: bool = False) -> Reader | None:
-        value = self._get(key, dict, required, None)
-        return None if value is None else Reader(value, self.file, f"{self.prefix}{key}.")
-
-    def tables(self, key: str) -> list[Reader]:
-        rows = self._get(key, list, False, [])
-        readers = []
-        for index, row in enumerate(rows):
-            if not isinstance(row, dict):
-                raise self.fail(f"{key}[{index}]", "must be a table")
-            readers.append(Reader(row, self.file, f"{self.prefix}{key}[{index}]."))
-        return readers
-
-    def reject_unknown(self, allowed: set[str]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                raise self.fail(key, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise TargetError(f"target file not found: {path}") from None
-    except IsADirectoryError:
-        raise TargetError(f"target file is a directory: {path}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise TargetError(f"{path}: not valid TOML: {error}") from None
-    except UnicodeDecodeError:
-        raise TargetError(f"{path}: not valid TOML: not UTF-8 text") from None
-
-
 # ------------------------------------------------------------------------------ op tables
-
-
-def find_table(name: str, near: Path) -> Path:
-    if "/" in name or name.endswith(".toml"):
-        candidate = (near.parent / name).resolve()
-        if candidate.is_file():
-            return candidate
-    for folder in (near.parent / "tables", *[d / "tables" for d in search_dirs()]):
-        candidate = folder / f"{name}.toml"
-        if candidate.is_file():
-            return candidate
-    raise TargetError(f"{near}: key 'ops.table': no op table named {name!r}",
-                      hint="tables live in targets/tables/ or a tables/ folder beside the target")
 
 
 @lru_cache(maxsize=32)
@@ -297,98 +171,13 @@ def _freeze(value: Any) -> Any:
 # -------------------------------------------------------------------------------- targets
 
 
-def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        # An empty table in an override clears the base table (e.g. no int64 narrowing on TRT 10).
-        if isinstance(value, dict) and value and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def _apply_jetpack(data: dict[str, Any], path: Path, requested: str | None) -> tuple[dict, JetPack | None]:
-    section = data.get("jetpack")
-    if section is None:
-        if requested is not None:
-            raise TargetError(f"target '{data.get('name', path.stem)}' is not a Jetson target; "
-                              "--jetpack applies only to targets with a [jetpack] section")
-        return data, None
-    reader = Reader(section, path, "jetpack.")
-    reader.reject_unknown({"default", "releases"})
-    releases = reader.table("releases", required=True)
-    assert releases is not None
-    available = tuple(sorted(releases.data))
-    release = requested or reader.text("default", required=True)
-    if release not in releases.data:
-        raise TargetError(
-            f"target '{data.get('name', path.stem)}' has no data for JetPack {release}",
-            hint=f"available: {', '.join(available)}",
-        )
-    base_version = (data.get("backend") or {}).get("version")
-    for name, overlay in releases.data.items():
-        if not isinstance(overlay, dict):
-            raise reader.fail(f"releases.{name}", "must be a table")
-        # The description names the TensorRT release (`targets show`'s header): a release that
-        # changes it must say so, or the header contradicts the body.
-        version = (overlay.get("backend") or {}).get("version", base_version)
-        if version != base_version and "description" not in overlay:
-            raise reader.fail(f"releases.{name}.description",
-                              f"required: this release sets backend.version {version} (the target's "
-                              f"description is written for {base_version})")
-    override = releases.data[release]
-    merged = _deep_merge({k: v for k, v in data.items() if k != "jetpack"}, override)
-    facts = _jetpack_facts(release, path)
-    return merged, JetPack(release=release, available=available, facts=facts)
-
-
-def _jetpack_facts(release: str, near: Path) -> tuple[tuple[str, Any], ...]:
-    table = read_toml(find_table("jetpack", near))
-    for row in table.get("release", []):
-        if row.get("jetpack") == release:
-            keep = ("jetson_linux_l4t", "tensorrt", "cuda", "cudnn", "dla_sw", "max_onnx_opset",
-                    "all_citations_official")
-            return tuple((k, row[k]) for k in keep if k in row)
-    raise TargetError(f"{near}: key 'jetpack.releases.{release}': JetPack {release} is not in "
-                      "the JetPack map (targets/tables/jetpack.toml)")
-
-
 def _keys(record: type) -> set[str]:
     return {f.name for f in fields(record)}
 
 
-def _find_base(name: str, near: Path) -> Path:
-    for folder in (near.parent, *search_dirs()):
-        candidate = folder / f"{name}.toml"
-        if candidate.is_file() and candidate.resolve() != near.resolve():
-            return candidate
-    raise TargetError(f"{near}: key 'extends': no target file named {name!r}",
-                      hint="the base is looked up beside the file, then as `--target` looks up names")
-
-
-def read_target_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The file's document over its base's (`extends = "jetson-orin"`): a variant of a target, e.g.
-    ONNX Runtime's TensorRT provider on the same board, states only what differs. The base's name
-    and aliases stay its own; an empty table drops the base's section (`dla = {}`)."""
-    data = read_toml(path)
-    base_name = data.get("extends")
-    if base_name is None:
-        return data
-    if not isinstance(base_name, str):
-        raise Reader(data, path).fail("extends", "must be the name of a target")
-    base_path = _find_base(base_name, path)
-    if base_path.resolve() in seen:
-        raise Reader(data, path).fail("extends", f"{base_name!r} extends this file again (a cycle)")
-    base = read_target_data(base_path, (*seen, path.resolve()))
-    own = {k: v for k, v in base.items() if k not in ("name", "aliases")}
-    merged = _deep_merge(own, {k: v for k, v in data.items() if k != "extends"})
-    return {k: v for k, v in merged.items() if v != {}}
-
-
 def build_target(path: Path, jetpack: str | None) -> Target:
     raw = read_target_data(path)
-    data, jetpack_info = _apply_jetpack(raw, path, jetpack)
+    data, jetpack_info = apply_jetpack(raw, path, jetpack)
     top = Reader(data, path)
     top.reject_unknown(TARGET_KEYS - {"jetpack", "extends"})
     if top.integer("schema", default=1) != 1:

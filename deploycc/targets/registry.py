@@ -15,7 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from deploycc.errors import TargetError
-from deploycc.targets.loader import TARGET_PATH_ENV, build_target, read_toml, search_dirs
+from deploycc.targets.files import TARGET_PATH_ENV, read_toml, search_dirs
+from deploycc.targets.loader import build_target
 from deploycc.targets.schema import Target
 
 DEFAULT_TARGET = "ort-cpu"

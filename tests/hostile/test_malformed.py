@@ -76,8 +76,13 @@ def malformed() -> dict[str, tuple[bytes, str]]:
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_malformed_model_is_one_line_exit_2_and_writes_nothing(command: str, tmp_path: Path) -> None:
+    """`build` (the deepest command) reads every malformed model; each other command a quarter of
+    them in turn, so every model meets two commands (they share the reader: io/read.py)."""
+    others = [c for c in COMMANDS if c != "build"]
+    chosen = {name: case for index, (name, case) in enumerate(malformed().items())
+              if command == "build" or index % len(others) == others.index(command)}
     messages = set()
-    for name, (data, phrase) in malformed().items():
+    for name, (data, phrase) in chosen.items():
         folder = tmp_path / name.replace(" ", "_").replace(",", "")
         folder.mkdir()
         model = folder / "m.onnx"
@@ -92,7 +97,8 @@ def test_every_malformed_model_is_one_line_exit_2_and_writes_nothing(command: st
         assert list(out.iterdir()) == [], (name, list(out.iterdir()))  # no partial output
         assert model.read_bytes() == data
         messages.add(lines[0].split(": error: ", 1)[1].replace(str(model), "MODEL"))
-    assert len(messages) >= 9, messages  # distinct problems get distinct messages
+    if command == "build":
+        assert len(messages) >= 9, messages  # distinct problems get distinct messages
 
 
 def test_an_audit_reports_each_malformed_model_as_an_invalid_model_cell(tmp_path: Path) -> None:

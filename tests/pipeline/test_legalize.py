@@ -229,13 +229,13 @@ def test_output_over_the_input_is_refused(cnn: Path) -> None:
         api.legalize(cnn, "ort-cpu", cnn)
 
 
-def test_a_six_thousand_node_chain_is_rewritten_whole(tmp_path: Path) -> None:
-    """A generated 6,000-node graph with 2,000 rewrites to do, every one done (how the time grows
+def test_a_three_thousand_node_chain_is_rewritten_whole(tmp_path: Path) -> None:
+    """A generated 3,000-node graph with 1,000 rewrites to do, every one done (how the time grows
     with size is measured in benchmarks/, never asserted here)."""
     from onnx import TensorProto, helper
 
     nodes, previous = [], "x"
-    for i in range(2000):
+    for i in range(1000):
         nodes.append(helper.make_node("Relu", [previous], [f"r{i}"]))
         nodes.append(helper.make_node("Identity", [f"r{i}"], [f"i{i}"]))
         nodes.append(helper.make_node("HardSwish", [f"i{i}"], [f"h{i}"]))
@@ -246,7 +246,7 @@ def test_a_six_thousand_node_chain_is_rewritten_whole(tmp_path: Path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     report = api.legalize(path, "jetson-nano", None, LegalizeOptions(prove=False, verify=False))
     assert report.success, report.summary
-    assert sum(1 for r in report.rewrites if r.rule == "hard-swish") == 2000
+    assert sum(1 for r in report.rewrites if r.rule == "hard-swish") == 1000
 
 
 def test_onnxsim_runs_as_an_extra_pass_in_a_child_process(cnn: Path, tmp_path: Path) -> None:
