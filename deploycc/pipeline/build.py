@@ -24,6 +24,7 @@ from deploycc.pipeline.outcome import RUN_REFUSED, Clock, listing, next_step_aft
 from deploycc.pipeline.placement import plan_placement, write_prediction
 from deploycc.records.build import BuildReport
 from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
+from deploycc.verify.exact import exact_integers
 from deploycc.verify.runner import RunError
 
 if TYPE_CHECKING:
@@ -41,6 +42,14 @@ NEEDS_INPUTS = BuildStatus.NEEDS_INPUTS
 
 def build(model: str | Path, target: Target, outdir: str | Path, options: BuildOptions | None = None,
           *, progress: Callable[[str], None] | None = None) -> BuildReport:
+    """Legalize, build the engine, verify and time it. A model bound for a GPU is judged against
+    the spec's integer arithmetic (verify/exact.py), as the GPU computes it."""
+    with exact_integers(target.device.kind == "GPU"):
+        return _build(model, target, outdir, options, progress=progress)
+
+
+def _build(model: str | Path, target: Target, outdir: str | Path, options: BuildOptions | None = None,
+           *, progress: Callable[[str], None] | None = None) -> BuildReport:
     from deploycc import io
     from deploycc.backends.registry import get_backend
     from deploycc.pipeline.shape_policy import plan_shapes

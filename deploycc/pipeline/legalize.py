@@ -27,6 +27,7 @@ from deploycc.pipeline.blame import find_blame
 from deploycc.pipeline.manager import InvariantError, run_passes, source_ops
 from deploycc.records.legalize import Blame, LegalizeReport, PassRecord, Unresolved
 from deploycc.taxonomy import Legality, Precision, Refusal, Severity
+from deploycc.verify.exact import exact_integers
 
 if TYPE_CHECKING:
     from deploycc.analysis.check import TargetVerdict
@@ -114,7 +115,15 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     """Rewrite the model for the target, verify it, write it. Never worse than doing nothing: when
     the rewritten model is refused, fails verification, or a pass breaks, while the model as
     exported (axes fixed as asked) is legal and verifies, that one is the result, and a note says
-    why deploycc's rewrites were set aside."""
+    why deploycc's rewrites were set aside. A GPU computes integer ops exactly: a model bound for
+    one is judged against the spec's values, not a saturating CPU kernel's (verify/exact.py)."""
+    with exact_integers(target.device.kind == "GPU"):
+        return _legalize(path, target, options, output=output, progress=progress)
+
+
+def _legalize(path: str | Path, target: Target, options: LegalizeOptions | None = None, *,
+              output: str | Path | None = None,
+              progress: Callable[[str], None] | None = None) -> LegalizeReport:
     from deploycc.graph.graphs import all_nodes
 
     started = time.perf_counter()

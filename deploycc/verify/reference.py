@@ -39,8 +39,10 @@ def feeds_digest(feeds: dict[str, np.ndarray]) -> str:
 def original_outputs(path: Path, feeds: dict[str, np.ndarray], run: Callable[[], Outputs]) -> Outputs:
     """`run()`'s result for the original at `path` on `feeds`, from a cache where it was computed
     before (copies: a caller may change what it is given)."""
+    from deploycc.verify.exact import EXACT
+
     stat = path.stat()
-    inputs = feeds_digest(feeds)
+    inputs = ("exact-" if EXACT.get() else "") + feeds_digest(feeds)  # a prefix: the file name keeps it
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, inputs)
     found = _memory.get(key)
     if found is None:

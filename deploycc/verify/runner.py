@@ -66,15 +66,26 @@ def as_arrays(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1) -> Any:
+def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1,
+            exact: bool | None = None) -> Any:
+    """An ORT CPU session. Proofs (`optimize` off) run the ops as written, not ORT's fused versions
+    of them, and integer ops as the spec defines them (exact.py); so does every run inside
+    `exact_integers(True)` (a model bound for a GPU), optimized short of the Q/DQ fusion."""
     import onnxruntime as ort
 
+    from deploycc.verify.exact import EXACT, with_exact_integers
+
+    exact = EXACT.get() if exact is None else exact
     options = ort.SessionOptions()
     options.log_severity_level = 4  # errors come back as exceptions
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    if not optimize:  # proofs must run the ops as written, not ORT's fused versions of them
+    if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    elif exact:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    if exact or not optimize:
+        source = with_exact_integers(source)
     model = source if isinstance(source, bytes) else str(source)
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
@@ -129,7 +140,7 @@ import json, sys
 import numpy as np
 from pathlib import Path
 from deploycc.verify.runner import run_session, session
-model, feeds_file, out_file, optimize = sys.argv[1:5]
+model, feeds_file, out_file, optimize, exact = sys.argv[1:6]
 with np.load(feeds_file, allow_pickle=False) as archive:
     feeds = {name: archive[name] for name in archive.files}
 
@@ -139,7 +150,7 @@ def fail(error, code):
     sys.exit(code)
 
 try:
-    loaded = session(Path(model), optimize=optimize == "1", threads=0)
+    loaded = session(Path(model), optimize=optimize == "1", threads=0, exact=exact == "1")
 except Exception as error:
     fail(error, 3)
 try:
@@ -175,6 +186,8 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
 
     import numpy as np
 
+    from deploycc.verify.exact import EXACT
+
     with tempfile.TemporaryDirectory(prefix="deploycc-ort-") as folder:
         work = Path(folder)
         model = work / "model.onnx"
@@ -186,7 +199,8 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
         out = str(work / "outputs.npz")
         try:
             child = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(work / "feeds.npz"), out,
-                                    "1" if optimize else "0"], capture_output=True, text=True,
+                                    "1" if optimize else "0", "1" if EXACT.get() else "0"],
+                                   capture_output=True, text=True,
                                    timeout=timeout, preexec_fn=_die_with_parent)
         except subprocess.TimeoutExpired:
             raise RunError(f"onnxruntime did not finish in {timeout:g} s", stage="crash") from None
