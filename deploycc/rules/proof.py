@@ -176,7 +176,8 @@ def prove(rule: Rule, node: ir.Node, opsets: dict[str, int], site_opset: int,
         for seed in PROOF_SEEDS:
             feeds = input_data.generate(original_feeds, seed=seed, edges=True, sizes=sizes,
                                         int_high=_index_bound(original_feeds + original_constants, sizes))
-            for index, array in rule.proof_values(Site(node, node.inputs, site_opset), seed).items():
+            # the copies' shapes: a dynamic dim is the size the proof runs at
+            for index, array in rule.proof_values(Site(node, original_inputs, site_opset), seed).items():
                 named = original_inputs[index]
                 if named is not None and named.name in feeds:
                     feeds[named.name] = array

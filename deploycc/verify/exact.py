@@ -9,7 +9,8 @@ model bound for one is judged against the spec's values:
 
 - MatMulInteger / ConvInteger with a constant int8 B (W): the same integer products with B + 128
   as uint8 and its zero point + 128, which ORT's uint8 x uint8 kernel computes without
-  saturating. (B - zb) is unchanged, so the result is the spec's to the last bit.
+  saturating. (B - zb) is unchanged, so the result is the spec's to the last bit. The same for
+  com.microsoft's DynamicQuantizeLSTM (W and R), whose recurrent products saturate alike.
 - Optimization at ORT's basic level, short of the Q/DQ fusion.
 
 A CPU target runs ORT's (or OpenVINO's) own kernels, and is judged against what ORT computes.
@@ -28,6 +29,7 @@ EXACT = contextvars.ContextVar("deploycc_exact_integers", default=False)
 INTEGER_OPS: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     ("", "MatMulInteger"): ((1, 3),),
     ("", "ConvInteger"): ((1, 3),),
+    ("com.microsoft", "DynamicQuantizeLSTM"): ((1, 9), (2, 11)),  # W, R and their zero points
 }
 
 
@@ -53,6 +55,8 @@ def with_exact_integers(source: bytes | Path) -> bytes | Path:
         return source
     model = onnx.load_from_string(data)
     graph = model.graph
+    if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in graph.initializer):
+        return source  # its weights live beside the file: ORT finds them only from the path
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     changed = 0
     for node in graph.node:

@@ -53,8 +53,9 @@ def test_conv_integer_with_a_zero_point() -> None:
     w = rng.integers(-128, 128, (4, 16, 3, 3), dtype=np.int8)
     w_zero = np.array(-7, np.int8)
     nodes = [helper.make_node("ConvInteger", ["x", "w", "", "wz"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 16, 6, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+    image = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 16, 6, 6])
+    result = helper.make_tensor_value_info("y", TensorProto.INT32, None)
+    graph = helper.make_graph(nodes, "g", [image], [result],
                               [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w_zero, "wz")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
     exact = ReferenceEvaluator(onnx.load_from_string(model)).run(None, {"x": x})[0]
@@ -71,16 +72,18 @@ def test_a_model_without_int8_weights_is_left_as_it_is() -> None:
 
 def test_ort_s_default_dynamic_quantization_is_proven_and_verified_for_tensorrt(tmp_path: Path) -> None:
     """quantize_dynamic's default (int8 weights, uint8 activations) on a projection whose levels
-    lie near the ends of their ranges: the float rewrite for TensorRT is proven exactly against the spec's values; before,
-    ORT's saturating kernel on this CPU failed the proof and the model stayed integer."""
+    lie near the ends of their ranges: the float rewrite for TensorRT is proven exactly against
+    the spec's values; before, ORT's saturating kernel on this CPU failed the proof and the model
+    stayed integer."""
     from onnxruntime.quantization import quantize_dynamic
 
     rng = np.random.default_rng(2)
     # activations spread over [0, 1] and weights over [-4, 4]: many levels near 255 and +-127
     weights = numpy_helper.from_array(rng.uniform(-4, 4, (256, 32)).astype(np.float32), "w")
     nodes = [helper.make_node("Sigmoid", ["x"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["y"])]
-    graph = helper.make_graph(nodes, "proj", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])], [weights])
+    signature = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])])
+    graph = helper.make_graph(nodes, "proj", *signature, [weights])
     float_model = tmp_path / "f.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), float_model)
     model = tmp_path / "q.onnx"
@@ -91,3 +94,34 @@ def test_ort_s_default_dynamic_quantization_is_proven_and_verified_for_tensorrt(
     proofs = {r.rule: r.certificate for r in report.rewrites}
     assert proofs["dynamic-quantization-to-float"].status == "proven"
     assert report.verification is not None and report.verification.passed
+
+
+def test_a_dynamically_quantized_lstm_s_recurrent_products_do_not_saturate() -> None:
+    """com.microsoft's DynamicQuantizeLSTM multiplies uint8 levels by int8 weights too: 256 hidden
+    units are enough for the saturated sums to move the outputs 0.26 off the float LSTM on the
+    dequantized weights; read as uint8 + 128, the kernel stays within its activations' rounding."""
+    rng = np.random.default_rng(3)
+    hidden, features, scale = 256, 64, 0.002
+    w = rng.integers(-127, 128, (1, features, 4 * hidden), dtype=np.int8)
+    r = rng.integers(-127, 128, (1, hidden, 4 * hidden), dtype=np.int8)
+    constants = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r"),
+                 numpy_helper.from_array(np.full(1, scale, np.float32), "ws"),
+                 numpy_helper.from_array(np.zeros(1, np.int8), "wz"),
+                 numpy_helper.from_array(np.full(1, scale, np.float32), "rs"),
+                 numpy_helper.from_array(np.zeros(1, np.int8), "rz")]
+    inputs = ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"]
+    node = helper.make_node("DynamicQuantizeLSTM", inputs, ["y"], domain="com.microsoft", hidden_size=hidden)
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, features])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    quantized = helper.make_model(helper.make_graph([node], "q", [x_info], [y_info], constants),
+                                  opset_imports=[helper.make_opsetid("", 13),
+                                                 helper.make_opsetid("com.microsoft", 1)]).SerializeToString()
+    float_weights = [numpy_helper.from_array((w * scale).astype(np.float32).transpose(0, 2, 1).copy(), "w"),
+                     numpy_helper.from_array((r * scale).astype(np.float32).transpose(0, 2, 1).copy(), "r")]
+    lstm = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=hidden)
+    reference = helper.make_model(helper.make_graph([lstm], "f", [x_info], [y_info], float_weights),
+                                  opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    x = {"x": (np.abs(rng.standard_normal((5, 1, features))) * 3).astype(np.float32)}
+    exact = with_exact_integers(quantized)
+    assert isinstance(exact, bytes)
+    assert np.abs(_run(exact, x) - _run(reference, x)).max() < 0.05
