@@ -185,3 +185,25 @@ def test_a_jetson_s_ort_wheel_gets_only_the_options_its_release_reads(tmp_path: 
     assert trt["trt_profile_opt_shapes"] == "x:2x8" and trt["trt_timing_cache_enable"]
     assert trt["trt_dump_ep_context_model"] and newer.artifact is not None
     assert not any("predates" in note for note in newer.artifact.notes)
+
+
+def test_dynamic_quantization_the_cuda_provider_lacks_becomes_float(tmp_path: Path) -> None:
+    """quantize_dynamic writes MatMulInteger on uint8 activations; the CUDA provider has it for
+    int8 ones only, so ORT would run it on the CPU between two Memcpy. The whole pattern is written
+    as the float arithmetic it stands for, and the graph stays on CUDA."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Tanh", ["x"], ["h"]), helper.make_node("MatMul", ["h", "w"], ["y"])]
+    weights = numpy_helper.from_array(rng.standard_normal((64, 16)).astype(np.float32), "w")
+    graph = helper.make_graph(nodes, "proj", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])], [weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "f.onnx")
+    quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"))
+    exported = api.check(tmp_path / "q.onnx", ["ort-cuda"]).targets[0].placement
+    assert exported is not None and {o.op for o in exported.off_primary} == {"MatMulInteger"}
+    report = api.legalize(tmp_path / "q.onnx", "ort-cuda", tmp_path / "q.cuda.onnx")
+    assert report.success and report.verification is not None and report.verification.passed
+    assert "dynamic-quantization-to-float" in {r.rule for r in report.rewrites}
+    after = api.check(tmp_path / "q.cuda.onnx", ["ort-cuda"]).targets[0].placement
+    assert after is not None and after.cpu_nodes == 0 and after.memcpy == 0
