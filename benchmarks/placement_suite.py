@@ -71,7 +71,7 @@ def summary(rows: list[dict], corpora: list[str]) -> tuple[str, dict]:
                            "one_subgraph_after": len(after), "with_cpu_nodes_after": len(left),
                            "failed": sum(1 for r in rows if r["target"] == target and "error" in r)}
         share = 100 * len(after) / len(done) if done else 0.0
-        lines.append(f"| {target} | {len(done)} | {len(clean)} | {len(after)} ({share:.0f}%) | "
+        lines.append(f"| {target} | {len(done)} | {len(clean)} | {len(after)} ({share:.1f}%) | "
                      f"{sum(r['after']['cpu_nodes'] for r in left)} ({len(left)}) |")
     lines += ["", "| model | target | subgraphs / CPU nodes / Memcpy as exported | after legalize | "
                   "what stays off the primary provider |", "|---|---|---|---|---|"]

@@ -128,8 +128,10 @@ def _fake_quantization(node: ir.Node, b: Builder) -> ir.Value | None:
 
 def _gathered_table(node: ir.Node, b: Builder) -> ir.Value | None:
     """DequantizeLinear(Gather(table, ids)) of a constant table, per tensor: Gather(float table,
-    ids) (a quantized embedding: the rows dequantized before they are picked, the same values)."""
-    gathered = node.inputs[0]
+    ids) (a quantized embedding: the rows dequantized before they are picked, the same values).
+    Layout ops between them (an LSTM's Transpose of the embedded sequence) run on the floats:
+    a per-tensor dequantization commutes with them."""
+    gathered, layout = _through_layout_ops(node.inputs[0])
     gather = gathered.producer() if gathered is not None else None
     if gather is None or not _default_domain(gather, "Gather") or constant_tensor(gather.inputs[0]) is None:
         return None
@@ -140,7 +142,10 @@ def _gathered_table(node: ir.Node, b: Builder) -> ir.Value | None:
     scale, zero = parameters
     floats = ((table.astype(np.int64) - np.int64(zero)).astype(np.float32) * scale).astype(np.float32)
     axis = int(gather.attributes["axis"].value) if "axis" in gather.attributes else 0
-    return b.op("Gather", b.const(floats), gather.inputs[1], axis=axis)
+    value = b.op("Gather", b.const(floats), gather.inputs[1], axis=axis)
+    for op in layout:
+        value = b.op(op.op_type, value, *op.inputs[1:], **{k: a.value for k, a in op.attributes.items()})
+    return value
 
 
 def dequantize_to_float(model: ir.Model, refused: Callable[[ir.Node], bool]) -> int:

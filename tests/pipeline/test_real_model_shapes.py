@@ -421,6 +421,32 @@ def test_ort_dynamic_quantization_becomes_float_on_tensorrt(tmp_path: Path) -> N
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_quantized_embedding_read_through_a_transpose_becomes_float_on_tensorrt(tmp_path: Path) -> None:
+    """ORT's quantizer on an embedding feeding an LSTM (text2tashkeel, a PyPI wheel): the uint8 rows
+    gathered, then dequantized both directly and after the LSTM's Transpose; TensorRT takes neither
+    a uint8 Gather nor an asymmetric DequantizeLinear. The table is dequantized once and the
+    Transpose runs on the floats: the same values."""
+    rng = np.random.default_rng(5)
+    table = numpy_helper.from_array(rng.integers(0, 256, (30, 8), dtype=np.uint8), "table")
+    scale, zero = numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(131), "z")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["direct"]),
+             helper.make_node("Transpose", ["q"], ["qt"], perm=[1, 0, 2]),
+             helper.make_node("DequantizeLinear", ["qt", "s", "z"], ["transposed"])]
+    graph = helper.make_graph(nodes, "embed", [_vi("ids", INT64, [2, 5])],
+                              [_vi("direct", FLOAT, [2, 5, 8]), _vi("transposed", FLOAT, [5, 2, 8])],
+                              [table, scale, zero])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "q.onnx")
+    out = tmp_path / "q.xavier.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert report.success, report.summary
+    assert not {node.op_type for node in onnx.load(out).graph.node} & {"DequantizeLinear"}
+    ids = {"ids": rng.integers(0, 30, (2, 5)).astype(np.int64)}
+    for expected, actual in zip(ort.InferenceSession(str(model), _unoptimized()).run(None, ids),
+                                ort.InferenceSession(str(out)).run(None, ids), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_sample_shape_sets_drawn_sizes_without_fixing_axes(tmp_path: Path) -> None:
     """A text recognizer declares its height dynamic but takes only 48: --sample-shape draws at the
     size the model takes, and the written model keeps its dynamic axes."""
