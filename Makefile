@@ -2,7 +2,7 @@
 #   make demo   - virtual environment, deploycc, example models made by our own code, builds for ort-cpu,
 #                 openvino-cpu and a Jetson bundle
 #   make test   - the same environment with dev extras, then ruff, the layers contract (lint-imports),
-#                 hadolint, mypy and pytest (on every core, pytest-xdist)
+#                 hadolint, mypy and pytest (on every core: pytest-xdist, work-stealing)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -47,7 +47,7 @@ typecheck: $(VENV)/.installed
 	$(BIN)/mypy
 
 pytest: $(VENV)/.installed
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 # The tables against the installed backends on every ONNX conformance case (make test takes every
 # fourth): the figures in the README's "held against the installed backends" paragraph.
