@@ -208,6 +208,27 @@ def _float_integer_op(node: ir.Node, centered_input: ir.Value, b: Builder) -> ir
     return b.op("Conv", centered_input, b.const(weights), **attributes)
 
 
+def _to_float(node: ir.Node) -> bool:
+    return _default_domain(node, "Cast") and int(node.attributes["to"].value) == 1
+
+
+def _int32_bias(node: ir.Node, at: int) -> ir.Value | None:
+    """The int32 bias an Add puts on the integer result at input `at` (ORT's dynamic quantization
+    of a Conv with a bias: ConvInteger -> Add(bias / (x_scale * w_scale), as int32) -> Cast, the
+    bias quantized at run time with the activation's scale); None if not that."""
+    if not _default_domain(node, "Add") or len(node.inputs) != 2:
+        return None
+    bias = node.inputs[1 - at]
+    return bias if bias is not None and bias.dtype is not None and bias.dtype.name == "INT32" else None
+
+
+def _read_as_float(value: ir.Value) -> bool:
+    """Every reader of an integer op's result casts it to float, directly or after an int32 bias."""
+    return all(_to_float(use) or (_int32_bias(use, at) is not None and all(_to_float(cast) for cast, _ in
+                                                                            use.outputs[0].uses()))
+               for use, at in value.uses())
+
+
 def _saturate(b: Builder, value: ir.Value, low: ir.Value, high: ir.Value) -> ir.Value:
     return b.op("Min", b.op("Max", value, low), high)
 
@@ -229,8 +250,7 @@ def dynamic_quantization_to_float(model: ir.Model, refused: Callable[[ir.Node], 
         x = node.inputs[0]
         quantized, scale_out, zero_out = node.outputs
         readers = [reader for reader, _ in quantized.uses()]
-        casts_only = all(all(_default_domain(use, "Cast") and int(use.attributes["to"].value) == 1
-                             for use, _ in reader.outputs[0].uses()) for reader in readers)
+        casts_only = all(_read_as_float(reader.outputs[0]) for reader in readers)
         own_zero_point = all(len(reader.inputs) > 2 and reader.inputs[2] is zero_out for reader in readers)
         if x is None or not _integer_consumers(quantized, 0) or not _integer_consumers(zero_out, 2) \
                 or not own_zero_point or not casts_only or \
@@ -254,6 +274,13 @@ def dynamic_quantization_to_float(model: ir.Model, refused: Callable[[ir.Node], 
         scale_out.replace_all_uses_with(scale)
         for value, reader in zip(results, readers, strict=True):
             assert value is not None
+            for use, at in list(reader.outputs[0].uses()):
+                bias = _int32_bias(use, at)
+                if bias is not None:  # the bias added in float: integers below 2**24, exact
+                    bias_b = Builder(opset, f"{_unique_name(use, graph)}/float")
+                    use.replace_input_with(1 - at, bias_b.op("Cast", bias, to=1))
+                    use.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+                    graph.insert_before(use, bias_b.nodes)
             reader.outputs[0].replace_all_uses_with(value)
         replaced += 1
     if replaced:

@@ -421,6 +421,38 @@ def test_ort_dynamic_quantization_becomes_float_on_tensorrt(tmp_path: Path) -> N
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_dynamically_quantized_conv_with_a_run_time_bias_becomes_float_on_tensorrt(tmp_path: Path) -> None:
+    """An older ORT's dynamic quantization of a Conv with a bias (ddddocr's OCR model, a PyPI
+    wheel): the bias quantized at run time with the activation's scale, added to ConvInteger's
+    int32 result, then Cast and scaled. The bias is added in float, and the graph deploys."""
+    rng = np.random.default_rng(6)
+    w = rng.integers(0, 256, (4, 3, 3, 3), dtype=np.uint8)
+    constants = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.uint8(128), "wz"),
+                 numpy_helper.from_array(np.float32(0.01), "ws"),
+                 numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias"),
+                 numpy_helper.from_array(np.array([1, 4, 1, 1], np.int64), "bias_shape")]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["xs", "ws"], ["scale"]),
+             helper.make_node("Div", ["bias", "scale"], ["bias_levels"]),
+             helper.make_node("Cast", ["bias_levels"], ["bias_int"], to=TensorProto.INT32),
+             helper.make_node("Reshape", ["bias_int", "bias_shape"], ["bias_4d"]),
+             helper.make_node("Add", ["acc", "bias_4d"], ["biased"]),
+             helper.make_node("Cast", ["biased"], ["biased_f"], to=FLOAT),
+             helper.make_node("Mul", ["biased_f", "scale"], ["y"])]
+    graph = helper.make_graph(nodes, "conv", [_vi("x", FLOAT, [1, 3, 8, 8])], [_vi("y", FLOAT, [1, 4, 8, 8])],
+                              constants)
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "q.onnx")
+    out = tmp_path / "q.xavier.onnx"
+    report = api.legalize(model, "jetson-xavier", out)
+    assert report.success, report.summary
+    left = {node.op_type for node in onnx.load(out).graph.node}
+    assert not left & {"ConvInteger", "DynamicQuantizeLinear"}
+    x = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    expected = ort.InferenceSession(str(model), _unoptimized()).run(None, x)[0]
+    np.testing.assert_allclose(ort.InferenceSession(str(out)).run(None, x)[0], expected, rtol=1e-5, atol=1e-5)
+
+
 def test_a_quantized_embedding_read_through_a_transpose_becomes_float_on_tensorrt(tmp_path: Path) -> None:
     """ORT's quantizer on an embedding feeding an LSTM (text2tashkeel, a PyPI wheel): the uint8 rows
     gathered, then dequantized both directly and after the LSTM's Transpose; TensorRT takes neither
