@@ -13,9 +13,12 @@ refuses a DequantizeLinear:
 - QLinearConv, QLinearMatMul and com.microsoft's QLinear*/QGemm (ORT's QOperator form): the QDQ
   form they are defined to mean, DequantizeLinear -> the float op -> QuantizeLinear, which the
   forms above then make float where the target refuses DequantizeLinear too.
-- DynamicQuantizeLinear -> MatMulInteger/ConvInteger -> Cast (ORT's dynamic quantization): the
-  scale and zero point computed in float as the op defines them, the integer ops on the
-  centred levels in float (exact: integer sums below 2**24).
+- DynamicQuantizeLinear -> MatMulInteger/ConvInteger -> [Add(int32 bias) ->] Cast (ORT's dynamic
+  quantization; the bias an older ORT quantized at run time): the scale and zero point computed
+  in float as the op defines them, the integer ops on the centred levels and the bias in float
+  (exact: integer sums below 2**24). Where the target refuses the integer ops only (ORT's CUDA
+  provider: MatMulInteger on int8 activations, not uint8), the same.
+- DequantizeLinear(layout ops(Gather(table, ids))): the quantized embedding as a float table.
 
 The QuantizeLinear nodes left without readers are removed. A whole-graph change, proven by
 running the graph before and after it (like float64 narrowing). The model then computes what
