@@ -6,7 +6,8 @@ refuses a DequantizeLinear:
 
 - DequantizeLinear of constants (weights, biases): the float tensor (x - zero_point) * scale,
   per tensor or per axis, computed here in float32 as ONNX Runtime computes it.
-- DequantizeLinear(Gather(table, ids)) of a constant table: Gather of the dequantized table.
+- DequantizeLinear(Gather(table, ids)) of a constant table: Gather of the dequantized table,
+  layout ops between them (an LSTM's Transpose) run on the floats.
 - DequantizeLinear(QuantizeLinear(x, s, z), s', z'), per tensor: the fake quantization
   (clip(round(x / s) + z, qmin, qmax) - z') * s' in float ops the target has (Div, Round, Add,
   Max, Min, Sub, Mul). Round is half to even, as QuantizeLinear's rounding.
@@ -18,7 +19,6 @@ refuses a DequantizeLinear:
   in float as the op defines them, the integer ops on the centred levels and the bias in float
   (exact: integer sums below 2**24). Where the target refuses the integer ops only (ORT's CUDA
   provider: MatMulInteger on int8 activations, not uint8), the same.
-- DequantizeLinear(layout ops(Gather(table, ids))): the quantized embedding as a float table.
 
 The QuantizeLinear nodes left without readers are removed. A whole-graph change, proven by
 running the graph before and after it (like float64 narrowing). The model then computes what
