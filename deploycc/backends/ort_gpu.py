@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from deploycc.backends.base import Artifact, BuildRequest
-from deploycc.device.bundle import BUNDLE_DIR, BUNDLE_FILE, BUNDLE_SCHEMA, MODEL_NAME, copy_model, copy_runner
+from deploycc.device.bundle import (
+    BUNDLE_DIR,
+    BUNDLE_FILE,
+    BUNDLE_SCHEMA,
+    MODEL_NAME,
+    copy_model,
+    copy_runner,
+    version_tuple,
+)
 from deploycc.taxonomy import Precision
 
 GPU_BUNDLE = "ort-gpu-bundle"  # the artifact's kind
@@ -51,15 +59,9 @@ OPTION_SINCE["trt_profile_opt_shapes"] = OPTION_SINCE["trt_profile_max_shapes"] 
 OPTION_SINCE["trt_ep_context_file_path"] = OPTION_SINCE["trt_dump_ep_context_model"]
 
 
-def release(version: str) -> tuple[int, int]:
-    """(major, minor) of an ORT version text: "1.14" and "1.14.1" alike."""
-    parts = version.split(".")
-    return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-
-
 def options_for_release(options: dict[str, Any], version: str) -> tuple[dict[str, Any], list[str]]:
     """The options ORT `version` reads, and one note per feature it lacks."""
-    have = release(version)
+    have = version_tuple(version)
     kept = {k: v for k, v in options.items() if k not in OPTION_SINCE or have >= OPTION_SINCE[k][0]}
     lacking: dict[str, str] = {}  # origin -> note, so the three profile options give one note
     for key in options:

@@ -35,7 +35,8 @@ REFERENCE_DIR, REFERENCE_INDEX = "reference", "reference.json"
 REFERENCE_SCHEMA = 1
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
+def version_tuple(version: str) -> tuple[int, ...]:
+    """(major, minor) of a version text: "8.5.2" and "8.5" alike."""
     return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
 
 
@@ -51,7 +52,7 @@ def trtexec_flags(version: str) -> dict[str, str]:
     in 8.6. The pool size is given as a bare number: 8.4-8.6 read MiB with std::stod (a suffix is
     ignored, so "4G" is 4 MiB), 10.0 reads a suffix as bytes before multiplying by 2^20 again,
     and from 10.1 a bare number is MiB."""
-    new = _version_tuple(version) or (10, 0)
+    new = version_tuple(version) or (10, 0)
     return {"workspace": "--memPoolSize=workspace:{}" if new >= (8, 4) else "--workspace={}",
             "build_only": "--skipInference" if new >= (8, 6) else "--buildOnly",
             "streams": "--infStreams={}" if new >= (8, 6) else "--streams={}",
@@ -99,7 +100,7 @@ def read_bundle(path: Path) -> dict[str, Any]:
 def binding_dtype(dtype: np.dtype, tensorrt_version: str) -> np.dtype:
     """The dtype a TensorRT engine binding has for an ONNX tensor of `dtype`: TensorRT 8.x carries
     INT64 as INT32 and DOUBLE as FLOAT (onnx-tensorrt casts them at import); 10.x keeps INT64."""
-    major = _version_tuple(tensorrt_version)[:1] or (10,)
+    major = version_tuple(tensorrt_version)[:1] or (10,)
     if dtype == np.float64:
         return np.dtype(np.float32)
     if dtype == np.int64 and major[0] < 10:

@@ -392,21 +392,24 @@ def qoperator_to_qdq(model: ir.Model, refused: Callable[[ir.Node], bool]) -> int
     return replaced
 
 
-INTEGER_READERS = frozenset({"MatMulInteger", "ConvInteger"})
-
-
 class _RefusedForm(GraphRule):
-    """Nodes of one quantized form the target refuses, rewritten together (they share scales)."""
+    """Nodes of one quantized form the target refuses, rewritten together (they share scales): a
+    node of `ops` refused itself, or one whose first output a refused node of `readers` reads."""
 
     ops: ClassVar[frozenset[str]]
+    readers: ClassVar[frozenset[str]] = frozenset()
 
     def refused(self, model: ir.Model, target: Target) -> list[ir.Node] | None:
         from deploycc.graph.graphs import opset_map
         from deploycc.legality.conversion_target import ConversionTarget
 
         judge, opsets = ConversionTarget(target), opset_map(model)
-        nodes = [node for node in model.graph if node.op_type in self.ops
-                 and judge.judge(node, opsets).status == Legality.ILLEGAL]
+
+        def illegal(node: ir.Node) -> bool:
+            return judge.judge(node, opsets).status == Legality.ILLEGAL
+
+        nodes = [node for node in model.graph if node.op_type in self.ops and (illegal(node) or any(
+            reader.op_type in self.readers and illegal(reader) for reader, _ in node.outputs[0].uses()))]
         return nodes or None
 
 
@@ -436,20 +439,9 @@ class DynamicQuantizationToFloatRule(_RefusedForm):
     done = "made float"
     ops = frozenset({"DynamicQuantizeLinear"})
 
-    def refused(self, model: ir.Model, target: Target) -> list[ir.Node] | None:
-        """A DynamicQuantizeLinear the target refuses, or one whose integer readers it refuses
-        (ORT's CUDA provider has MatMulInteger for int8 activations only: the uint8 ones that
-        dynamic quantization writes would run on the CPU)."""
-        from deploycc.graph.graphs import opset_map
-        from deploycc.legality.conversion_target import ConversionTarget
-
-        judge, opsets = ConversionTarget(target), opset_map(model)
-        refused = {id(node) for node in model.graph
-                   if node.op_type in self.ops | INTEGER_READERS
-                   and judge.judge(node, opsets).status == Legality.ILLEGAL}
-        nodes = [node for node in model.graph if node.op_type in self.ops and (
-            id(node) in refused or any(id(reader) in refused for reader, _ in node.outputs[0].uses()))]
-        return nodes or None
+    # ORT's CUDA provider has MatMulInteger for int8 activations only: the uint8 ones dynamic
+    # quantization writes would run on the CPU though DynamicQuantizeLinear itself is taken
+    readers = frozenset({"MatMulInteger", "ConvInteger"})
 
     def apply(self, model: ir.Model, nodes: list[ir.Node]) -> int:
         return dynamic_quantization_to_float(model, set(nodes).__contains__)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from deploycc.verify.exact import EXACT
+
 CACHE_ENV = "DEPLOYCC_REFERENCE_CACHE"  # a folder of reference outputs shared by an audit's cells
 MODEL_ENV = "DEPLOYCC_REFERENCE_MODEL"  # the sha256 of the model whose outputs may be shared there
 KEPT_IN_MEMORY = 4
@@ -39,8 +41,6 @@ def feeds_digest(feeds: dict[str, np.ndarray]) -> str:
 def original_outputs(path: Path, feeds: dict[str, np.ndarray], run: Callable[[], Outputs]) -> Outputs:
     """`run()`'s result for the original at `path` on `feeds`, from a cache where it was computed
     before (copies: a caller may change what it is given)."""
-    from deploycc.verify.exact import EXACT
-
     stat = path.stat()
     inputs = ("exact-" if EXACT.get() else "") + feeds_digest(feeds)  # a prefix: the file name keeps it
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, inputs)

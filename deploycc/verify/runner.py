@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.verify.exact import EXACT, with_exact_integers
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx_ir as ir
@@ -72,8 +74,6 @@ def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1,
     of them, and integer ops as the spec defines them (exact.py); so does every run inside
     `exact_integers(True)` (a model bound for a GPU), optimized short of the Q/DQ fusion."""
     import onnxruntime as ort
-
-    from deploycc.verify.exact import EXACT, with_exact_integers
 
     exact = EXACT.get() if exact is None else exact
     options = ort.SessionOptions()
@@ -185,8 +185,6 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
     import tempfile
 
     import numpy as np
-
-    from deploycc.verify.exact import EXACT
 
     with tempfile.TemporaryDirectory(prefix="deploycc-ort-") as folder:
         work = Path(folder)
