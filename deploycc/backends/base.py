@@ -152,6 +152,11 @@ class Backend(ABC):
     # Whether the engine's importer takes initializers declared inside an If/Loop body (tidy
     # lifts a branch's Constant nodes into them only then).
     subgraph_initializers: bool = True
+    # Whether the runtime fuses activations written out in elementwise ops (x * clip(x + 3, 0, 6)
+    # / 6) into one kernel itself (OpenVINO's HSwish, TensorRT's pointwise fusion). Where it
+    # does, tidy leaves such a chain in the form it recognizes; where not (ONNX Runtime), tidy
+    # writes it in the fewest kernels the runtime has.
+    fuses_written_out_activations: bool = False
     # Whether the engine is built on the device itself (TensorRT: a bundle here), so its build
     # and bench stages need that hardware (the audit routes them to it) and probing runs there.
     builds_on_device: bool = False

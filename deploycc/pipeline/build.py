@@ -222,7 +222,7 @@ def _half_analysis(source: Path, staging: Path, legalized: LegalizeReport, optio
     try:
         name_nodes_in_file(staging / LEGALIZED)
         feeds, _, described = signature_feeds(staging / LEGALIZED, options.legalize, legalized.fed_layouts,
-                                               drawn.shapes if drawn else None, source)
+                                               drawn.shapes if drawn else None, source, _content(drawn))
         if described == str(staging / VERIFY_INPUTS):
             described = SAMPLE_DESCRIBED
         return analyze_half(staging / LEGALIZED, feeds, precision, inputs=described,
@@ -269,7 +269,7 @@ def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done
         graph_file = staging / LEGALIZED if (staging / LEGALIZED).exists() else source
         try:
             feeds, _, _ = signature_feeds(graph_file, options.legalize, legalized.fed_layouts,
-                                          drawn.shapes if drawn is not None else None, source)
+                                          drawn.shapes if drawn else None, source, _content(drawn))
         except Exception:  # the inputs could not be drawn at all: nothing to keep
             return
     np.savez(target, **feeds)
@@ -279,6 +279,13 @@ def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done
 
 
 VERIFY_INPUTS = "verify-inputs.npz"
+
+
+def _content(drawn: Verification | None) -> str:
+    """What legalization's verification drew its image inputs as: every later run draws the same."""
+    from deploycc.verify.inputs import NOISE
+
+    return drawn.content if drawn is not None else NOISE
 SAMPLE_DESCRIBED = f"{VERIFY_INPUTS} (the first validation sample)"
 
 
@@ -328,7 +335,7 @@ def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any
     drawn = legalized.verification
     feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
                                                        legalized.fed_layouts, drawn.shapes if drawn else None,
-                                                       source)
+                                                       source, _content(drawn))
     try:
         expected, _ = reference_outputs(source, original_feeds)
     except RunError as error:
@@ -370,7 +377,8 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         refused: BackendError | None = None
         for shapes in candidates:
             feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
-                                                               legalized.fed_layouts, shapes, source)
+                                                               legalized.fed_layouts, shapes, source,
+                                                               _content(drawn))
             try:
                 actual = runner.run(feeds)
             except BackendError as error:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from deploycc.graph.dim_roles import BATCH, DimGuess, guess_dims
 from deploycc.records.shapes import InputShapes, ShapePlan
-from deploycc.verify.inputs import SYMBOLIC_DIM_SIZE
+from deploycc.verify.inputs import CONTENTS, NOISE, SYMBOLIC_DIM_SIZE, pictures_possible
 
 if TYPE_CHECKING:
     import numpy as np
@@ -132,14 +132,19 @@ def _find_sizes(source: Path, model: ir.Model, dims: list[_Dim], options: BuildO
     if not free:
         return
     attempts = max(d.guess.attempts for d in free)
-    candidates = [_feeds(model, dims, options, {id(d): d.guess.size(k) for d in free})
-                  for k in range(attempts)]
+    candidates, drawn = [], []  # at each size, noise, then image inputs as pictures (verify/inputs.py)
+    for k in range(attempts):
+        for content in CONTENTS:
+            feeds = _feeds(model, dims, options, {id(d): d.guess.size(k) for d in free}, content)
+            if content == NOISE or pictures_possible(feeds):
+                candidates.append(feeds)
+                drawn.append(k)
     try:
         verdicts = probe_inputs(source, candidates)
     except RunError as error:  # ORT cannot load or crashes: verification will say so
         plan.notes.append(f"typical sizes not checked: {error}")
         return
-    good = next((k for k, verdict in enumerate(verdicts) if not verdict), None)
+    good = next((drawn[index] for index, verdict in enumerate(verdicts) if not verdict), None)
     if good is None:
         plan.notes.append("the original model took none of the typical sizes: "
                           + "; ".join(v[:160] for v in verdicts[-2:] if v))
@@ -171,15 +176,15 @@ def _find_sizes(source: Path, model: ir.Model, dims: list[_Dim], options: BuildO
                           + "; ".join(refused))
 
 
-def _feeds(model: ir.Model, dims: list[_Dim], options: BuildOptions, sizes: dict[int, int]
-           ) -> dict[str, np.ndarray]:
+def _feeds(model: ir.Model, dims: list[_Dim], options: BuildOptions, sizes: dict[int, int],
+           content: str = NOISE) -> dict[str, np.ndarray]:
     """Seeded inputs with each free dim at `sizes` and the batch as it will be drawn."""
     from deploycc.verify.inputs import generate
 
     graph = model.graph
     shapes = _shapes(graph, dims, options, sizes)
     values = [v for v in graph.inputs if v.name not in graph.initializers]
-    return generate(values, seed=options.legalize.seed, shapes=shapes)
+    return generate(values, seed=options.legalize.seed, shapes=shapes, content=content)
 
 
 def _shapes(graph: ir.Graph, dims: list[_Dim], options: BuildOptions, sizes: dict[int, int]

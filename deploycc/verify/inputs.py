@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
 SYMBOLIC_DIM_SIZE = 2
+# What generated float inputs hold. Noise first; where the original answers noise with nothing (a
+# text detector finds no text in it: PP-OCR's detectors give all zeros), an image input is drawn
+# again as a picture: a mosaic of flat 16-pixel tiles (edges between regions, as in a photo), then
+# a page of dark words in lines on white. Everything else stays noise.
+NOISE, MOSAIC, PAGE = "noise", "mosaic", "page"
+CONTENTS = (NOISE, MOSAIC, PAGE)
+CONTENT_DESCRIBED = {MOSAIC: "a mosaic of 16-pixel tiles", PAGE: "a page of dark words on white"}
+TILE = 16
 EDGE_VALUES = (0.0, -0.0, 1.0, -1.0, 6.0, -6.0, 100.0, -100.0, 1000.0, -1000.0)
 EDGE_FRACTION = 0.15
 
@@ -142,6 +150,37 @@ def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator,
                       hint="give inputs with --inputs data.npz")
 
 
+def image_channel_axis(dims: Sequence[int]) -> int | None:
+    """The channel axis of an image batch ([N, C, H, W] or [N, H, W, C] with C in 1..4 and
+    both sides at least one tile), else None."""
+    if len(dims) != 4:
+        return None
+    for channel, spatial in ((1, (2, 3)), (3, (1, 2))):
+        if dims[channel] in (1, 2, 3, 4) and all(dims[axis] >= TILE for axis in spatial):
+            return channel
+    return None
+
+
+def picture(dims: Sequence[int], channel_axis: int, content: str, rng: np.random.Generator) -> np.ndarray:
+    """An image batch of `content` (MOSAIC or PAGE) at `dims`, float64."""
+    batch, channels = dims[0], dims[channel_axis]
+    height, width = [dims[axis] for axis in range(1, 4) if axis != channel_axis]
+    if content == MOSAIC:
+        tiles = rng.standard_normal((batch, channels, -(-height // TILE), -(-width // TILE)))
+        planes = np.repeat(np.repeat(tiles, TILE, axis=2), TILE, axis=3)[:, :, :height, :width]
+    else:
+        page = np.ones((batch, height, width))
+        for image in page:
+            for top in range(int(rng.integers(2, 8)), height - 4, int(rng.integers(12, 32))):
+                left, tall = int(rng.integers(0, 8)), int(rng.integers(3, 11))
+                while left < width:
+                    wide = int(rng.integers(6, 48))
+                    image[top:top + tall, left:left + wide] = 0.0
+                    left += wide + int(rng.integers(4, 16))
+        planes = np.repeat(page[:, None], channels, axis=1)
+    return planes if channel_axis == 1 else np.moveaxis(planes, 1, 3)
+
+
 # Sizes tried in turn for symbolic dims other than the batch (dim 0) when the model fails on the
 # smaller ones (an audio model's convolutions need hundreds of samples; most run at the first),
 # as long as the drawn inputs stay below MAX_DRAWN_ELEMENTS in all.
@@ -153,12 +192,14 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
              sizes: dict[str, int] | None = None, int_high: int | None = None,
              batch: int | None = None, symbolic_size: int = SYMBOLIC_DIM_SIZE,
              shapes: dict[str, list[int]] | None = None,
-             ranges_from: Mapping[str, ir.Value] | None = None) -> dict[str, np.ndarray]:
+             ranges_from: Mapping[str, ir.Value] | None = None, content: str = NOISE
+             ) -> dict[str, np.ndarray]:
     """Seeded random arrays for the given graph inputs (integers below int_high when given;
     `batch` sets every input's dim 0, which must be dynamic; symbolic dims other than the batch
     take `symbolic_size`, or the size `shapes` gives for that input's dim). An integer input's
     values follow what reads it in `ranges_from` (the original model's inputs, by name) where
-    given: a rewrite may have folded the Equal that said which sample rate a model takes."""
+    given: a rewrite may have folded the Equal that said which sample rate a model takes. Float
+    image inputs hold `content` (CONTENTS) instead of noise where it is not NOISE."""
     rng = np.random.default_rng(seed)
     sizes = {} if sizes is None else sizes
     feeds = {}
@@ -193,7 +234,16 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
             int_range = (max(int_range[0], int(info.min)), min(int_range[1], int(info.max) + 1))
         feeds[value.name or ""] = random_array(dtype, dims, rng, name=value.name or "",
                                                edges=edges, int_high=int_high, int_range=int_range)
+        channel_axis = image_channel_axis(dims) if np.issubdtype(dtype, np.floating) else None
+        if content != NOISE and channel_axis is not None:
+            feeds[value.name or ""] = picture(dims, channel_axis, content, rng).astype(dtype)
     return feeds
+
+
+def pictures_possible(feeds: Mapping[str, np.ndarray]) -> bool:
+    """Whether any of these inputs is a float image batch that MOSAIC and PAGE would redraw."""
+    return any(np.issubdtype(array.dtype, np.floating) and image_channel_axis(array.shape) is not None
+               for array in feeds.values())
 
 
 def load_npz(path: str | Path, expected: Mapping[str, ir.Value] | None = None) -> dict[str, np.ndarray]:

@@ -20,7 +20,14 @@ from deploycc.verify.compare import (
     degenerate_outputs,
     judged_as,
 )
-from deploycc.verify.inputs import MAX_DRAWN_ELEMENTS, SYMBOLIC_DIM_SIZE
+from deploycc.verify.inputs import (
+    CONTENT_DESCRIBED,
+    CONTENTS,
+    MAX_DRAWN_ELEMENTS,
+    NOISE,
+    SYMBOLIC_DIM_SIZE,
+    pictures_possible,
+)
 from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, run_reference
 
 if TYPE_CHECKING:
@@ -44,6 +51,7 @@ class Verification:
     # typical sizes' attempts gave them (0: the typical sizes; then each role's fallbacks).
     shapes: dict[str, list[int]] = field(default_factory=dict)
     attempt: int = 0
+    content: str = NOISE  # what the drawn float image inputs held (verify/inputs.py CONTENTS)
     inputs_file: str = ""  # the inputs it ran on, as an .npz beside the result (build's verify-inputs.npz)
     compared_as_sets: list[str] = field(default_factory=list)  # outputs equal up to the order of rows
     # Outputs the original itself moves beyond tolerance under a rounding-level perturbation of
@@ -96,11 +104,12 @@ def _compute_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[st
 
 
 def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list[int]],
-              shapes: dict[str, list[int]] | None = None, source: Path | None = None
-              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
+              shapes: dict[str, list[int]] | None = None, source: Path | None = None,
+              content: str = NOISE) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
     """(inputs for the rewritten graph, the same laid out for the original, a description).
-    Drawn at `shapes` (default: the typical sizes, graph/dim_roles.py) unless the user gave inputs;
-    integer values as the original model's graph (the file `source`) reads them, where given."""
+    Drawn at `shapes` (default: the typical sizes, graph/dim_roles.py), image inputs holding
+    `content`, unless the user gave inputs; integer values as the original model's graph (the
+    file `source`) reads them, where given."""
     from deploycc.verify import inputs as input_data
 
     signature = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
@@ -110,10 +119,11 @@ def feeds_for(graph: ir.Graph, options: LegalizeOptions, layouts: dict[str, list
     else:
         shapes = drawn_shapes(graph, options, 0) if shapes is None else shapes
         feeds = input_data.generate(list(signature.values()), seed=options.seed, shapes=shapes,
-                                    ranges_from=_integer_inputs(source, signature))
+                                    ranges_from=_integer_inputs(source, signature), content=content)
         sizes = ", ".join(f"{name} {'x'.join(str(d) for d in array.shape) or 'scalar'}"
                           for name, array in feeds.items())
-        described = f"generated (seed {options.seed}, {sizes})"
+        held = f", images of {CONTENT_DESCRIBED[content]}" if content in CONTENT_DESCRIBED else ""
+        described = f"generated (seed {options.seed}, {sizes}{held})"
     original = {name: (np.transpose(array, layouts[name]) if name in layouts else array)
                 for name, array in feeds.items()}
     return feeds, original, described
@@ -166,11 +176,13 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
     graph, metadata = model.graph, model.metadata_props
     attempts = attempts_for(graph, options, metadata)
     why_not = ""
-    for attempt in range(attempts):
+    for attempt, content in _draws(attempts):
         shapes = drawn_shapes(graph, options, attempt, metadata) if options.inputs is None else {}
         if attempt and _drawn_elements(shapes) > MAX_DRAWN_ELEMENTS:
             continue
-        feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes, original)
+        feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes, original, content)
+        if content != NOISE and (options.inputs is not None or not pictures_possible(feeds)):
+            continue  # the user's inputs, or no image input to draw as a picture: one draw
         try:
             expected, reference = _run_original(original, original_feeds)
         except RunError as error:
@@ -198,8 +210,14 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
         result.passed, result.problem = False, changed[0]
     # the given inputs' shapes too: a backend that needs static dims is built again at these
     result.shapes = {name: list(array.shape) for name, array in feeds.items()}
-    result.attempt = attempt
+    result.attempt, result.content = attempt, content
     return result
+
+
+def _draws(attempts: int) -> list[tuple[int, str]]:
+    """(attempt, content) in the order verification draws them: at each set of sizes, noise, then
+    the pictures (which only an image input takes)."""
+    return [(attempt, content) for attempt in range(attempts) for content in CONTENTS]
 
 
 def signature_changes(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]) -> list[str]:
@@ -417,9 +435,9 @@ def reference_outputs(original: Path, feeds: dict[str, np.ndarray]) -> tuple[dic
 
 
 def signature_feeds(model_path: Path, options: LegalizeOptions, layouts: dict[str, list[int]],
-                    shapes: dict[str, list[int]] | None = None, source: Path | None = None
-                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
+                    shapes: dict[str, list[int]] | None = None, source: Path | None = None,
+                    content: str = NOISE) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
     """feeds_for the graph of a model file (integer values as the original, `source`, reads them)."""
     from deploycc import io
 
-    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts, shapes, source)
+    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts, shapes, source, content)

@@ -361,6 +361,24 @@ def test_hard_swish_written_out_stays_below_opset_14(tmp_path: Path) -> None:
     assert ops == Counter({"Add": 1, "Clip": 1, "Mul": 1, "Div": 1}), ops
 
 
+def test_hard_swish_written_out_becomes_hard_sigmoid_times_x_for_onnx_runtime(tmp_path: Path) -> None:
+    """ORT has no HardSwish kernel and runs it as HardSigmoid and Mul: the written-out chain
+    becomes those two at any opset from 11, both orders of the division, same values at both knees
+    and between; the chain adding 2.5 is not HardSwish and stays."""
+    nodes = [*_hard_swish("x", "y"), *_hard_swish("u", "z", divide_last=False),
+             *_hard_swish("w", "v", three=2.5)]
+    for opset in (13, 17):
+        model = _model(tmp_path, nodes, [helper.make_tensor_value_info(name, FLOAT, ["N", 8]) for name in "xuw"],
+                       [helper.make_tensor_value_info(name, FLOAT, ["N", 8]) for name in ("y", "z", "v")],
+                       [_init("zero", np.float32(0)), _init("six", np.float32(6))], opset=opset)
+        cleaned, ops = _clean(tmp_path, model, "ort-cpu")
+        assert ops == Counter({"HardSigmoid": 2, "Mul": 3, "Add": 1, "Clip": 1, "Div": 1}), (opset, ops)
+        first, second = ort.InferenceSession(str(model)), ort.InferenceSession(str(cleaned))
+        x = {name: np.linspace(-8, 8, 5 * 8, dtype=np.float32).reshape(5, 8) for name in "xuw"}
+        for expected, actual in zip(first.run(None, x), second.run(None, x), strict=True):
+            np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_hard_swish_written_out_becomes_hard_swish_from_opset_14_and_a_shifted_one_stays(
         tmp_path: Path) -> None:
     """Both orders of the division; the same chain adding 2.5 is not HardSwish."""
@@ -629,6 +647,37 @@ def test_a_scalar_mul_before_a_conv_joins_its_weights_and_a_per_pixel_one_stays(
     cleaned, ops = _clean(tmp_path, model)
     assert ops == Counter({"Conv": 2, "Mul": 1}), ops
     _same(model, cleaned, [{"x": (2, 3, 6, 6)}])
+
+
+def test_an_add_before_an_unpadded_conv_joins_its_bias_and_a_padded_one_stays(tmp_path: Path) -> None:
+    """PP-LCNet's learnable affine block s * x + b before a pointwise Conv: the scale joins the
+    weights and the shift the bias (B' = B + sum of W * b over each window), one value or one per
+    input channel, group 2 included; before a padded Conv the border windows read 0, not b, so
+    that Add stays."""
+    rng = np.random.default_rng(5)
+    inits = [_init("s", np.array([0.75], np.float32)), _init("t", np.array([-0.5], np.float32)),
+             _init("w", rng.standard_normal((4, 6, 1, 1)).astype(np.float32)),
+             _init("b", rng.standard_normal(4).astype(np.float32)),
+             _init("per_input", rng.standard_normal((1, 6, 1, 1)).astype(np.float32)),
+             _init("grouped", rng.standard_normal((4, 3, 2, 2)).astype(np.float32)),
+             _init("padded", rng.standard_normal((4, 6, 3, 3)).astype(np.float32))]
+    nodes = [helper.make_node("Mul", ["s", "x"], ["xs"]),
+             helper.make_node("Add", ["xs", "t"], ["xt"]),
+             helper.make_node("Conv", ["xt", "w", "b"], ["y"]),
+             helper.make_node("Add", ["per_input", "x"], ["xc"]),
+             helper.make_node("Conv", ["xc", "grouped"], ["z"], group=2),
+             helper.make_node("Add", ["x", "t"], ["xp"]),
+             helper.make_node("Conv", ["xp", "padded"], ["v"], pads=[1, 1, 1, 1])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 6, 6, 6])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 4, 6, 6]),
+                    helper.make_tensor_value_info("z", FLOAT, ["N", 4, 5, 5]),
+                    helper.make_tensor_value_info("v", FLOAT, ["N", 4, 6, 6])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Conv": 3, "Add": 1}), ops
+    first, second = ort.InferenceSession(str(model)), ort.InferenceSession(str(cleaned))
+    feeds = {"x": np.random.default_rng(6).standard_normal((2, 6, 6, 6)).astype(np.float32)}
+    for expected, actual in zip(first.run(None, feeds), second.run(None, feeds), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_an_add_per_output_channel_after_a_conv_transpose_joins_its_bias(tmp_path: Path) -> None:

@@ -48,6 +48,9 @@ class TensorRTBackend(Backend):
     # initializers are not something its If importer is known to handle on TensorRT 8.x, where
     # Constant nodes are.
     subgraph_initializers = False
+    # Its build joins adjacent pointwise layers into one kernel (the Layer Fusion Catalog), so an
+    # activation written out costs it no more than the op.
+    fuses_written_out_activations = True
     builds_on_device = True
     fixed_shape_engines = True
     # ONNX Runtime's quantizer, not NVIDIA's Model Optimizer: ModelOpt writes opset 19 or newer,
