@@ -266,7 +266,7 @@ def summary(results: dict) -> tuple[str, dict]:
                "onnxsim_543": triple, "verified_command": {"blamed": blamed, "as_exported": fallbacks,
                                                            "node_total": triple[VERIFIED]["node_total"]}}
     head = [f"Models: {count}. deploycc has at most the fewer of the peers' nodes on {at_most_min} "
-            f"({at_most_min / max(count, 1):.0%}; goal 90%), strictly fewer on {fewest}.",
+            f"({at_most_min / max(count, 1):.0%}; goal 95%), strictly fewer on {fewest}.",
             "",
             "| tool | nodes after (sum) | ratio to onnxslim | outputs kept | wall s (sum) | ratio to onnxsim "
             "| peak RSS MB, largest model over 100 MB |",

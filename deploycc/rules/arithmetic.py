@@ -4,6 +4,7 @@
 - Sum(a, b, ...) = a + b + ... ; Mean(a, b, ...) = (a + b + ...) / n (broadcasting Adds)
 - Mod(x, y) with Python's sign rule on floats, from the C fmod and one correction
 - CumProd along a static axis, unrolled as the running product numpy computes
+- ReduceProd of a short 1-D tensor (a product of dims) as a chain of Muls
 - Det of 2x2 and 3x3 matrices by cofactor expansion
 - BitShift on signed integers (opset 28) by multiplication and floor division in int64
 """
@@ -199,6 +200,51 @@ class CumProdRule(Rule):
             chosen = b.op("Equal", asked, b.ints([candidate]))
             result = b.op("Where", chosen, self._along(site, b, candidate), result)
         return [result]
+
+
+@register
+class ReduceProdUnrolledRule(Rule):
+    """ReduceProd of a 1-D tensor of static length n = x_0 * x_1 * ... * x_(n-1), unrolled into
+    Muls of one-element Slices. Exporters multiply selected dims of a Shape this way (the element
+    count of a flatten); ONNX Runtime's CUDA EP has no int64 ReduceProd and has int64 Mul, so the
+    shape arithmetic stays on the GPU. (Past int64 the two differ: ORT's kernel saturates, Mul
+    wraps; no tensor has that many elements.)"""
+
+    name = "reduce-prod-unrolled"
+    family = "arithmetic"
+    op_type = "ReduceProd"
+
+    def _axes(self, site: Site) -> list[int] | None:
+        if site.opset >= 18 and site.has_input(1):
+            axes = site.constant(1)
+            return None if axes is None else [int(a) for a in axes.reshape(-1)]
+        return [int(a) for a in site.attr("axes", [])]
+
+    def check(self, site: Site) -> str | None:
+        shape = site.shape(0)
+        if shape is None or len(shape) != 1 or shape[0] is None:
+            return "the input is not 1-D of static length"
+        if not 1 <= int(shape[0]) <= MAX_UNROLLED:
+            return f"the length is not between 1 and {MAX_UNROLLED}"
+        axes = self._axes(site)
+        if axes is None:
+            return "the axes arrive at run time"
+        if not axes and int(site.attr("noop_with_empty_axes", 0)):
+            return "no axes with noop_with_empty_axes: nothing is reduced"
+        if any(a not in (0, -1) for a in axes):
+            return "an axis out of range"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        shape = site.shape(0)
+        assert shape is not None and shape[0] is not None
+        length, x = int(shape[0]), site.input(0)
+        total = b.op("Slice", x, b.ints([0]), b.ints([1]))
+        for i in range(1, length):
+            total = b.op("Mul", total, b.op("Slice", x, b.ints([i]), b.ints([i + 1])))
+        if int(site.attr("keepdims", 1)):
+            return [total if length > 1 else b.op("Identity", total)]
+        return [b.op("Reshape", total, b.ints([]))]
 
 
 @register

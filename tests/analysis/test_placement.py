@@ -92,3 +92,30 @@ def test_the_cuda_provider_leaves_what_it_has_no_kernel_for_on_the_cpu(islands: 
     assert sorted((b.tensor, b.source, b.bytes) for b in placement.borders) == [
         ("c", "CUDAExecutionProvider", 16), ("d", "CPUExecutionProvider", 8)]
     assert api.check(islands, ["ort-cpu"]).targets[0].placement is None  # one provider: nothing to predict
+
+
+def test_an_int64_product_of_dims_stays_on_the_gpu_after_legalize(tmp_path: Path) -> None:
+    """A flatten's element count (ReduceProd of Shape dims, int64) has no CUDA kernel: as exported
+    it splits the graph in two with a Memcpy each way; legalize writes it as Muls, one subgraph."""
+    from onnx import parser
+
+    from deploycc.options import LegalizeOptions
+
+    model = tmp_path / "flatten.onnx"
+    onnx.save(parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 13]>
+        g (float[N,C,H,W] x) => (float[N,M] y) {
+            s = Shape(x)
+            idx = Constant <value = int64[3] {1,2,3}> ()
+            dims = Gather <axis=0> (s, idx)
+            p = ReduceProd <keepdims=1> (dims)
+            minus_one = Constant <value = int64[1] {-1}> ()
+            shape = Concat <axis=0> (minus_one, p)
+            y = Reshape(x, shape)
+        }"""), model)
+    exported = api.check(model, ["ort-cuda"]).targets[0].placement
+    assert (len(exported.subgraph_sizes), len(exported.borders)) == (2, 2)
+    report = api.legalize(model, "ort-cuda", tmp_path / "out.onnx", LegalizeOptions())
+    assert report.success and report.verification is not None and report.verification.passed, report.summary
+    after = api.check(tmp_path / "out.onnx", ["ort-cuda"]).targets[0].placement
+    assert after.counts == {"CUDAExecutionProvider": sum(after.counts.values())} and not after.borders

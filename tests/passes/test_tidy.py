@@ -368,7 +368,8 @@ def test_hard_swish_written_out_becomes_hard_sigmoid_times_x_for_onnx_runtime(tm
     nodes = [*_hard_swish("x", "y"), *_hard_swish("u", "z", divide_last=False),
              *_hard_swish("w", "v", three=2.5)]
     for opset in (13, 17):
-        model = _model(tmp_path, nodes, [helper.make_tensor_value_info(name, FLOAT, ["N", 8]) for name in "xuw"],
+        inputs = [helper.make_tensor_value_info(name, FLOAT, ["N", 8]) for name in "xuw"]
+        model = _model(tmp_path, nodes, inputs,
                        [helper.make_tensor_value_info(name, FLOAT, ["N", 8]) for name in ("y", "z", "v")],
                        [_init("zero", np.float32(0)), _init("six", np.float32(6))], opset=opset)
         cleaned, ops = _clean(tmp_path, model, "ort-cpu")

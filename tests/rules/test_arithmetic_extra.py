@@ -155,3 +155,27 @@ def test_integer_mod(fmod: int) -> None:
         <ir_version: 10, opset_import: ["" : 13]>
         g (int64[1,6] x, int64[1,6] y) => (int64[1,6] r) {{ r = Mod<fmod={fmod}>(x, y) }}
     """, "Mod", "integer-mod", feeds={"x": x, "y": y})
+
+
+@pytest.mark.parametrize(("opset", "call", "out"), [
+    (13, "ReduceProd <keepdims=0> (x)", "int64 y"),
+    (13, "ReduceProd <axes=[0]> (x)", "int64[1] y"),
+    (18, "ReduceProd <keepdims=0> (x, axes)", "int64 y"),
+])
+def test_reduce_prod_of_dims_unrolled(opset: int, call: str, out: str) -> None:
+    """An exporter's element count: the product of selected dims (int64, which ORT's CUDA EP does
+    not reduce), as Muls; dims as large as tensors have."""
+    axes = "axes = Constant <value = int64[1] {0}> ()" if opset >= 18 else ""
+    for x in (np.array([2, 3, 7], np.int64), np.array([2**20, 2**30, 3], np.int64)):
+        rewrite_and_compare(f"""
+            <ir_version: 10, opset_import: ["" : {opset}]>
+            g (int64[3] x) => ({out}) {{ {axes}
+                y = {call} }}
+        """, "ReduceProd", "reduce-prod-unrolled", feeds={"x": x}, seeds=(1,))
+
+
+def test_reduce_prod_declines_a_dynamic_length() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (int64[N] x) => (int64 y) { y = ReduceProd <keepdims=0> (x) }
+    """, "ReduceProd", "not 1-D of static length")

@@ -17,7 +17,8 @@ from deploycc.verify.inputs import MOSAIC, NOISE, PAGE, TILE, generate, image_ch
 
 
 def _region_detector(tmp_path: Path) -> Path:
-    nodes = [helper.make_node("AveragePool", ["x"], ["mean"], kernel_shape=[TILE, TILE], strides=[TILE, TILE]),
+    window = {"kernel_shape": [TILE, TILE], "strides": [TILE, TILE]}
+    nodes = [helper.make_node("AveragePool", ["x"], ["mean"], **window),
              helper.make_node("Abs", ["mean"], ["size"]),
              helper.make_node("Sub", ["size", "half"], ["over"]),
              helper.make_node("Relu", ["over"], ["y"])]
