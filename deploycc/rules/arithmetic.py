@@ -5,6 +5,7 @@
 - Mod(x, y) with Python's sign rule on floats, from the C fmod and one correction
 - CumProd along a static axis, unrolled as the running product numpy computes
 - ReduceProd of a short 1-D tensor (a product of dims) as a chain of Muls
+- Equal on numbers as LessOrEqual and GreaterOrEqual
 - Det of 2x2 and 3x3 matrices by cofactor expansion
 - BitShift on signed integers (opset 28) by multiplication and floor division in int64
 """
@@ -245,6 +246,30 @@ class ReduceProdUnrolledRule(Rule):
         if int(site.attr("keepdims", 1)):
             return [total if length > 1 else b.op("Identity", total)]
         return [b.op("Reshape", total, b.ints([]))]
+
+
+@register
+class EqualByOrderRule(Rule):
+    """Equal(a, b) on numbers = a <= b and a >= b: NaN is neither (false, as Equal says), -0 and +0
+    are both. ORT's CUDA EP registers Equal up to version 13 and not 19 (which added strings), so a
+    model of opset 19 or newer leaves every Equal on the CPU (scikit-learn's Normalizer)."""
+
+    name = "equal-by-order"
+    family = "arithmetic"
+    op_type = "Equal"
+    # Equal-19's version gap only: where an older Equal is refused for its dtype, the ordered
+    # comparisons would be too, and the widening rules are the answer.
+    since = 19
+
+    def check(self, site: Site) -> str | None:
+        dtype = site.dtype(0)
+        if dtype is None or dtype.name in ("STRING", "BOOL"):
+            return "strings and booleans have no order to compare by"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        a, other = site.input(0), site.input(1)
+        return [b.op("And", b.op("LessOrEqual", a, other), b.op("GreaterOrEqual", a, other))]
 
 
 @register

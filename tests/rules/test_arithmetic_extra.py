@@ -179,3 +179,24 @@ def test_reduce_prod_declines_a_dynamic_length() -> None:
         <ir_version: 10, opset_import: ["" : 13]>
         g (int64[N] x) => (int64 y) { y = ReduceProd <keepdims=0> (x) }
     """, "ReduceProd", "not 1-D of static length")
+
+
+@pytest.mark.parametrize("dtype", ["float", "int64"])
+def test_equal_by_order(dtype: str) -> None:
+    """NaN equals nothing, itself included; -0 equals +0; broadcasting kept."""
+    np_dtype = np.float32 if dtype == "float" else np.int64
+    a = np.array([[1, 2, 0, 5], [3, 3, -7, 0]], np_dtype)
+    b = np.array([1, 3, 0, 5], np_dtype)
+    if dtype == "float":
+        a[0, 3], b[3], a[1, 3] = np.nan, np.nan, -0.0
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 19]>
+        g ({dtype}[2,4] a, {dtype}[4] b) => (bool[2,4] y) {{ y = Equal (a, b) }}
+    """, "Equal", "equal-by-order", feeds={"a": a, "b": b}, seeds=(1,))
+
+
+def test_equal_on_strings_is_left_alone() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 19]>
+        g (string[3] a, string[3] b) => (bool[3] y) { y = Equal (a, b) }
+    """, "Equal", "no order")
