@@ -1,7 +1,8 @@
 """Fuse: fold a per-channel Add, Mul and BatchNormalization into the Conv before it, a scalar Mul
-into the Conv after it, a per-channel Add into the ConvTranspose before it, merge consecutive
-Transposes, and, where the target has Gemm, turn a 2-D MatMul followed by a bias Add into Gemm
-(one node instead of two for every target; TensorRT's parser maps it to one fully-connected layer).
+into the Conv after it, an Add of one value (or one per channel) into the unpadded Conv after
+it, a per-channel Add into the ConvTranspose before it, merge consecutive Transposes, and,
+where the target has Gemm, turn a 2-D MatMul followed by a bias Add into Gemm (one node instead
+of two for every target; TensorRT's parser maps it to one fully-connected layer).
 
 The patterns are onnxscript's curated single-root rules (each declines with a reason, and the
 BatchNorm fold states its math: W' = W * gamma / sqrt(var + eps), B' = (B - mean) * gamma /
@@ -171,9 +172,9 @@ def _scale_and_transpose_bias_rules() -> list:
             outputs, per_group = kernel.shape[0], kernel.shape[1]
             group = attributes.get_int("group", 1) or 1
             spatial = kernel.ndim - 2
-            broadcast = (1,) * (kernel.ndim - values.ndim) + values.shape
             if values.ndim > kernel.ndim:
                 return None
+            broadcast = (1,) * (kernel.ndim - values.ndim) + values.shape
             if values.size == 1:
                 per_input = np.full(per_group * group, values.reshape(-1)[0])
             elif broadcast == (1, per_group * group) + (1,) * spatial:
@@ -259,8 +260,8 @@ def fusion_rules(target: Target) -> list:
 
 class FusePass(Pass):
     name = "fuse"
-    summary = ("Conv+Add bias, Conv+Mul scale, Conv(Transpose)+BatchNormalization, Transpose pairs, "
-               "MatMul+Add->Gemm")
+    summary = ("Conv+Add bias, Conv+Mul scale, a scalar Mul or a constant Add before a Conv, "
+               "Conv(Transpose)+BatchNormalization, Transpose pairs, MatMul+Add->Gemm")
 
     def rule_names(self, state: PipelineState) -> list[str]:
         return list(dict.fromkeys(r.name for r in fusion_rules(state.target)))

@@ -279,6 +279,7 @@ def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done
 
 
 VERIFY_INPUTS = "verify-inputs.npz"
+SAMPLE_DESCRIBED = f"{VERIFY_INPUTS} (the first validation sample)"
 
 
 def _content(drawn: Verification | None) -> str:
@@ -286,7 +287,6 @@ def _content(drawn: Verification | None) -> str:
     from deploycc.verify.inputs import NOISE
 
     return drawn.content if drawn is not None else NOISE
-SAMPLE_DESCRIBED = f"{VERIFY_INPUTS} (the first validation sample)"
 
 
 def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: Path) -> BuildOptions:
