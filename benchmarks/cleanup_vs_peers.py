@@ -113,14 +113,15 @@ def run_tool(tool: str, source: Path, output: Path) -> dict:
     return result
 
 
-def feeds_for(model: Path) -> dict[str, np.ndarray]:
-    """The model's .inputs.npz where it has one; else drawn at its hint shapes, or (no hints: the
-    held-out set) as deploycc's own verification draws: the typical sizes, then the fallbacks,
-    each as noise then (image inputs) as pictures, the first the original answers with signal."""
+def feeds_for(model: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    """(inputs, the original's outputs on them where already run): the model's .inputs.npz where it
+    has one; else drawn at its hint shapes, or (no hints: the held-out set) as deploycc's own
+    verification draws: the typical sizes, then the fallbacks, each as noise then (image inputs)
+    as pictures, the first the original answers with signal."""
     from deploycc import io
     from deploycc.options import LegalizeOptions
     from deploycc.verify.compare import degenerate_outputs
-    from deploycc.verify.inputs import CONTENTS, NOISE, generate, load_npz, pictures_possible
+    from deploycc.verify.inputs import NOISE, draws, generate, load_npz, pictures_possible
     from deploycc.verify.runner import RunError, run_ort_isolated
     from deploycc.verify.verification import attempts_for, drawn_shapes
 
@@ -128,24 +129,25 @@ def feeds_for(model: Path) -> dict[str, np.ndarray]:
     signature = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
     npz = model.with_suffix(".inputs.npz")
     if npz.exists():
-        return load_npz(npz, signature)
+        return load_npz(npz, signature), None
     hints = model.with_suffix(".hints.json")
     if hints.exists():
-        return generate(list(signature.values()), seed=0, shapes=json.loads(hints.read_text()).get("shapes"))
+        shapes = json.loads(hints.read_text()).get("shapes")
+        return generate(list(signature.values()), seed=0, shapes=shapes), None
     first, options = None, LegalizeOptions()
-    for attempt in range(attempts_for(graph, options)):
-        for content in CONTENTS:
-            feeds = generate(list(signature.values()), seed=0, shapes=drawn_shapes(graph, options, attempt),
-                             content=content)
-            if content != NOISE and not pictures_possible(feeds):
-                continue
-            first = feeds if first is None else first
-            try:
-                if not degenerate_outputs(run_ort_isolated(model, feeds)):
-                    return feeds
-            except RunError:
-                continue
-    return first if first is not None else {}
+    for attempt, content in draws(attempts_for(graph, options)):
+        feeds = generate(list(signature.values()), seed=0, shapes=drawn_shapes(graph, options, attempt),
+                         content=content)
+        if content != NOISE and not pictures_possible(feeds):
+            continue
+        first = feeds if first is None else first
+        try:
+            outputs = run_ort_isolated(model, feeds)
+        except RunError:
+            continue
+        if not degenerate_outputs(outputs):
+            return feeds, outputs
+    return (first if first is not None else {}), None
 
 
 def verify(original: Path, candidate: Path, feeds: dict[str, np.ndarray],
@@ -180,9 +182,9 @@ def measure(models: list[Path], work: Path, cache: dict, fresh: bool) -> dict:
         precision = tolerance_precision(Counter(f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx")
                                                 else n.op_type for n in graph.node), "fp32")
         del graph
-        feeds = feeds_for(model)
+        feeds, expected = feeds_for(model)
         try:
-            expected = run_ort_isolated(model, feeds)
+            expected = expected if expected is not None else run_ort_isolated(model, feeds)
         except RunError as error:
             row["error"] = f"the original does not run on ORT: {error}"
             results[name] = row

@@ -216,13 +216,13 @@ def _half_analysis(source: Path, staging: Path, legalized: LegalizeReport, optio
     layers to keep in fp32; None (with a note) where ORT cannot run the model on them. Nameless
     nodes are named first: the engines find a kept layer by its name."""
     from deploycc.fp16 import analyze_half, name_nodes_in_file
-    from deploycc.verify.verification import signature_feeds
+    from deploycc.verify.verification import drawn_content, signature_feeds
 
     drawn = legalized.verification
     try:
         name_nodes_in_file(staging / LEGALIZED)
         feeds, _, described = signature_feeds(staging / LEGALIZED, options.legalize, legalized.fed_layouts,
-                                               drawn.shapes if drawn else None, source, _content(drawn))
+                                               drawn.shapes if drawn else None, source, drawn_content(drawn))
         if described == str(staging / VERIFY_INPUTS):
             described = SAMPLE_DESCRIBED
         return analyze_half(staging / LEGALIZED, feeds, precision, inputs=described,
@@ -259,7 +259,7 @@ def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done
     legalization's verification) ran on, so a failure can be reproduced; the reports name it."""
     import numpy as np
 
-    from deploycc.verify.verification import signature_feeds
+    from deploycc.verify.verification import drawn_content, signature_feeds
 
     target, feeds, legalized = staging / VERIFY_INPUTS, done.feeds, done.legalized
     drawn = legalized.verification
@@ -269,7 +269,7 @@ def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done
         graph_file = staging / LEGALIZED if (staging / LEGALIZED).exists() else source
         try:
             feeds, _, _ = signature_feeds(graph_file, options.legalize, legalized.fed_layouts,
-                                          drawn.shapes if drawn else None, source, _content(drawn))
+                                          drawn.shapes if drawn else None, source, drawn_content(drawn))
         except Exception:  # the inputs could not be drawn at all: nothing to keep
             return
     np.savez(target, **feeds)
@@ -280,13 +280,6 @@ def _keep_inputs(source: Path, staging: Path, options: BuildOptions, done: _Done
 
 VERIFY_INPUTS = "verify-inputs.npz"
 SAMPLE_DESCRIBED = f"{VERIFY_INPUTS} (the first validation sample)"
-
-
-def _content(drawn: Verification | None) -> str:
-    """What legalization's verification drew its image inputs as: every later run draws the same."""
-    from deploycc.verify.inputs import NOISE
-
-    return drawn.content if drawn is not None else NOISE
 
 
 def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: Path) -> BuildOptions:
@@ -330,12 +323,12 @@ def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any
     """The inputs verification drew and the original's outputs on them, for the device to judge
     its engine by; a model ORT cannot run on them leaves the bundle without (said in a note).
     Returns the inputs."""
-    from deploycc.verify.verification import reference_outputs, signature_feeds
+    from deploycc.verify.verification import drawn_content, reference_outputs, signature_feeds
 
     drawn = legalized.verification
     feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
                                                        legalized.fed_layouts, drawn.shapes if drawn else None,
-                                                       source, _content(drawn))
+                                                       source, drawn_content(drawn))
     try:
         expected, _ = reference_outputs(source, original_feeds)
     except RunError as error:
@@ -358,6 +351,7 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
     from deploycc.verify.verification import (
         attempts_for,
         compare_all,
+        drawn_content,
         drawn_shapes,
         reference_outputs,
         signature_feeds,
@@ -378,7 +372,7 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         for shapes in candidates:
             feeds, original_feeds, described = signature_feeds(staging / LEGALIZED, options.legalize,
                                                                legalized.fed_layouts, shapes, source,
-                                                               _content(drawn))
+                                                               drawn_content(drawn))
             try:
                 actual = runner.run(feeds)
             except BackendError as error:

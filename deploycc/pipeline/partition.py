@@ -93,8 +93,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     from deploycc.pipeline.legalize import legalize
     from deploycc.pipeline.shape_policy import plan_shapes
     from deploycc.runtime import Chain
-    from deploycc.verify.inputs import NOISE
-    from deploycc.verify.verification import compare_all, reference_outputs, signature_feeds
+    from deploycc.verify.verification import compare_all, drawn_content, reference_outputs, signature_feeds
 
     options = options or BuildOptions()
     options = replace(options, legalize=replace(options.legalize, mode="partial"))  # the caller's stay
@@ -119,10 +118,9 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
             partition = plan(graph_model.graph, node_judge(graph_model, target),
                              min_segment_nodes=min_segment_nodes,
                              static_cuts=backend.fixed_shape_engines, **bounds)
-            drawn = legalized.verification
             feeds, original_feeds, described = signature_feeds(
                 staging / LEGALIZED, options.legalize, legalized.fed_layouts, source=source,
-                content=drawn.content if drawn is not None else NOISE)
+                content=drawn_content(legalized.verification))
             observed = observe_cut_shapes(graph_model, partition, feeds)
             if observed:
                 report.notes.append(f"cut tensor(s) without inferred shape given the rank they run with: "

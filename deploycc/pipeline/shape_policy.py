@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from deploycc.graph.dim_roles import BATCH, DimGuess, guess_dims
 from deploycc.records.shapes import InputShapes, ShapePlan
-from deploycc.verify.inputs import CONTENTS, NOISE, SYMBOLIC_DIM_SIZE, pictures_possible
+from deploycc.verify.inputs import NOISE, SYMBOLIC_DIM_SIZE, draws, pictures_possible
 
 if TYPE_CHECKING:
     import numpy as np
@@ -132,13 +132,12 @@ def _find_sizes(source: Path, model: ir.Model, dims: list[_Dim], options: BuildO
     if not free:
         return
     attempts = max(d.guess.attempts for d in free)
-    candidates, drawn = [], []  # at each size, noise, then image inputs as pictures (verify/inputs.py)
-    for k in range(attempts):
-        for content in CONTENTS:
-            feeds = _feeds(model, dims, options, {id(d): d.guess.size(k) for d in free}, content)
-            if content == NOISE or pictures_possible(feeds):
-                candidates.append(feeds)
-                drawn.append(k)
+    candidates, drawn = [], []  # the attempt each candidate was drawn at
+    for k, content in draws(attempts):
+        feeds = _feeds(model, dims, options, {id(d): d.guess.size(k) for d in free}, content)
+        if content == NOISE or pictures_possible(feeds):
+            candidates.append(feeds)
+            drawn.append(k)
     try:
         verdicts = probe_inputs(source, candidates)
     except RunError as error:  # ORT cannot load or crashes: verification will say so

@@ -243,9 +243,7 @@ class ReduceProdUnrolledRule(Rule):
         total = b.op("Slice", x, b.ints([0]), b.ints([1]))
         for i in range(1, length):
             total = b.op("Mul", total, b.op("Slice", x, b.ints([i]), b.ints([i + 1])))
-        if int(site.attr("keepdims", 1)):
-            return [total if length > 1 else b.op("Identity", total)]
-        return [b.op("Reshape", total, b.ints([]))]
+        return [total if int(site.attr("keepdims", 1)) else b.op("Reshape", total, b.ints([]))]
 
 
 @register

@@ -29,6 +29,14 @@ NOISE, MOSAIC, PAGE = "noise", "mosaic", "page"
 CONTENTS = (NOISE, MOSAIC, PAGE)
 CONTENT_DESCRIBED = {MOSAIC: "a mosaic of 16-pixel tiles", PAGE: "a page of dark words on white"}
 TILE = 16
+
+
+def draws(attempts: int) -> list[tuple[int, str]]:
+    """(attempt, content) in the order inputs are drawn until the original answers with signal:
+    at each set of sizes (attempt), noise, then the pictures (which only an image input takes)."""
+    return [(attempt, content) for attempt in range(attempts) for content in CONTENTS]
+
+
 EDGE_VALUES = (0.0, -0.0, 1.0, -1.0, 6.0, -6.0, 100.0, -100.0, 1000.0, -1000.0)
 EDGE_FRACTION = 0.15
 

@@ -22,10 +22,10 @@ from deploycc.verify.compare import (
 )
 from deploycc.verify.inputs import (
     CONTENT_DESCRIBED,
-    CONTENTS,
     MAX_DRAWN_ELEMENTS,
     NOISE,
     SYMBOLIC_DIM_SIZE,
+    draws,
     pictures_possible,
 )
 from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, run_reference
@@ -176,13 +176,15 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
     graph, metadata = model.graph, model.metadata_props
     attempts = attempts_for(graph, options, metadata)
     why_not = ""
-    for attempt, content in _draws(attempts):
+    for attempt, content in draws(attempts):
+        if content != NOISE and options.inputs is not None:
+            continue  # the user's inputs are one draw
         shapes = drawn_shapes(graph, options, attempt, metadata) if options.inputs is None else {}
         if attempt and _drawn_elements(shapes) > MAX_DRAWN_ELEMENTS:
             continue
         feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes, original, content)
-        if content != NOISE and (options.inputs is not None or not pictures_possible(feeds)):
-            continue  # the user's inputs, or no image input to draw as a picture: one draw
+        if content != NOISE and not pictures_possible(feeds):
+            continue  # no image input to draw as a picture: the noise was this size's draw
         try:
             expected, reference = _run_original(original, original_feeds)
         except RunError as error:
@@ -214,10 +216,10 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
     return result
 
 
-def _draws(attempts: int) -> list[tuple[int, str]]:
-    """(attempt, content) in the order verification draws them: at each set of sizes, noise, then
-    the pictures (which only an image input takes)."""
-    return [(attempt, content) for attempt in range(attempts) for content in CONTENTS]
+def drawn_content(drawn: Verification | None) -> str:
+    """What a verification drew its image inputs as (NOISE when there was none): every later run
+    on its inputs (the engine, the fp16 analysis, the device's reference) draws the same."""
+    return drawn.content if drawn is not None else NOISE
 
 
 def signature_changes(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]) -> list[str]:
