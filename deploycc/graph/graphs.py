@@ -35,6 +35,24 @@ def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
         yield from sub
 
 
+def forget_discarded_readers(graph: ir.Graph) -> int:
+    """Detach the nodes of graphs no longer in the model from the values they read. A folded If
+    drops its other branch whole, but that branch's nodes still count as uses of the outer values
+    they read (silero-vad: a Transpose only the discarded branch's Shape read was kept as live,
+    and written out dead). Returns how many reads were detached."""
+    live = set(map(id, all_graphs(graph)))
+    detached = 0
+    for body in all_graphs(graph):
+        values = [*body.inputs, *body.initializers.values(), *(o for node in body for o in node.outputs)]
+        for value in values:
+            for use in list(value.uses()):
+                reader = use.node
+                if reader.graph is None or id(reader.graph) not in live:
+                    reader.replace_input_with(use.idx, None)
+                    detached += 1
+    return detached
+
+
 def dims_of(value: ir.Value) -> list[int | str] | None:
     """Dims as ints, symbolic names, or '?' for unknown; None when even the rank is unknown."""
     if value.shape is None:

@@ -39,9 +39,10 @@ class PipelineState:
     notes: list[str] = field(default_factory=list)
     signature_changes: list[str] = field(default_factory=list)  # what the user asked to change
     retyped_outputs: set[str] = field(default_factory=set)  # outputs whose type changed on purpose
-    fed_layouts: dict[str, list[int]] = field(default_factory=dict)
+    fed_layouts: dict[str, list[int]] = field(default_factory=dict)  # input -> perm to the model's layout
     source_opset: int | None = None
-    source_nodes: int = 0  # input -> perm to the model's layout
+    source_nodes: int = 0
+    judged_branches: set[ir.Node] = field(default_factory=set)  # top-level Ifs passes/branches.py judged
 
     @property
     def opsets(self) -> dict[str, int]:

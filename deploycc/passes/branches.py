@@ -72,9 +72,14 @@ def inline_branch(proto: onnx.ModelProto, index: int, branch_name: str) -> onnx.
     return candidate
 
 
-def keep_runnable_branches(model: ir.Model) -> list[str]:
+def keep_runnable_branches(model: ir.Model, judged: set[ir.Node] | None = None) -> list[str]:
     """Set the condition of each top-level If with exactly one branch that cannot run under the
-    static input shapes to the other branch (the folder then inlines it); returns the notes."""
+    static input shapes to the other branch (the folder then inlines it); returns the notes.
+    Ifs in `judged` are passed over, and those judged here are added to it: the refold pass
+    meets the same Ifs, rewritten only in ways that keep their meaning, and each judgement costs
+    two ONNX Runtime processes."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
     import onnx_ir as ir
 
@@ -86,17 +91,23 @@ def keep_runnable_branches(model: ir.Model) -> list[str]:
     inputs = [v for v in graph.inputs if v.name not in graph.initializers]
     if any(v.shape is None or not v.shape.is_static() for v in inputs):
         return []
+    judged = set() if judged is None else judged
     candidates = [(i, node) for i, node in enumerate(graph) if node.op_type == "If"
-                  and node.domain in ("", "ai.onnx") and constant_tensor(node.inputs[0]) is None]
+                  and node.domain in ("", "ai.onnx") and constant_tensor(node.inputs[0]) is None
+                  and node not in judged]
     weights = sum(v.const_value.nbytes for v in graph.initializers.values() if v.const_value is not None)
     if not candidates or len(candidates) > MAX_CANDIDATES or weights > MAX_WEIGHT_BYTES:
         return []
     proto = io.to_proto(model)
     feeds = generate(inputs, seed=0)
     notes = []
-    for index, node in candidates:
-        runs = {name: _loads(inline_branch(proto, index, name).SerializeToString(), feeds)
-                for name in ("then_branch", "else_branch")}
+    branches = [(index, name) for index, _ in candidates for name in ("then_branch", "else_branch")]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each load is its own process
+        loads = list(pool.map(lambda job: _loads(inline_branch(proto, *job).SerializeToString(), feeds),
+                              branches))
+    for number, (index, node) in enumerate(candidates):
+        judged.add(node)
+        runs = dict(zip(("then_branch", "else_branch"), loads[2 * number: 2 * number + 2], strict=True))
         if None in runs.values() or runs["then_branch"] == runs["else_branch"]:
             continue
         kept = runs["then_branch"]

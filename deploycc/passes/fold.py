@@ -163,23 +163,27 @@ def read_static_dims(model: ir.Model) -> int:
     import numpy as np
     import onnx_ir as ir
 
+    from deploycc.graph.graphs import all_nodes
     from deploycc.graph.shapes import infer_shapes
 
     graph = model.graph
     if model.ir_version < 4:  # an IR-3 initializer must also be a graph input
         return 0
-    if not any(node.op_type == "Shape" for node in graph):
+    if not any(node.op_type == "Shape" for node in all_nodes(graph)):
         return 0  # nothing to read: spare the shape inference (a full serialization)
     infer_shapes(model)
     replaced = 0
-    for node in list(graph):
+    # Branches too: silero-vad asks for its spectrogram's rank inside each sample-rate branch
+    # (Shape(Shape(x)) == 2), which shape inference knows there. The constant goes to the main
+    # graph, whose initializers every branch sees.
+    for node in list(all_nodes(graph)):
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("Shape", "Gather"):
             continue
         output = node.outputs[0]
         if output.is_graph_output() or not output.uses():
             continue
         source = node if node.op_type == "Shape" else node.inputs[0].producer() if node.inputs[0] else None
-        if source is None or source.op_type != "Shape" or source.graph is not graph or not source.inputs:
+        if source is None or source.op_type != "Shape" or source.graph is not node.graph or not source.inputs:
             continue
         x = source.inputs[0]
         if x is None or x.shape is None:
@@ -283,7 +287,7 @@ class FoldPass(Pass):
         from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
         from onnxscript.optimizer import fold_constants
 
-        from deploycc.graph.graphs import all_graphs, structure
+        from deploycc.graph.graphs import all_graphs, forget_discarded_readers, structure
         from deploycc.graph.held_back import held_back
         from deploycc.passes.branches import keep_runnable_branches
 
@@ -300,7 +304,7 @@ class FoldPass(Pass):
                 and "saturate" in node.attributes]
         graph = state.model.graph
         declared = [(value.type, value.shape) for value in graph.outputs]
-        branch_notes = keep_runnable_branches(state.model)
+        branch_notes = keep_runnable_branches(state.model, state.judged_branches)
         notes += branch_notes
         read = split = 0
         shape_before = structure(state.model)
@@ -328,6 +332,7 @@ class FoldPass(Pass):
             # An inlined If hands its outputs to branch values that carry no type of their own.
             value.type = value.type or type_
             value.shape = value.shape or shape
+        forget_discarded_readers(state.model.graph)  # the branches of the Ifs that folded
         RemoveUnusedNodesPass()(state.model)
         LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
         rewritten = sum(constant_as_tensor(node) for graph in all_graphs(state.model.graph) for node in graph)

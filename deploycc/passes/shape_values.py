@@ -36,11 +36,23 @@ def _symbolic_shape_inference() -> Any:
     path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
     spec = importlib.util.spec_from_file_location("deploycc_ort_symbolic_shape_infer", path)
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
+    module: Any = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    module.sympy = _SympyWithQuickSimplify()  # this copy's own name for sympy; sympy is untouched
+    # Printing a tower of floors costs a millisecond, and ORT prints a dim again for every value
+    # that carries it; here each dim is printed once.
+    printed: dict[Any, str] = {}
 
-    class Inference(module.SymbolicShapeInference):  # type: ignore[name-defined,misc]
+    def text(dim: Any) -> str:
+        if dim not in printed:
+            printed[dim] = str(dim)
+        return printed[dim]
+
+    module.get_shape_from_sympy_shape = lambda shape: [
+        None if dim is None else (int(dim) if module.is_literal(dim) else text(dim)) for dim in shape]
+
+    class Inference(module.SymbolicShapeInference):  # type: ignore[misc]
         def _infer_Concat(self, node: Any) -> None:
             # It asserts axis == 0 when it follows a shape's content; PaddlePaddle concatenates
             # 1-D shape pieces on axis -1, which is axis 0 of a vector (this is a private copy).
@@ -52,7 +64,48 @@ def _symbolic_shape_inference() -> Any:
                         pass
             super()._infer_Concat(node)
 
+        def _update_computed_dims(self, new_sympy_shape: list) -> None:
+            # Its own, with each dim printed once (above).
+            for index, dim in enumerate(new_sympy_shape):
+                if module.is_literal(dim) or isinstance(dim, str):
+                    continue
+                name = text(dim)
+                if name in self.suggested_merge_:
+                    if not module.is_literal(self.suggested_merge_[name]):
+                        new_sympy_shape[index] = self.symbolic_dims_[self.suggested_merge_[name]]
+                elif name not in self.symbolic_dims_:
+                    self.symbolic_dims_[name] = dim
+
     return Inference
+
+
+class _SympyWithQuickSimplify:
+    """sympy, but simplify() first tries the cheap way. ORT's inference simplifies floor(dim *
+    2.0) for a Resize and floor((end - start) / step) for a Slice; on an image model with dynamic
+    height and width the dim is a deep tower of Conv floors, and sympy.simplify spends seconds on
+    each (YOLOv8n's three Resizes: 6 s of the 10 s its clean-up took). Written with whole
+    numbers in place of whole floats, sympy evaluates the outer floor away by itself where the
+    argument is an integer, and the result is already in sympy's canonical form (2*floor(h/2) + 2,
+    which a Mul of the same dim also gives; simplify left floor(2.0*floor(h/2)) + 2). Only what
+    keeps an outer floor or ceiling, or a fraction, goes to simplify as before."""
+
+    def __getattr__(self, name: str) -> Any:
+        import sympy
+
+        return getattr(sympy, name)
+
+    @staticmethod
+    def simplify(expression: Any) -> Any:
+        import sympy
+
+        expression = sympy.sympify(expression)
+        whole = {number: sympy.Integer(int(number)) for number in expression.atoms(sympy.Float)
+                 if float(number).is_integer()}
+        if whole:
+            expression = expression.xreplace(whole)
+        if isinstance(expression, (sympy.floor, sympy.ceiling)) or expression.atoms(sympy.Float):
+            return sympy.simplify(expression)
+        return expression
 
 
 class _OutOfTime(Exception):
@@ -259,7 +312,12 @@ class _Trust:
         given = 0
         for value in node.outputs:
             if value.shape is None and id(value) in self.shape and value.name in self.types:
-                value.shape = ir.Shape(self.types[value.name][0])
+                dims, elem_type = self.types[value.name]
+                if value.type is None:  # a shape without a type is not written out (onnx-ir warns)
+                    if not elem_type:
+                        continue
+                    value.type = ir.TensorType(ir.DataType(elem_type))
+                value.shape = ir.Shape(dims)
                 given += 1
         return given
 
