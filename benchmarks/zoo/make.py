@@ -320,6 +320,10 @@ def main() -> int:
     # the families in turn, so that a zoo made in part already holds each of them
     names = [n for n in args.names.split(",") if n] or [
         name for row in itertools.zip_longest(*per_family) for name in row if name]
+    unknown = [n for n in names if n not in every]
+    if unknown:  # a worker would fail on each, and the next worker again
+        print(f"not in the catalog: {', '.join(unknown)} (names carry their family: timm_, hf_ or tv_)")
+        return 2
     manifest_path = args.out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"models": {}}
     manifest["not_made"] = {**NOT_MADE, **{f"timm {k}": v for k, v in TIMM_LEFT_OUT.items()}}

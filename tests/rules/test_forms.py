@@ -108,6 +108,49 @@ def test_resize_separable(attributes: str, scales: str, out: str) -> None:
     """, "Resize", "resize-separable", atol=1e-4, rtol=1e-4)
 
 
+def test_resize_separable_keeps_a_dynamic_batch_at_scale_one() -> None:
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[N,2,6,6] x) => (float[N,2,4,4] y) <float[4] scales = {1.0, 1.0, 0.7, 0.7}> {
+            y = Resize<mode="cubic">(x, , scales)
+        }
+    """, "Resize", "resize-separable", atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("opset", "read"), [
+    (13, "shape = Shape(x)\n lead = Slice(shape, zero, two, zero)"),  # TorchScript
+    (18, "lead = Shape<start=0, end=2>(x)"),  # dynamo
+])
+def test_resize_separable_takes_sizes_that_read_the_inputs_own_batch_and_channels(
+        opset: int, read: str) -> None:
+    """F.interpolate(x, size=(7, 7), mode="bicubic") with a dynamic batch (timm's CrossViT):
+    sizes = Concat(Shape(x)[0:2], [7, 7]), not a constant, its first two entries the input's
+    own lengths."""
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : {opset}]>
+        g (float[N,3,10,10] x) => (float[N,3,7,7] y)
+          <int64[1] zero = {{0}}, int64[1] two = {{2}}, int64[2] spatial = {{7, 7}}> {{
+            {read}
+            sizes = Concat<axis=0>(lead, spatial)
+            y = Resize<mode="cubic", coordinate_transformation_mode="half_pixel">(x, , , sizes)
+        }}
+    """, "Resize", "resize-separable", atol=1e-4, rtol=1e-4)
+
+
+def test_resize_separable_declines_sizes_that_read_dims_onto_other_axes() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float[N,3,10,10] x) => (float[3,N,7,7] y)
+          <int64[1] zero = {0}, int64[1] one = {1}, int64[1] two = {2}, int64[2] spatial = {7, 7}> {
+            shape = Shape(x)
+            channels = Slice(shape, one, two, zero)
+            batch = Slice(shape, zero, one, zero)
+            sizes = Concat<axis=0>(channels, batch, spatial)
+            y = Resize<mode="cubic">(x, , , sizes)
+        }
+    """, "Resize", "a resized axis is dynamic")
+
+
 def test_resize_separable_declines_runtime_scales() -> None:
     declines("""
         <ir_version: 10, opset_import: ["" : 19]>
