@@ -7,6 +7,7 @@ options; 3 an internal error (a bug: rerun with --debug and report it).
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -85,6 +86,12 @@ def _terminate(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    if not debug:
+        # The graph libraries log what they pass over ("Skipping constant folding for op Split with
+        # multiple outputs", on stderr for every such node): notes for their developers, not
+        # findings of deploycc's. --debug shows them.
+        for library in ("onnxscript", "onnx_ir"):
+            logging.getLogger(library).setLevel(logging.ERROR)
     # SIGTERM unwinds like Ctrl-C, so every command's staging files are removed on the way out.
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as KeyboardInterrupt, always

@@ -81,3 +81,25 @@ def test_check_explain_names_the_rule_without_rewriting(write_model) -> None:
     fixes = json.loads(result.stdout)["targets"][0]["fixes"]
     assert fixes == [{"node": "y", "op": "Gelu", "fix": "gelu", "explanation": "rule gelu"}]
     assert path.read_bytes() == before
+
+
+SPLIT_OF_A_CONSTANT = """
+<ir_version: 10, opset_import: ["" : 13]>
+g (float[2,4] x) => (float[2,4] y)
+  <float[2,4] c = {1, 2, 3, 4, 5, 6, 7, 8}, int64[2] parts = {2, 2}> {
+    a, b = Split<axis=1>(c, parts)
+    ba = Concat<axis=1>(b, a)
+    y = Add(x, ba)
+}
+"""
+
+
+def test_the_graph_libraries_notes_stay_off_stderr_unless_debug(write_model, tmp_path: Path) -> None:
+    """onnxscript's folder logs a warning for every Split of a constant it passes over; a user
+    sees deploycc's findings, not that (raft_small printed it four times above its result)."""
+    path = write_model(SPLIT_OF_A_CONSTANT)
+    quiet = run("legalize", str(path), "-t", "ort-cpu", "-o", str(tmp_path / "a.onnx"))
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Skipping constant folding" not in quiet.stderr + quiet.stdout
+    loud = run("--debug", "legalize", str(path), "-t", "ort-cpu", "-o", str(tmp_path / "b.onnx"))
+    assert loud.returncode == 0 and "Skipping constant folding" in loud.stderr
