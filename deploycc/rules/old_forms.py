@@ -3,7 +3,7 @@
 - Upsample (deprecated at opset 10): Resize with the same scales and mode.
 - Clip with min/max attributes (opset < 11): Max/Min against constants, valid at any opset.
 - Shape with start/end (opset 15): Shape then Slice, for models going below opset 15.
-- Reshape with allowzero=1 (opset 14, set by dynamo exports) where the shape holds no 0.
+- Reshape with allowzero=1 (opset 14, set by dynamo exports) where the shape holds no constant 0.
 - Split with num_outputs (opset 18) on a static axis: the chunk sizes as an input.
 - Ops whose attribute became an input (ReduceX axes at 13/18, Squeeze/Unsqueeze/Split at 13)
   are moved by the opset converter's adapters; the builder emits the right form for new nodes.
@@ -98,32 +98,29 @@ class ShapeStartEndRule(Rule):
                      b.ints([end if end is not None else np.iinfo(np.int64).max]), b.ints([0]))]
 
 
-def _free_of_zeros(value: ir.Value | None, depth: int = 0) -> bool:
-    """The value (a shape tensor) holds no 0: a constant without one, or sizes read off tensors
-    (Shape, and Gather/Slice/Concat/Unsqueeze/Cast of such), which are 0 only for empty tensors."""
+def _holds_a_written_zero(value: ir.Value | None) -> bool:
+    """The shape tensor holds a 0 written as a constant (directly, or as a part of a Concat)."""
     from deploycc.graph.graphs import constant_tensor
 
-    if value is None or depth > 6:
+    if value is None:
         return False
     constant = constant_tensor(value)
     if constant is not None:
-        return bool(np.all(np.asarray(constant) != 0))
+        return bool(np.any(np.asarray(constant) == 0))
     producer = value.producer()
-    if producer is None or producer.domain not in ("", "ai.onnx"):
-        return False
-    if producer.op_type == "Shape":
-        return True
-    if producer.op_type in ("Gather", "Slice", "Unsqueeze", "Squeeze", "Cast", "Identity"):
-        return _free_of_zeros(producer.inputs[0], depth + 1)
-    if producer.op_type == "Concat":
-        return all(_free_of_zeros(part, depth + 1) for part in producer.inputs)
+    if producer is not None and producer.op_type == "Concat" and producer.domain in ("", "ai.onnx"):
+        return any(_holds_a_written_zero(part) for part in producer.inputs)
     return False
 
 
 @register
 class ReshapeAllowzeroRule(Rule):
-    """Reshape<allowzero=1>(x, shape) = Reshape(x, shape) when shape holds no 0: allowzero only
-    changes what a 0 in shape means, so a model can go below opset 14 (dynamo exports set it)."""
+    """Reshape<allowzero=1>(x, shape) = Reshape(x, shape) for every x with an element: allowzero
+    only changes what a 0 in shape means, and a shape with a 0 keeps no element, so on such an x
+    it is an error either way. A model can then go below opset 14 (dynamo exports set it, on
+    shapes computed from dims: wav2vec2's (length // 10) - 1). Only an empty x, with a 0
+    computed at run time, would be reshaped otherwise; a 0 written as a constant says an empty
+    tensor is meant, and is declined."""
 
     name = "reshape-allowzero"
     family = "old_forms"
@@ -133,8 +130,8 @@ class ReshapeAllowzeroRule(Rule):
     def check(self, site: Site) -> str | None:
         if site.attr("allowzero", 0) == 0:
             return "allowzero is 0: Reshape means the same at every opset"
-        if not _free_of_zeros(site.input(1)):
-            return "the shape may hold a 0, whose meaning allowzero changes"
+        if _holds_a_written_zero(site.input(1)):
+            return "the shape holds a constant 0 (an empty tensor, whose meaning allowzero changes)"
         return None
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:

@@ -113,10 +113,10 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, *, atol: float,
     same_nan = np.isnan(e) & np.isnan(a)
     same_inf = np.isinf(e) & (e == a)
     settled = same_nan | same_inf
-    diff = np.where(settled, 0.0, np.abs(a - e))
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    magnitude = np.abs(np.where(settled, 1.0, e))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf of different signs: nan, then inf
+        diff = np.where(settled, 0.0, np.abs(a - e))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        magnitude = np.abs(np.where(settled, 1.0, e))
         rel = np.where(diff == 0, 0.0, diff / magnitude)
     bad = diff > atol + rtol * magnitude
     finite = ~np.isnan(e) & ~np.isnan(a) & ~np.isinf(e) & ~np.isinf(a)

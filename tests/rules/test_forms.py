@@ -177,11 +177,28 @@ def test_reshape_allowzero_with_a_computed_shape() -> None:
     """, "Reshape", "reshape-allowzero")
 
 
-def test_reshape_allowzero_declines_a_shape_that_may_hold_zero() -> None:
+def test_reshape_allowzero_with_a_shape_computed_by_arithmetic_on_dims() -> None:
+    """wav2vec2's dynamo export: view(batch, (length // 10) - 1, ...), computed at run time."""
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[2,6,4] x) => (float[2,12,2] y) <int64[1] two = {2}, int64[1] minus_one = {-1}> {
+            n = Shape<start=0, end=1>(x)
+            length = Shape<start=1, end=2>(x)
+            doubled = Mul(length, two)
+            target = Concat<axis=0>(n, doubled, minus_one)
+            y = Reshape<allowzero=1>(x, target)
+        }
+    """, "Reshape", "reshape-allowzero")
+
+
+def test_reshape_allowzero_declines_a_constant_zero() -> None:
     declines("""
         <ir_version: 10, opset_import: ["" : 18]>
-        g (float[2,3,4] x, int64[2] shape) => (float[?,?] y) { y = Reshape<allowzero=1>(x, shape) }
-    """, "Reshape", "may hold a 0")
+        g (float[N,3] x) => (float[0,3] y) <int64[1] zero = {0}, int64[1] three = {3}> {
+            shape = Concat<axis=0>(zero, three)
+            y = Reshape<allowzero=1>(x, shape)
+        }
+    """, "Reshape", "constant 0")
 
 
 def test_split_num_outputs_as_sizes() -> None:
