@@ -8,6 +8,7 @@ to deploycc's PyTorch front end (`benchmarks/zoo/factories.py:NAME`).
     transformers  encoders, decoder-only models (with present key values out, and without), encoder-
                   decoders, vision and audio models, each from a small config of its own type
     torchvision   every builder: classification, detection, segmentation, video, optical flow
+    ultralytics, segmentation-models-pytorch   in more_families.py
 
 Opsets are spread over 11-20: TorchScript exports take 11-17 in turn, dynamo 18-20 (it writes 18 at
 least), and the exporter alternates, so that each family meets both where both work.
@@ -808,8 +809,6 @@ def _tv_flow(builder: str) -> Any:
 
 # Families the issue names that this zoo does not make yet, and why.
 NOT_MADE = {
-    "ultralytics": "not made yet: the YOLO yaml builds (detect, segment, pose, OBB, classify) are next",
-    "segmentation-models-pytorch": "not made yet",
     "open_clip": "not made yet",
     "keras/tf2onnx": "not made yet (TensorFlow, tf2onnx)",
     "paddle/paddle2onnx": "not made yet",
@@ -817,12 +816,26 @@ NOT_MADE = {
 }
 
 
+def _more(function: str) -> Callable[[], list[ZooModel]]:
+    """A family of more_families.py (which imports this module), loaded when asked for."""
+
+    def models() -> list[ZooModel]:
+        import more_families
+
+        return getattr(more_families, function)()
+
+    return models
+
+
 FAMILIES: dict[str, Callable[[], list[ZooModel]]] = {
     "timm": timm_models,
     "transformers": transformers_models,
     "torchvision": torchvision_models,
+    "ultralytics": _more("yolo_models"),
+    "segmentation-models-pytorch": _more("smp_models"),
 }
-PREFIXES = {"timm_": "timm", "hf_": "transformers", "tv_": "torchvision"}
+PREFIXES = {"timm_": "timm", "hf_": "transformers", "tv_": "torchvision", "yolo_": "ultralytics",
+            "smp_": "segmentation-models-pytorch"}
 
 
 @functools.cache

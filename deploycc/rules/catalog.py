@@ -19,6 +19,7 @@ FAMILIES = (
     "old_forms",
     "contrib",
     "resize_pad",
+    "sampling",
     "types",
     "shapes",
     "functions",
