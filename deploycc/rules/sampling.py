@@ -1,6 +1,7 @@
-"""GridSample (opset 16) written out for parsers that lack it: TensorRT 8.2 on the Nano reads
-opsets up to 13, and RAFT's correlation lookup, spatial transformers and deformable heads sample
-with it (TensorRT issues #2005, #4666).
+"""Ops that move pixels by position, written out for parsers that lack them.
+
+GridSample (opset 16): TensorRT 8.2 on the Nano reads opsets up to 13, and RAFT's correlation
+lookup, spatial transformers and deformable heads sample with it (TensorRT issues #2005, #4666).
 
 Bilinear sampling at a point is the four pixels around it weighted by the distances: with
 x = unnormalized grid x, x0 = floor(x), wx1 = x - x0, wx0 = 1 - wx1 (and y alike),
@@ -10,6 +11,17 @@ x = unnormalized grid x, x0 = floor(x), wx1 = x - x0, wx0 = 1 - wx1 (and y alike
 where inside() is 0 for a pixel off the image (padding 'zeros') and 1 otherwise ('border' clamps
 the point into the image first, so every corner it reads is inside). Each X[y, x] is a
 GatherElements on the image flattened to H*W at index y*W + x.
+
+Col2Im (opset 18; torch's F.fold, VOLO's outlook attention in a dynamo export): no TensorRT or
+OpenVINO release parses it. Folding sums each column's kh x kw block back onto the image at its
+place, which is a transposed convolution, one group per channel, whose kernel for the block's
+element (i, j) is 1 at (i, j) and 0 elsewhere:
+
+    Col2Im(x, [H, W], [kh, kw]) = ConvTranspose(Reshape(x, [N, C*kh*kw, oh, ow]), ones at each
+                                  element's own tap, group=C, the same strides, dilations, pads)
+
+with oh, ow the number of blocks along each axis, and output_padding where the pads and strides
+leave a remainder short of H or W.
 """
 
 from __future__ import annotations
@@ -112,3 +124,65 @@ class GridSampleGatheredRule(Rule):
             return {}
         rng = np.random.default_rng(seed)
         return {1: rng.uniform(-1.2, 1.2, size=[int(d) for d in grid]).astype(np.float32)}  # type: ignore[arg-type]
+
+
+@register
+class Col2ImAsConvTransposeRule(Rule):
+    """Col2Im (2-D, constant image and block shapes, static channels) = a grouped ConvTranspose
+    with one-hot kernels (module docstring)."""
+
+    name = "col2im-conv-transpose"
+    family = "sampling"
+    op_type = "Col2Im"
+    since = 18
+
+    def _geometry(self, site: Site) -> tuple[list[int], list[int], list[int], list[int], list[int]] | str:
+        """(image, block, strides, dilations, pads) or why not."""
+        image, block = site.constant(1), site.constant(2)
+        if image is None or block is None:
+            return "the image or block shape is not constant"
+        image_dims, block_dims = [int(v) for v in np.ravel(image)], [int(v) for v in np.ravel(block)]
+        if len(image_dims) != 2 or len(block_dims) != 2:
+            return "only 2-D Col2Im is rewritten"
+        strides = [int(v) for v in site.attr("strides", [1, 1])]
+        dilations = [int(v) for v in site.attr("dilations", [1, 1])]
+        pads = [int(v) for v in site.attr("pads", [0, 0, 0, 0])]
+        return image_dims, block_dims, strides, dilations, pads
+
+    def check(self, site: Site) -> str | None:
+        geometry = self._geometry(site)
+        if isinstance(geometry, str):
+            return geometry
+        shape = site.shape(0)
+        _, block, _, _, _ = geometry
+        if shape is None or len(shape) != 3 or shape[1] is None:
+            return "the input's channel dim is not static"
+        if shape[1] % (block[0] * block[1]):
+            return "the input's channels are not a multiple of the block size"
+        dtype = site.dtype(0)
+        if dtype is None or not dtype.is_floating_point():
+            return "only float inputs are rewritten (ConvTranspose computes in float)"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        geometry = self._geometry(site)
+        assert not isinstance(geometry, str)
+        (height, width), (kh, kw), strides, dilations, pads = geometry
+        taps = kh * kw
+        channels = int((site.shape(0) or [0, 0])[1] or 0) // taps
+        blocks, extents = [], []
+        for axis, (size, length) in enumerate(((height, kh), (width, kw))):
+            reach = dilations[axis] * (length - 1) + 1
+            count = (size + pads[axis] + pads[axis + 2] - reach) // strides[axis] + 1
+            blocks.append(count)
+            extents.append((count - 1) * strides[axis] + reach - pads[axis] - pads[axis + 2])
+        kernel = np.zeros((channels * taps, 1, kh, kw), np.float32)
+        for channel in range(channels):
+            for tap in range(taps):
+                kernel[channel * taps + tap, 0, tap // kw, tap % kw] = 1.0
+        dtype = site.dtype(0)
+        weights = b.const(kernel.astype(dtype.numpy() if dtype is not None else np.float32))
+        grid = b.op("Reshape", site.input(0), b.ints([0, 0, *blocks]))
+        return [b.op("ConvTranspose", grid, weights, group=channels, kernel_shape=[kh, kw], strides=strides,
+                     dilations=dilations, pads=pads,
+                     output_padding=[height - extents[0], width - extents[1]])]

@@ -48,3 +48,33 @@ def test_a_grid_sample_model_goes_down_to_the_nanos_opset(tmp_path: Path) -> Non
     assert model.opset_import[0].version == 13
     assert "GridSample" not in {node.op_type for node in model.graph.node}
 
+
+
+@pytest.mark.parametrize(("height", "width", "kernel", "stride", "pad", "dilation"), [
+    (28, 28, 3, 2, 1, 1),  # VOLO's outlook attention
+    (7, 9, 2, 1, 0, 1),
+    (10, 10, 3, 3, 0, 1),  # a remainder the stride leaves: output_padding
+    (11, 12, 3, 2, 1, 2),
+])
+def test_col2im_as_a_grouped_conv_transpose(height: int, width: int, kernel: int, stride: int, pad: int,
+                                             dilation: int) -> None:
+    reach = dilation * (kernel - 1) + 1
+    blocks = ((height + 2 * pad - reach) // stride + 1) * ((width + 2 * pad - reach) // stride + 1)
+    channels = 4 * kernel * kernel
+    rewrite_and_compare(f"""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[N,{channels},{blocks}] x) => (float[N,4,{height},{width}] y)
+          <int64[2] image = {{{height}, {width}}}, int64[2] block = {{{kernel}, {kernel}}}> {{
+            y = Col2Im <strides=[{stride},{stride}], pads=[{pad},{pad},{pad},{pad}],
+                        dilations=[{dilation},{dilation}]> (x, image, block)
+        }}
+    """, "Col2Im", "col2im-conv-transpose", atol=1e-5, rtol=1e-5)
+
+
+def test_col2im_declines_a_run_time_image_shape() -> None:
+    declines("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[1,36,16] x, int64[2] image) => (float[1,4,?,?] y) <int64[2] block = {3, 3}> {
+            y = Col2Im (x, image, block)
+        }
+    """, "Col2Im", "not constant")
