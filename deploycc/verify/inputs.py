@@ -149,9 +149,10 @@ def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator,
             low, high = 0, max(1, int_high)
         return np.asarray(rng.integers(low, high, size=dims), dtype=dtype)
     if np.issubdtype(dtype, np.floating):
-        data = rng.standard_normal(dims).astype(np.float64) * (3.0 if edges else 1.0)
+        # np.array, not astype: a scalar input's draw is a numpy scalar, which takes no assignment
+        data = np.array(rng.standard_normal(dims) * (3.0 if edges else 1.0), dtype=np.float64)
         if edges and data.size:
-            picks = rng.random(dims) < EDGE_FRACTION
+            picks = np.asarray(rng.random(dims) < EDGE_FRACTION)
             data[picks] = rng.choice(EDGE_VALUES, size=int(picks.sum()))
         return np.asarray(data, dtype=dtype)
     raise OptionError(f"cannot generate inputs of type {dtype} for '{name}'",

@@ -63,6 +63,15 @@ def test_elementary(call: str, rule: str) -> None:
     """, call.split("(")[0], rule, feeds={"x": x})
 
 
+def test_a_rule_on_a_scalar_input_is_proven() -> None:
+    """torchvision's detectors take Reciprocal of a scalar scale; drawing edge values into a
+    scalar input failed the proof ("'numpy.float64' object does not support item assignment")."""
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (float x) => (float y) { y = Reciprocal(x) }
+    """, "Reciprocal", "reciprocal")
+
+
 def test_slice_bounds_clamped_to_int32() -> None:
     rewrite_and_compare("""
         <ir_version: 10, opset_import: ["" : 13]>
