@@ -35,6 +35,20 @@ class ReciprocalRule(Rule):
         return [b.op("Div", b.scalar_like(1.0, site.dtype(0)), site.inputs[0])]
 
 
+@register
+class XorRule(Rule):
+    """Xor(a, b) = And(Or(a, b), Not(And(a, b))): TensorRT 8.2 has And, Or and Not on booleans,
+    not Xor (torchvision's detectors write one to pick the boxes of the other image size)."""
+
+    name = "xor"
+    family = "arithmetic"
+    op_type = "Xor"
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        a, other = site.inputs[0], site.inputs[1]
+        return [b.op("And", b.op("Or", a, other), b.op("Not", b.op("And", a, other)))]
+
+
 def _chain(b: Builder, values: Sequence[ir.Value | None]) -> ir.Value:
     total = values[0]
     for value in values[1:]:

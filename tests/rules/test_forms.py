@@ -72,6 +72,14 @@ def test_a_rule_on_a_scalar_input_is_proven() -> None:
     """, "Reciprocal", "reciprocal")
 
 
+def test_xor_as_and_or_not() -> None:
+    a = np.array([[True, True, False, False]])
+    rewrite_and_compare("""
+        <ir_version: 10, opset_import: ["" : 13]>
+        g (bool[1,4] a, bool[2,1] b) => (bool[2,4] y) { y = Xor(a, b) }
+    """, "Xor", "xor", feeds={"a": a, "b": np.array([[True], [False]])})
+
+
 def test_slice_bounds_clamped_to_int32() -> None:
     rewrite_and_compare("""
         <ir_version: 10, opset_import: ["" : 13]>
