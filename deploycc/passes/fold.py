@@ -163,20 +163,32 @@ def read_static_dims(model: ir.Model) -> int:
     import numpy as np
     import onnx_ir as ir
 
-    from deploycc.graph.graphs import all_nodes
+    from deploycc.graph.graphs import subgraphs_of
     from deploycc.graph.shapes import infer_shapes
 
     graph = model.graph
+
+    def nodes_and_branches(body: ir.Graph) -> list[ir.Node]:
+        # If branches too: silero-vad asks for its spectrogram's rank inside each sample-rate
+        # branch (Shape(Shape(x)) == 2), which shape inference knows there. Not Loop or Scan
+        # bodies, whose carried values may change shape from one iteration to the next.
+        found = []
+        for node in body:
+            found.append(node)
+            if node.op_type == "If":
+                for branch in subgraphs_of(node):
+                    found += nodes_and_branches(branch)
+        return found
+
     if model.ir_version < 4:  # an IR-3 initializer must also be a graph input
         return 0
-    if not any(node.op_type == "Shape" for node in all_nodes(graph)):
+    nodes = nodes_and_branches(graph)
+    if not any(node.op_type == "Shape" for node in nodes):
         return 0  # nothing to read: spare the shape inference (a full serialization)
     infer_shapes(model)
     replaced = 0
-    # Branches too: silero-vad asks for its spectrogram's rank inside each sample-rate branch
-    # (Shape(Shape(x)) == 2), which shape inference knows there. The constant goes to the main
-    # graph, whose initializers every branch sees.
-    for node in list(all_nodes(graph)):
+    # A constant read in a branch goes to the main graph, whose initializers every branch sees.
+    for node in nodes:
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("Shape", "Gather"):
             continue
         output = node.outputs[0]
