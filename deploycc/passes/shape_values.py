@@ -53,6 +53,8 @@ def _symbolic_shape_inference() -> Any:
         None if dim is None else (int(dim) if module.is_literal(dim) else text(dim)) for dim in shape]
 
     class Inference(module.SymbolicShapeInference):  # type: ignore[misc]
+        printed_dims = printed  # emptied before each model (symbolic_contents), so it never grows
+
         def _infer_Concat(self, node: Any) -> None:
             # It asserts axis == 0 when it follows a shape's content; PaddlePaddle concatenates
             # 1-D shape pieces on axis -1, which is axis 0 of a vector (this is a private copy).
@@ -87,7 +89,7 @@ class _SympyWithQuickSimplify:
     numbers in place of whole floats, sympy evaluates the outer floor away by itself where the
     argument is an integer, and the result is already in sympy's canonical form (2*floor(h/2) + 2,
     which a Mul of the same dim also gives; simplify left floor(2.0*floor(h/2)) + 2). Only what
-    keeps an outer floor or ceiling, or a fraction, goes to simplify as before."""
+    keeps an outer floor or ceiling, or a float that is not whole, goes to simplify as before."""
 
     def __getattr__(self, name: str) -> Any:
         import sympy
@@ -150,6 +152,7 @@ def symbolic_contents(model: ir.Model) -> tuple[dict[str, object], dict[str, tup
     SymbolicShapeInference = _symbolic_shape_inference()
 
     def infer(proto) -> tuple[dict[str, object], dict[str, tuple[list, int]]]:
+        SymbolicShapeInference.printed_dims.clear()
         inference = SymbolicShapeInference(2**31 - 1, True, False, 0)
         quiet = logging.getLogger("deploycc_ort_symbolic_shape_infer")  # the name it is loaded under
         level, quiet.level = quiet.level, logging.ERROR
