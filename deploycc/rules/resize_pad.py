@@ -7,9 +7,9 @@
   pixel copies input pixel floor(i / s), which is Expand-based tiling (Unsqueeze, Expand,
   Reshape) per spatial axis.
 - Resize with static resized axes and constant scales/sizes, any mode: separable per axis, so it
-  is one MatMul (linear, cubic, antialias) or Gather (nearest) per resized axis, with the spec's
-  1-D weights computed by onnx's reference implementation; a dynamic axis it does not resize
-  (the batch, at scale 1) stays as it is.
+  is one MatMul (linear, cubic, antialias) or Gather (nearest) per resized axis, with the 1-D
+  weights computed by running the Resize itself (ONNX Runtime's, else onnx's reference); a
+  dynamic axis it does not resize (the batch, at scale 1) stays as it is.
 """
 
 from __future__ import annotations
@@ -206,8 +206,8 @@ def _resize_inputs(site: Site) -> tuple[np.ndarray | None, np.ndarray | None, np
 
 @register
 class ResizeSeparableRule(Rule):
-    """Resize = per resized axis a, y = W_a x along a: W_a is the spec's 1-D interpolation matrix
-    (out x in), built by running onnx's reference Resize on the identity. The resized axes must
+    """Resize = per resized axis a, y = W_a x along a: W_a is the 1-D interpolation matrix (out x
+    in), built by running the Resize on the identity (_matrix says which). The resized axes must
     be static; an axis at scale 1 may be dynamic (CrossViT's bicubic 240 -> 224 with a dynamic
     batch, which TensorRT cannot run: it has no cubic mode).
 
