@@ -61,10 +61,15 @@ class Nested(nn.Module):
 
 
 class Grid(nn.Module):
-    """GridSample: opset 16, above the Jetson Nano's TensorRT 8.2 (13)."""
+    """GridSample: opset 16, above the Jetson Nano's TensorRT 8.2 (13). Bicubic has no rewrite
+    into older ops; bilinear has one (rules/sampling.py)."""
+
+    def __init__(self, mode: str = "bicubic") -> None:
+        super().__init__()
+        self.mode = mode
 
     def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-        return nn.functional.grid_sample(x, grid, align_corners=False)
+        return nn.functional.grid_sample(x, grid, mode=self.mode, align_corners=False)
 
 
 class FlattenByNumber(nn.Module):
