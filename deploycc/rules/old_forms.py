@@ -115,12 +115,12 @@ def _holds_a_written_zero(value: ir.Value | None) -> bool:
 
 @register
 class ReshapeAllowzeroRule(Rule):
-    """Reshape<allowzero=1>(x, shape) = Reshape(x, shape) for every x with an element: allowzero
-    only changes what a 0 in shape means, and a shape with a 0 keeps no element, so on such an x
-    it is an error either way. A model can then go below opset 14 (dynamo exports set it, on
-    shapes computed from dims: wav2vec2's (length // 10) - 1). Only an empty x, with a 0
-    computed at run time, would be reshaped otherwise; a 0 written as a constant says an empty
-    tensor is meant, and is declined."""
+    """Reshape<allowzero=1>(x, shape) = Reshape(x, shape) wherever the original runs on an x with
+    an element: allowzero only changes what a 0 in shape means, and a shape with a 0 keeps no
+    element, so on such an x the original fails. A model can then go below opset 14 (dynamo
+    exports set it, on shapes computed from dims: wav2vec2's (length // 10) - 1). Only an empty
+    x, with a 0 computed at run time, would be reshaped otherwise; a 0 written as a constant
+    says an empty tensor is meant, and is declined."""
 
     name = "reshape-allowzero"
     family = "old_forms"
