@@ -113,7 +113,7 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, *, atol: float,
     same_nan = np.isnan(e) & np.isnan(a)
     same_inf = np.isinf(e) & (e == a)
     settled = same_nan | same_inf
-    with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf of different signs: nan, then inf
+    with np.errstate(divide="ignore", invalid="ignore"):  # inf - inf is nan: settled (same inf) or inf
         diff = np.where(settled, 0.0, np.abs(a - e))
         diff = np.where(np.isnan(diff), np.inf, diff)
         magnitude = np.abs(np.where(settled, 1.0, e))
