@@ -279,9 +279,8 @@ class ResizeSeparableRule(Rule):
         inputs in the thousands and 16 taps, 0.05 apart, against 0.001 with its own), or as onnx's
         reference computes it where ORT does not run the node."""
         import onnx_ir as ir
-        from onnx.reference import ReferenceEvaluator
 
-        from deploycc.verify.runner import ORT, RunError, run_model_bytes
+        from deploycc.verify.runner import run_ort, run_reference
 
         attributes = [ir.Attr(a.name, a.type, a.value) for a in site.node.attributes.values()
                       if a.name not in ("axes", "keep_aspect_ratio_policy")]
@@ -315,14 +314,10 @@ class ResizeSeparableRule(Rule):
             return ir.serde.serialize_model(ir.Model(graph, ir_version=10)).SerializeToString(), used
 
         try:
-            run = run_model_bytes(*model(np.float32))
-        except RunError:
-            run = None
-        if run is not None and run.runtime == ORT:
-            rows = np.asarray(next(iter(run.outputs.values())))
-        else:  # the reference, in float64
-            proto, used = model(np.float64)
-            rows = np.asarray(next(iter(ReferenceEvaluator(proto).run(None, used))))
+            rows = np.asarray(next(iter(run_ort(*model(np.float32)).values())))
+        except Exception:  # ORT raises its own exception types for a node it cannot run
+            proto, used = model(np.float64)  # the reference, in float64
+            rows = np.asarray(next(iter(run_reference(proto, used).values())))
         if rows.shape != (in_len, out_len):
             raise ValueError(f"the 1-D resize of axis {axis} gives {rows.shape}, not {(in_len, out_len)}")
         return np.asarray(rows, dtype=np.float64).T

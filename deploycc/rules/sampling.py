@@ -87,8 +87,9 @@ class GridSampleGatheredRule(Rule):
         out_shape = b.op("Concat", dims(image_dims, 0, 2), dims(grid_dims, 1, 3), axis=0)
         across_channels = b.op("Concat", b.ints([1]), dims(image_dims, 1, 2), b.ints([1]), axis=0)
         flat = b.op("Reshape", image, b.ints([0, 0, -1]))
+        width, height = length(3), length(2)
         corners = []
-        for axis, size in ((0, length(3)), (1, length(2))):  # the grid's x reads the width
+        for axis, size in ((0, width), (1, height)):  # the grid's x reads the width
             last = b.op("Sub", size, f(1.0))
             shifted = b.op("Add", b.op("Gather", grid, b.const(np.array(axis, np.int64)), axis=3), f(1.0))
             # align_corners: -1 and 1 are the centers of the end pixels, else their outer edges
@@ -100,7 +101,6 @@ class GridSampleGatheredRule(Rule):
             high_weight = b.op("Sub", at, low)
             corners.append([(low, b.op("Sub", f(1.0), high_weight), last),
                             (b.op("Add", low, f(1.0)), high_weight, last)])
-        width = length(3)
         total = None
         for x, x_weight, x_last in corners[0]:
             for y, y_weight, y_last in corners[1]:
@@ -176,10 +176,8 @@ class Col2ImAsConvTransposeRule(Rule):
             count = (size + pads[axis] + pads[axis + 2] - reach) // strides[axis] + 1
             blocks.append(count)
             extents.append((count - 1) * strides[axis] + reach - pads[axis] - pads[axis + 2])
-        kernel = np.zeros((channels * taps, 1, kh, kw), np.float32)
-        for channel in range(channels):
-            for tap in range(taps):
-                kernel[channel * taps + tap, 0, tap // kw, tap % kw] = 1.0
+        # in-channel c*taps + t (tap t = i*kw + j of channel c) has a 1 at (i, j) only
+        kernel = np.tile(np.eye(taps, dtype=np.float32).reshape(taps, 1, kh, kw), (channels, 1, 1, 1))
         dtype = site.dtype(0)
         weights = b.const(kernel.astype(dtype.numpy() if dtype is not None else np.float32))
         grid = b.op("Reshape", site.input(0), b.ints([0, 0, *blocks]))
