@@ -241,13 +241,14 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
                 spec.device_engine = options.device_engine if options.device_engine != BOARD_ENGINE else own
             key = spec.key(version)
             spec.workdir = str(outdir / BUILDS / folders[(model, target.name)])
-            spec.references = str(outdir / REFERENCES)
+            spec.references, spec.exports = str(outdir / REFERENCES), str(outdir / EXPORTS)
             cells.append((key, spec))
     return cells
 
 
 BUILDS = "builds"  # under OUTDIR: one build folder per cell
 REFERENCES = "references"  # under OUTDIR: the originals' outputs, shared by a model's cells
+EXPORTS = "exports"  # under OUTDIR: a torch model's proven exports, shared by its cells
 
 
 def cell_folders(models: list[Path], targets: list[Target]) -> dict[tuple[Path, str], str]:
@@ -346,6 +347,8 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
         specs.setdefault(key, spec)
     results: dict[str, CellResult] = {}
     pending = []
+    if options.fresh:  # exports made by the deploycc of an earlier run are made again
+        shutil.rmtree(out / EXPORTS, ignore_errors=True)
     for key, spec in specs.items():
         cached = None if options.fresh else store.get(key)
         if cached is not None:

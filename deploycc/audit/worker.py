@@ -335,7 +335,7 @@ def _note_export(result: CellResult, report: BuildReport) -> None:
 
 def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.analysis.check import check_model
-    from deploycc.frontend import source_kind
+    from deploycc.frontend import shared_exports, source_kind
     from deploycc.pipeline.build import build
     from deploycc.pipeline.legalize import legalize
     from deploycc.targets.registry import resolve
@@ -347,6 +347,9 @@ def run_cell(spec: CellSpec) -> CellResult:
     try:
         target = resolve(spec.target, spec.jetpack)
         if source_kind(spec.model) is not None:
+            if spec.exports:
+                os.environ[shared_exports.CACHE_ENV] = spec.exports
+                os.environ[shared_exports.MODEL_ENV] = spec.model_sha256
             run_torch_cell(spec, target, result)
             return _timed(result, started)
         _check(result, check_model(spec.model, [target]).targets[0])

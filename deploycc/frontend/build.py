@@ -22,6 +22,7 @@ from deploycc.frontend import first_line
 from deploycc.frontend.exporters import ExporterFailed, export_with, opset_ceiling, requested_opset
 from deploycc.frontend.failures import classify
 from deploycc.frontend.proof import final_proof, prove, proven, second_size, torch_outputs
+from deploycc.frontend.shared_exports import shared_export
 from deploycc.frontend.sources import Axis, TorchSource
 from deploycc.options import BuildOptions
 from deploycc.records.build import SUCCEEDED, BuildReport
@@ -188,10 +189,17 @@ def export_attempt(exporter: str, source: TorchSource, target: Target, ceiling: 
     """One exporter's export, proven at the example inputs and at a second size of every dynamic
     axis; a batch the export could not keep dynamic is exported static (said in the notes).
     Returns the attempt and the ONNX file (None when it failed or was not proven)."""
-    attempt = ExportAttempt(exporter=exporter, opset_requested=requested_opset(exporter, ceiling))
+    opset, axes = requested_opset(exporter, ceiling), default_axes(source, target)
+    return shared_export(exporter, source, opset, axes, folder,
+                         lambda: _export_attempt(exporter, source, target, opset, axes, folder, expected))
+
+
+def _export_attempt(exporter: str, source: TorchSource, target: Target, opset: int,
+                    axes: dict[str, dict[int, Axis]], folder: Path,
+                    expected: list[Any]) -> tuple[ExportAttempt, Path | None]:
+    attempt = ExportAttempt(exporter=exporter, opset_requested=opset)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    axes = default_axes(source, target)
     path = _export(exporter, source, axes, folder, attempt, target)
     if path is None and attempt.failure is not None and attempt.failure.kind == DATA_DEPENDENT \
             and _opened_by_default(axes, source):

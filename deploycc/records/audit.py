@@ -101,6 +101,9 @@ class CellSpec:
     # Where the cells of one audit share the original's outputs on the same inputs
     # (verify/reference.py): run once per model, not once per target. Not part of the key.
     references: str = ""
+    # Where the cells of one audit share a torch model's proven exports (frontend/shared_exports.py):
+    # one per export policy, not one per target. Not part of the key.
+    exports: str = ""
 
     def key(self, version: str) -> str:
         axes = f"{sorted(self.fixed.items())}|{self.batch_range}|{sorted(self.shape_ranges.items())}"

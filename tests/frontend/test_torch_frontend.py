@@ -230,6 +230,34 @@ def test_audit_takes_modules_and_factories_and_classifies_export_failures(tmp_pa
     assert again.reused == 3
 
 
+def test_an_audit_exports_once_per_export_policy_and_never_across_weights(tmp_path: Path) -> None:
+    """ort-cpu and openvino-cpu export alike (dynamo, the same opset and axes): the second cell
+    takes the first's proven export; the same module with other weights exports again."""
+    from deploycc.frontend import shared_exports
+    from deploycc.frontend.build import build_from_torch
+    from deploycc.targets.registry import resolve
+
+    report = api.audit([f"{MODELS}:small_net"], ["ort-cpu", "openvino-cpu"], tmp_path / "audit")
+    assert [c.status for c in report.cells] == ["verified", "verified"], [c.message for c in report.cells]
+    assert len(list((tmp_path / "audit" / "exports").glob("*/attempt.json"))) == 1
+    shared = [c for c in report.cells if shared_exports.SHARED_NOTE in
+              (tmp_path / "audit" / c.details["report"]).read_text()]
+    assert len(shared) == 1  # one cell exported, the other took its export
+
+    env = {shared_exports.CACHE_ENV: str(tmp_path / "cache"), shared_exports.MODEL_ENV: "small-net"}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        target, notes = resolve("ort-cpu"), []
+        for seed in (0, 0, 1):
+            torch.manual_seed(seed)
+            source = api.torch_source(models.SmallNet(), (torch.ones(1, 3, 16, 16),))
+            built = build_from_torch(source, target, tmp_path / f"b{len(notes)}", QUICK)
+            assert built.status == BuildStatus.VERIFIED, built.summary  # proven against its own torch
+            notes.append(shared_exports.SHARED_NOTE in built.export.attempts[0].notes)
+    assert notes == [False, True, False]
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "deploycc.cli", *args], capture_output=True, text=True,
                           timeout=600)
