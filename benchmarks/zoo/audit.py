@@ -30,7 +30,9 @@ sys.path.insert(0, str(HERE))
 from deploycc import api  # noqa: E402
 from deploycc.records.audit import HOST_SEGMENTS, AuditOptions  # noqa: E402
 
-TARGETS = ("ort-cpu", "openvino-cpu", "jetson-xavier", "jetson-nano", "jetson-orin", "gpu-trt10")
+# In this order, two jobs side by side run targets of different export policies (ort-cpu beside
+# jetson-xavier, ...), so that a torch model's second cell of a policy finds its export made.
+TARGETS = ("ort-cpu", "jetson-xavier", "openvino-cpu", "jetson-nano", "gpu-trt10", "jetson-orin")
 # issue 28's goals (onnx) and issue 26's (torch, from the module)
 GOALS = {
     "onnx": {
