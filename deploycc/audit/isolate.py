@@ -8,13 +8,19 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deploycc.records.audit import CellResult, CellSpec
 from deploycc.results import from_dict
 from deploycc.taxonomy import CellStatus, Failure, Stage
+
+if TYPE_CHECKING:
+    from deploycc.audit.zygote import Zygote
 
 WORKER = (sys.executable, "-m", "deploycc.audit.worker")
 OOM_MARKERS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "out of memory", "std::bad_alloc")
@@ -32,9 +38,45 @@ def _limit_memory(limit_bytes: int | None):
 
 
 def run_isolated(spec: CellSpec, *, timeout: float, memory_limit: int | None,
-                 worker: Sequence[str] = WORKER) -> CellResult:
+                 worker: Sequence[str] = WORKER, zygote: Zygote | None = None) -> CellResult:
+    """The cell in a process of its own: forked from `zygote` (imports done) when there is one
+    and the worker is deploycc's, else started as `worker`."""
     started = time.perf_counter()
     failed = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage=Stage.ISOLATION)
+    try:
+        if zygote is not None and tuple(worker) == WORKER:
+            with tempfile.TemporaryDirectory(prefix="deploycc-cell-") as folder:
+                returncode, stdout, stderr = zygote.run(json.dumps(asdict(spec)), Path(folder),
+                                                        timeout=timeout, memory_limit=memory_limit)
+        else:
+            returncode, stdout, stderr = _started(spec, timeout, memory_limit, worker)
+    except TimeoutError:
+        failed.category = Failure.TIMEOUT
+        failed.message = f"no result after {timeout:g} s; the cell was killed"
+        failed.seconds = round(time.perf_counter() - started, 3)
+        return failed
+    failed.seconds = round(time.perf_counter() - started, 3)
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if returncode == 0 and lines:
+        data = json.loads(lines[-1])
+        return from_dict(CellResult, data)
+    tail = (stderr.strip().splitlines() or ["no message"])[-1][:300]
+    if memory_limit and any(marker in stderr for marker in OOM_MARKERS):
+        failed.category = Failure.OUT_OF_MEMORY
+        failed.message = f"exceeded the memory limit of {memory_limit >> 20} MiB: {tail}"
+    elif returncode < 0:
+        name = signal.Signals(-returncode).name
+        failed.category, failed.message = Failure.BACKEND_CRASH, f"the cell's process died by {name}: {tail}"
+    else:
+        failed.category = Failure.BACKEND_CRASH
+        failed.message = f"the cell's process exited {returncode}: {tail}"
+    return failed
+
+
+def _started(spec: CellSpec, timeout: float, memory_limit: int | None,
+             worker: Sequence[str]) -> tuple[int, str, str]:
+    """The worker started as a process of its own: (returncode, stdout, stderr), or TimeoutError
+    once its process group is killed."""
     child = subprocess.Popen(list(worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, preexec_fn=_limit_memory(memory_limit))
     try:
@@ -42,23 +84,5 @@ def run_isolated(spec: CellSpec, *, timeout: float, memory_limit: int | None,
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         child.communicate()
-        failed.category = Failure.TIMEOUT
-        failed.message = f"no result after {timeout:g} s; the cell was killed"
-        failed.seconds = round(time.perf_counter() - started, 3)
-        return failed
-    failed.seconds = round(time.perf_counter() - started, 3)
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    if child.returncode == 0 and lines:
-        data = json.loads(lines[-1])
-        return from_dict(CellResult, data)
-    tail = (stderr.strip().splitlines() or ["no message"])[-1][:300]
-    if memory_limit and any(marker in stderr for marker in OOM_MARKERS):
-        failed.category = Failure.OUT_OF_MEMORY
-        failed.message = f"exceeded the memory limit of {memory_limit >> 20} MiB: {tail}"
-    elif child.returncode < 0:
-        name = signal.Signals(-child.returncode).name
-        failed.category, failed.message = Failure.BACKEND_CRASH, f"the cell's process died by {name}: {tail}"
-    else:
-        failed.category = Failure.BACKEND_CRASH
-        failed.message = f"the cell's process exited {child.returncode}: {tail}"
-    return failed
+        raise TimeoutError from None
+    return child.returncode, stdout, stderr

@@ -321,10 +321,16 @@ def _version() -> str:
 
 def run_local(cells: list[tuple[str, CellSpec]], options: AuditOptions,
               done: Callable[[str, CellResult], None]) -> None:
+    from deploycc.audit.zygote import zygote
+    from deploycc.frontend import source_kind
+
+    if not cells:
+        return
     memory = options.memory_limit_mb << 20 if options.memory_limit_mb else None
-    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+    torch = any(source_kind(spec.model) is not None for _, spec in cells)
+    with zygote(torch=torch) as forks, ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         futures = {pool.submit(run_isolated, spec, timeout=options.timeout, memory_limit=memory,
-                               worker=options.worker or WORKER): key for key, spec in cells}
+                               worker=options.worker or WORKER, zygote=forks): key for key, spec in cells}
         for future in as_completed(futures):
             done(futures[future], future.result())
 

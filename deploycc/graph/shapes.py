@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections import OrderedDict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
     from deploycc.io import LoadedModel
+    from deploycc.io.read import ReadProto
 
 
 def infer_shapes(model: ir.Model) -> str | None:
@@ -51,21 +55,47 @@ def _infer_in_place(model: ir.Model, **settings: bool) -> None:
 PROTO_INFERENCE_LIMIT = 8 << 20
 
 
+# A small model's file read, vetted and inferred, by (path, size, mtime, check): `check` and then
+# `legalize` in one process (a build, an audit's cell) read the same file, and inference is the
+# most of what reading it costs.
+_inferred: OrderedDict[tuple[str, int, int, bool], ReadProto] = OrderedDict()
+KEPT_INFERRED = 2
+
+
 def load_inferred(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
     """io.load, with shapes and types inferred: on the protobuf already in hand when it is small
-    (one IR round trip saved), else on the IR with its large tensors stripped."""
+    (one IR round trip saved, and the result kept for the next read of the same file), else on
+    the IR with its large tensors stripped."""
     from deploycc import io
 
+    stat = Path(path).stat() if Path(path).is_file() else None
+    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, check) if stat else None
+    kept = _inferred.get(key) if key else None
+    if kept is not None:
+        return io.to_loaded(_copy(kept))  # to_loaded changes the protobuf it is given
     read = io.read_checked(path, check=check)
     inferred_on_proto = read.path.stat().st_size < PROTO_INFERENCE_LIMIT  # the proto's size, without a walk
     if inferred_on_proto:
         read.proto, note = infer_proto(read.proto)
         read.notes += [note] if note else []
+        if key is not None:
+            _inferred[key] = _copy(read)
+            while len(_inferred) > KEPT_INFERRED:
+                _inferred.popitem(last=False)
     loaded = io.to_loaded(read)
     if not inferred_on_proto:
         note = infer_shapes(loaded.model)
         loaded.notes += [note] if note else []
     return loaded
+
+
+def _copy(read: ReadProto) -> ReadProto:
+    import onnx
+
+    proto = onnx.ModelProto()
+    proto.CopyFrom(read.proto)
+    return dataclasses.replace(read, proto=proto, external_files=list(read.external_files),
+                               notes=list(read.notes))
 
 
 def infer_proto(proto: Any) -> tuple[Any, str | None]:

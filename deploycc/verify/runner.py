@@ -6,6 +6,9 @@ package's reference evaluator is the fallback, and the result says which one ran
 
 from __future__ import annotations
 
+import atexit
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,32 +138,79 @@ def serialize(model: ir.Model) -> bytes:
     return io.to_proto(model).SerializeToString()
 
 
-_CHILD = """
-import json, sys
-import numpy as np
-from pathlib import Path
-from deploycc.verify.runner import run_session, session
-model, feeds_file, out_file, optimize, exact = sys.argv[1:6]
-with np.load(feeds_file, allow_pickle=False) as archive:
-    feeds = {name: archive[name] for name in archive.files}
+def _run_job(model: str, feeds_file: str, out_file: str, optimize: bool, exact: bool) -> tuple[int, str]:
+    """In the ORT process: the model on the feeds, outputs saved to `out_file`; (0, "") or the
+    exit code of the stage that failed (3 load, 4 run) and the error's first line."""
+    import json
 
-def fail(error, code):
-    lines = str(error).strip().splitlines()
-    sys.stderr.write((lines[0] if lines else type(error).__name__)[:300] + "\\n")
-    sys.exit(code)
+    import numpy as np
 
-try:
-    loaded = session(Path(model), optimize=optimize == "1", threads=0, exact=exact == "1")
-except Exception as error:
-    fail(error, 3)
-try:
-    outputs = run_session(loaded, feeds)
-except Exception as error:
-    fail(error, 4)
-names = list(outputs)
-np.savez(out_file, **{f"o{i}": outputs[name] for i, name in enumerate(names)})
-Path(out_file + ".json").write_text(json.dumps(names))
-"""
+    with np.load(feeds_file, allow_pickle=False) as archive:
+        feeds = {name: archive[name] for name in archive.files}
+    try:
+        loaded = session(Path(model), optimize=optimize, threads=0, exact=exact)
+    except Exception as error:
+        return 3, _first_line(error)
+    try:
+        outputs = run_session(loaded, feeds)
+    except Exception as error:
+        return 4, _first_line(error)
+    names = list(outputs)
+    np.savez(out_file, **{f"o{i}": outputs[name] for i, name in enumerate(names)})  # type: ignore[arg-type]
+    Path(out_file + ".json").write_text(json.dumps(names))
+    return 0, ""
+
+
+def _probe_job(model: str, out_file: str, stop_at_first: bool, feeds_files: list[str]) -> tuple[int, str]:
+    """In the ORT process: per set of feeds, "" when some output carries a signal, else why not,
+    written to `out_file` as each set is judged; (3, why) when the model does not load."""
+    import json
+
+    import numpy as np
+
+    from deploycc.verify.compare import degenerate_outputs
+
+    try:
+        loaded = session(Path(model), optimize=True, threads=0)
+    except Exception as error:
+        return 3, _first_line(error)
+    verdicts = []
+    for feeds_file in feeds_files:
+        with np.load(feeds_file, allow_pickle=False) as archive:
+            feeds = {name: archive[name] for name in archive.files}
+        try:
+            flat = degenerate_outputs(run_session(loaded, feeds))
+            reasons = "; ".join(f"{name} {why}" for name, why in flat.items())
+            verdict = f"no signal: {reasons}" if reasons else ""
+        except Exception as error:
+            verdict = "fails: " + _first_line(error)
+        verdicts.append(verdict)
+        Path(out_file).write_text(json.dumps(verdicts))
+        if stop_at_first and not verdict:
+            break
+    return 0, ""
+
+
+JOBS: dict[str, Callable[..., tuple[int, str]]] = {"run": _run_job, "probe": _probe_job}
+
+
+def serve() -> None:
+    """The ORT process's loop (`python -c 'from deploycc.verify.runner import serve; serve()'`):
+    one JSON request per line on stdin ({"job": NAME, "args": [...]}), one JSON reply per line
+    ({"code": C, "error": LINE}); ends when stdin does."""
+    import json
+    import sys
+
+    replies = sys.stdout
+    sys.stdout = sys.stderr  # what a library prints must not break the replies
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            code, error = JOBS[request["job"]](*request["args"])
+        except Exception as failure:  # a bad request file: this job fails, the process goes on
+            code, error = 5, _first_line(failure)
+        replies.write(json.dumps({"code": code, "error": error}) + "\n")
+        replies.flush()
 
 
 def _die_with_parent() -> None:
@@ -174,14 +224,98 @@ def _die_with_parent() -> None:
         pass
 
 
+ENDED = 6  # the ORT process ended without answering (it could not start: a memory limit, ...)
+
+
+class _OrtProcess:
+    """One ORT process, kept between runs: starting Python and ONNX Runtime costs more than a
+    small model's run (0.6 s of the 0.7 s a verification took). A run that crashes or hangs it
+    ends it; the next run starts another."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from deploycc.verify.runner import serve; serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            preexec_fn=_die_with_parent)
+
+    def ask(self, job: str, args: list[Any], timeout: float) -> tuple[int, str]:
+        """(code, error line): 0 done, 3 load, 4 run, 5 bad request, ENDED; a negative code, the
+        signal that killed the process. TimeoutError (the process killed) when it did not answer in time."""
+        import json
+        import select
+
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(json.dumps({"job": job, "args": args}) + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return self._ended()
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:
+            self.close()
+            raise TimeoutError
+        line = self.process.stdout.readline()
+        if not line:
+            return self._ended()
+        reply = json.loads(line)
+        return int(reply["code"]), str(reply["error"])
+
+    def _ended(self) -> tuple[int, str]:
+        code = self.process.wait()
+        if code < 0:
+            return code, ""
+        return ENDED, f"the ONNX Runtime process exited {code} without answering"
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+_idle: list[_OrtProcess] = []
+_idle_lock = threading.Lock()
+
+
+def _in_ort_process(job: str, args: list[Any], timeout: float) -> tuple[int, str]:
+    """`job` in an idle ORT process (one is started when none is idle: runs from two threads go
+    side by side), which is kept for the next job unless this one ended it."""
+    with _idle_lock:
+        while _idle and not _idle[-1].alive:  # ended while idle (killed from outside)
+            _idle.pop().close()
+        worker = _idle.pop() if _idle else None
+    if worker is None:
+        worker = _OrtProcess()
+    try:
+        code, error = worker.ask(job, args, timeout)
+    except TimeoutError:
+        raise RunError(f"onnxruntime did not finish in {timeout:g} s", stage="crash") from None
+    if worker.alive:
+        with _idle_lock:
+            _idle.append(worker)
+    return code, error
+
+
+def _close_idle() -> None:
+    with _idle_lock:
+        while _idle:
+            _idle.pop().close()
+
+
+atexit.register(_close_idle)
+
+
 def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, optimize: bool = True,
                      timeout: float = 1800) -> dict[str, np.ndarray]:
     """run_ort in a separate process: a model that crashes ONNX Runtime (it segfaults on some
     malformed-but-checker-valid models, found by tests/hostile/test_fuzz.py) fails this call
     with RunError instead of killing deploycc."""
     import json
-    import subprocess
-    import sys
     import tempfile
 
     import numpy as np
@@ -195,54 +329,18 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
             model = source
         np.savez(work / "feeds.npz", **feeds)  # type: ignore[arg-type]
         out = str(work / "outputs.npz")
-        try:
-            child = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(work / "feeds.npz"), out,
-                                    "1" if optimize else "0", "1" if EXACT.get() else "0"],
-                                   capture_output=True, text=True,
-                                   timeout=timeout, preexec_fn=_die_with_parent)
-        except subprocess.TimeoutExpired:
-            raise RunError(f"onnxruntime did not finish in {timeout:g} s", stage="crash") from None
-        if child.returncode < 0:
-            raise RunError(f"onnxruntime crashed on this model (its process died by signal "
-                           f"{-child.returncode})", stage="crash")
-        if child.returncode != 0:
-            lines = child.stderr.strip().splitlines()
-            raise RunError(lines[-1] if lines else f"onnxruntime exited {child.returncode}",
-                           stage="run" if child.returncode == 4 else "load")
+        code, error = _in_ort_process("run", [str(model), str(work / "feeds.npz"), out, optimize,
+                                              EXACT.get()], timeout)
+        if code < 0:
+            raise RunError(f"onnxruntime crashed on this model (its process died by signal {-code})",
+                           stage="crash")
+        if code == ENDED:  # says nothing of the model
+            raise RunError(error, stage="crash")
+        if code != 0:
+            raise RunError(error or f"onnxruntime exited {code}", stage="run" if code == 4 else "load")
         names = json.loads(Path(out + ".json").read_text())
         with np.load(out, allow_pickle=False) as archive:
             return {name: archive[f"o{i}"] for i, name in enumerate(names)}
-
-
-_PROBE_CHILD = """
-import json, sys
-import numpy as np
-from pathlib import Path
-from deploycc.verify.compare import degenerate_outputs
-from deploycc.verify.runner import run_session, session
-model, out_file, stop_at_first = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-try:
-    loaded = session(Path(model), optimize=True, threads=0)
-except Exception as error:
-    lines = str(error).strip().splitlines()
-    sys.stderr.write((lines[0] if lines else type(error).__name__)[:300] + "\\n")
-    sys.exit(3)
-verdicts = []
-for feeds_file in sys.argv[4:]:
-    with np.load(feeds_file, allow_pickle=False) as archive:
-        feeds = {name: archive[name] for name in archive.files}
-    try:
-        flat = degenerate_outputs(run_session(loaded, feeds))
-        reasons = "; ".join(f"{name} {why}" for name, why in flat.items())
-        verdict = f"no signal: {reasons}" if reasons else ""
-    except Exception as error:
-        lines = str(error).strip().splitlines()
-        verdict = "fails: " + (lines[0] if lines else type(error).__name__)[:300]
-    verdicts.append(verdict)
-    Path(out_file).write_text(json.dumps(verdicts))
-    if stop_at_first and not verdict:
-        break
-"""
 
 
 def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_at_first: bool = True,
@@ -252,8 +350,6 @@ def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_a
     ...", "no signal: ..."). With `stop_at_first` the list ends at the first good set. A model
     ORT cannot load, or a crash, is a RunError (stage "load" or "crash")."""
     import json
-    import subprocess
-    import sys
     import tempfile
 
     import numpy as np
@@ -265,20 +361,16 @@ def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_a
             files.append(str(work / f"feeds{index}.npz"))
             np.savez(files[-1], **feeds)  # type: ignore[arg-type]
         out = work / "verdicts.json"
-        try:
-            child = subprocess.run([sys.executable, "-c", _PROBE_CHILD, str(source), str(out),
-                                    "1" if stop_at_first else "0", *files], capture_output=True, text=True,
-                                   timeout=timeout, preexec_fn=_die_with_parent)
-        except subprocess.TimeoutExpired:
-            raise RunError(f"onnxruntime did not finish in {timeout:g} s", stage="crash") from None
-        if child.returncode == 3:
-            lines = child.stderr.strip().splitlines()
-            raise RunError(lines[-1] if lines else "onnxruntime cannot load the model")
+        code, error = _in_ort_process("probe", [str(source), str(out), stop_at_first, files], timeout)
+        if code == 3:
+            raise RunError(error or "onnxruntime cannot load the model")
+        if code == ENDED:
+            raise RunError(error, stage="crash")
         verdicts: list[str] = json.loads(out.read_text()) if out.exists() else []
-        if child.returncode != 0:  # died on the set after the last verdict written
+        if code != 0:  # died on the set after the last verdict written
             if len(verdicts) >= len(feed_sets):
                 return verdicts
-            verdicts.append(f"fails: onnxruntime crashed (exit {child.returncode})")
-            if child.returncode < 0 and len(verdicts) == 1:
+            verdicts.append(f"fails: onnxruntime crashed (exit {code})")
+            if code < 0 and len(verdicts) == 1:
                 raise RunError("onnxruntime crashed on this model", stage="crash")
         return verdicts

@@ -1,0 +1,78 @@
+"""Cells forked from the audit's zygote (imports done once) end as cells started as processes of
+their own: the same results, and a hang, a memory hog or a broken worker still ends that cell only."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import onnx
+import pytest
+
+from deploycc import api
+from deploycc.audit.isolate import run_isolated
+from deploycc.audit.run import AuditOptions
+from deploycc.audit.zygote import Zygote, zygote
+from deploycc.records.audit import CellSpec
+from examples.make_models import small_cnn
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the zygote forks (POSIX only)")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus")
+    onnx.save(small_cnn(), folder / "cnn.onnx")
+    (folder / "broken.onnx").write_bytes(b"not a model")
+    return folder
+
+
+def _cells(report) -> list[tuple[str, str, str | None, bool | None]]:
+    return [(Path(c.model).name, c.status, c.category, c.legal_as_exported) for c in report.cells]
+
+
+def test_forked_cells_end_as_started_ones(corpus: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    options = AuditOptions(jobs=2, stages=("check", "legalize", "build", "verify"))
+    forked = api.audit([corpus], ["ort-cpu", "jetson-nano"], tmp_path / "forked", options)
+    monkeypatch.setenv("DEPLOYCC_NO_ZYGOTE", "1")
+    started = api.audit([corpus], ["ort-cpu", "jetson-nano"], tmp_path / "started", options)
+    assert _cells(forked) == _cells(started)
+    assert ("cnn.onnx", "verified", None, True) in _cells(forked)
+    assert ("broken.onnx", "failed", "invalid-model") in [cell[:3] for cell in _cells(forked)]
+
+
+def _spec(corpus: Path, tmp_path: Path) -> CellSpec:
+    return CellSpec(model=str(corpus / "cnn.onnx"), model_sha256="0", target="ort-cpu", target_hash="0",
+                    stages=("check", "legalize", "build", "verify"), workdir=str(tmp_path / "cell"))
+
+
+def test_a_forked_cell_that_hangs_or_eats_memory_ends_alone(corpus: Path, tmp_path: Path) -> None:
+    with zygote() as forks:
+        assert forks is not None
+        hung = run_isolated(_spec(corpus, tmp_path), timeout=0.05, memory_limit=None, zygote=forks)
+        assert hung.category == "timeout"
+        # the memory limit holds in the forked cell (and the ONNX Runtime process it starts): the
+        # preloaded libraries already hold more address space than 64 MiB
+        starved = run_isolated(_spec(corpus, tmp_path), timeout=120, memory_limit=64 << 20, zygote=forks)
+        assert starved.status == "failed" and "exited 1 without answering" in starved.message
+        fine = run_isolated(_spec(corpus, tmp_path), timeout=300, memory_limit=None, zygote=forks)
+        assert fine.status == "verified", fine.message  # the zygote goes on after both
+
+
+def test_a_worker_that_fails_says_how_it_exited(corpus: Path, tmp_path: Path) -> None:
+    forks = Zygote()
+    try:
+        folder = tmp_path / "bad"
+        folder.mkdir()
+        code, stdout, stderr = forks.run("not json", folder, timeout=120, memory_limit=None)
+        assert code == 1 and not stdout.strip() and "JSONDecodeError" in stderr
+        folder = tmp_path / "good"
+        folder.mkdir()
+        code, stdout, _ = forks.run(json.dumps(asdict(_spec(corpus, tmp_path))), folder, timeout=300,
+                                    memory_limit=None)
+        assert code == 0 and json.loads(stdout.strip().splitlines()[-1])["status"] == "verified"
+    finally:
+        forks.close()
