@@ -242,6 +242,7 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
             key = spec.key(version)
             spec.workdir = str(outdir / BUILDS / folders[(model, target.name)])
             spec.references, spec.exports = str(outdir / REFERENCES), str(outdir / EXPORTS)
+            spec.proofs = str(outdir / PROOFS)
             cells.append((key, spec))
     return cells
 
@@ -249,6 +250,7 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
 BUILDS = "builds"  # under OUTDIR: one build folder per cell
 REFERENCES = "references"  # under OUTDIR: the originals' outputs, shared by a model's cells
 EXPORTS = "exports"  # under OUTDIR: a torch model's proven exports, shared by its cells
+PROOFS = "proofs"  # under OUTDIR: the verdicts of rewrite proofs, shared by all cells
 
 
 def cell_folders(models: list[Path], targets: list[Target]) -> dict[tuple[Path, str], str]:
@@ -353,8 +355,9 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
         specs.setdefault(key, spec)
     results: dict[str, CellResult] = {}
     pending = []
-    if options.fresh:  # exports made by the deploycc of an earlier run are made again
+    if options.fresh:  # exports and proofs made by the deploycc of an earlier run are made again
         shutil.rmtree(out / EXPORTS, ignore_errors=True)
+        shutil.rmtree(out / PROOFS, ignore_errors=True)
     for key, spec in specs.items():
         cached = None if options.fresh else store.get(key)
         if cached is not None:

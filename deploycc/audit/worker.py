@@ -338,12 +338,15 @@ def run_cell(spec: CellSpec) -> CellResult:
     from deploycc.frontend import shared_exports, source_kind
     from deploycc.pipeline.build import build
     from deploycc.pipeline.legalize import legalize
+    from deploycc.rules import proven
     from deploycc.targets.registry import resolve
 
     started = time.perf_counter()
     result = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage=Stage.CHECK)
     # The originals' outputs shared between the cells of the audit (a Ray worker runs many cells)
     os.environ[reference.CACHE_ENV], os.environ[reference.MODEL_ENV] = spec.references, spec.model_sha256
+    if spec.proofs:
+        os.environ[proven.CACHE_ENV] = spec.proofs
     try:
         target = resolve(spec.target, spec.jetpack)
         if source_kind(spec.model) is not None:

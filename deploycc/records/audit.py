@@ -104,6 +104,9 @@ class CellSpec:
     # Where the cells of one audit share a torch model's proven exports (frontend/shared_exports.py):
     # one per export policy, not one per target. Not part of the key.
     exports: str = ""
+    # Where they share the verdicts of rewrite proofs (rules/proven.py): a rewrite proven for one
+    # target is not proven again for the next. Not part of the key.
+    proofs: str = ""
 
     def key(self, version: str) -> str:
         axes = f"{sorted(self.fixed.items())}|{self.batch_range}|{sorted(self.shape_ranges.items())}"

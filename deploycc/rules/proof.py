@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from deploycc.rules import proven
 from deploycc.rules.base import Builder, Rule, Site
 from deploycc.taxonomy import ProofStatus
 from deploycc.verify import inputs as input_data
@@ -170,9 +171,9 @@ def prove(rule: Rule, node: ir.Node, opsets: dict[str, int], site_opset: int,
     replaced_outputs, casts_out = _float_outputs(replaced_outputs)
     after = _model(replaced_feeds, replaced_constants, [*casts_in, *builder.nodes, *casts_out],
                    replaced_outputs, opsets)
-    worst_abs = worst_rel = 0.0
     try:
         before_bytes, after_bytes = serialize(before), serialize(after)
+        feed_sets = []
         for seed in PROOF_SEEDS:
             feeds = input_data.generate(original_feeds, seed=seed, edges=True, sizes=sizes,
                                         int_high=_index_bound(original_feeds + original_constants, sizes))
@@ -181,13 +182,35 @@ def prove(rule: Rule, node: ir.Node, opsets: dict[str, int], site_opset: int,
                 named = original_inputs[index]
                 if named is not None and named.name in feeds:
                     feeds[named.name] = array
+            feed_sets.append(feeds)
+    except RunError as error:
+        certificate.detail = f"not run: {error}"
+        return certificate
+    except Exception as error:  # a replacement that does not even serialize is a failed proof
+        certificate.status = FAILED
+        certificate.detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return certificate
+    key = proven.key(rule.name, rule.atol, rule.rtol, before_bytes, after_bytes, feed_sets)
+    if proven.recall(key, certificate):
+        return certificate
+    _run_proof(rule, certificate, before_bytes, after_bytes, feed_sets)
+    proven.keep(key, certificate)
+    return certificate
+
+
+def _run_proof(rule: Rule, certificate: Certificate, before_bytes: bytes, after_bytes: bytes,
+               feed_sets: list[dict[str, Any]]) -> None:
+    """The original and its replacement run on each set of feeds; the certificate says how close."""
+    worst_abs = worst_rel = 0.0
+    try:
+        for seed, feeds in zip(PROOF_SEEDS, feed_sets, strict=True):
             expected = run_model_bytes(before_bytes, feeds)
             try:
                 actual = run_model_bytes(after_bytes, feeds, valid=True)
             except RunError as error:  # the replacement itself does not run: a failed proof
                 certificate.status = FAILED
                 certificate.detail = f"the replacement does not run: {error}"
-                return certificate
+                return
             certificate.reference = expected.runtime
             certificate.samples += 1
             for output in expected.outputs:
@@ -203,15 +226,14 @@ def prove(rule: Rule, node: ir.Node, opsets: dict[str, int], site_opset: int,
                     certificate.detail = f"{output} (seed {seed}): {result.problem}"
     except RunError as error:
         certificate.detail = f"not run: {error}"
-        return certificate
+        return
     except Exception as error:  # a replacement ORT refuses is a failed proof, not a crash
         certificate.status = FAILED
         certificate.detail = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        return certificate
+        return
     certificate.max_abs_error, certificate.max_rel_error = worst_abs, worst_rel
     if certificate.status != FAILED:
         certificate.status = PROVEN
-    return certificate
 
 
 def _index_bound(values: Sequence[ir.Value], sizes: dict[str, int]) -> int:

@@ -1,0 +1,94 @@
+"""Proofs already run: a rewrite's proof is decided by what it ran (the original and replacement
+models, the feeds of every seed) and the rule's tolerances, so the same proof is not run twice.
+The repeated blocks of a network make the same proof model again and again (a ViT's twelve
+LayerNorms of one shape); the cells of an audit legalize one model for several targets. Kept in
+memory, and where an audit names a folder (CACHE_ENV) in files that its cells share, written
+atomically so that cells side by side read a whole verdict or none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "DEPLOYCC_PROOF_CACHE"  # a folder of proof verdicts shared by an audit's cells
+KEPT_IN_MEMORY = 4096
+# What a proof decides; the rest of a certificate (the rule, node, op, added ops) is the site's own
+VERDICT = ("status", "reference", "samples", "max_abs_error", "max_rel_error", "detail")
+_memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+
+def key(rule: str, atol: float, rtol: float, before: bytes, after: bytes,
+        feed_sets: list[dict[str, Any]]) -> str:
+    """What decides a proof: the rule and its tolerances, both models, and every seed's feeds."""
+    import numpy as np
+
+    digest = hashlib.sha256(f"{rule}|{atol!r}|{rtol!r}|{len(before)}|{len(after)}|".encode())
+    digest.update(before)
+    digest.update(after)
+    for feeds in feed_sets:
+        for name in sorted(feeds):
+            array = np.ascontiguousarray(feeds[name])
+            digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()[:40]
+
+
+def recall(found_key: str, certificate: Any) -> bool:
+    """Fill `certificate` (a rules.proof.Certificate) with the verdict of the same proof run
+    before; False when none was."""
+    verdict = _memory.get(found_key)
+    if verdict is None:
+        verdict = _read(found_key)
+    if verdict is None:
+        return False
+    _remember(found_key, verdict)
+    for name in VERDICT:
+        setattr(certificate, name, verdict[name])
+    return True
+
+
+def keep(found_key: str, certificate: Any) -> None:
+    verdict = {name: getattr(certificate, name) for name in VERDICT}
+    _remember(found_key, verdict)
+    folder = os.environ.get(CACHE_ENV)
+    if not folder:
+        return
+    file = Path(folder) / f"{found_key}.json"
+    partial = file.with_name(f"{found_key}.{os.getpid()}.partial")
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps({**verdict, "status": str(verdict["status"])}))
+        partial.replace(file)
+    except OSError:  # a cache saves time, it decides nothing
+        partial.unlink(missing_ok=True)
+
+
+def _remember(found_key: str, verdict: dict[str, Any]) -> None:
+    _memory[found_key] = verdict
+    _memory.move_to_end(found_key)
+    while len(_memory) > KEPT_IN_MEMORY:
+        _memory.popitem(last=False)
+
+
+def _read(found_key: str) -> dict[str, Any] | None:
+    folder = os.environ.get(CACHE_ENV)
+    if not folder:
+        return None
+    try:
+        verdict = json.loads((Path(folder) / f"{found_key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(verdict, dict) or set(verdict) != set(VERDICT):
+        return None
+    from deploycc.taxonomy import ProofStatus
+
+    try:
+        verdict["status"] = ProofStatus(verdict["status"])
+    except ValueError:
+        return None
+    return verdict
