@@ -3,9 +3,10 @@ over the same zoo models and targets, once with the code at REV (a git worktree 
 first on PYTHONPATH, cells included) and once with the working tree, each into a fresh folder.
 
     .venv-bench/bin/python benchmarks/zoo/throughput.py --rev 458fd94 [--models 50] [--target T ...]
+                                                       [--zoo FOLDER] [--name throughput]
 
-Reports cells per hour of each, their ratio, and whether both audits reached the same status in
-every cell; writes benchmarks/zoo/results/throughput.json.
+Reports cells per hour of each, their ratio, the cells' seconds per target, and whether both
+audits reached the same status in every cell; writes benchmarks/zoo/results/NAME.json.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def pick(models: Path, count: int) -> list[str]:
 
 def audit(
     code: Path, listing: Path, targets: list[str], out: Path, jobs: int
-) -> tuple[float, dict[str, str]]:
+) -> tuple[float, dict[str, str], dict[str, float]]:
+    """The audit's wall time, each cell's status, and the seconds its cells took per target."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     command = [
         sys.executable,
@@ -59,7 +61,11 @@ def audit(
     if child.returncode != 0:
         sys.exit(f"audit with {code} failed: {child.stderr.strip().splitlines()[-1:]}")
     report = json.loads(child.stdout)
-    return seconds, {f"{Path(c['model']).name}@{c['target']}": c["status"] for c in report["cells"]}
+    per_target: dict[str, float] = {}
+    for cell in report["cells"]:
+        per_target[cell["target"]] = per_target.get(cell["target"], 0.0) + cell["seconds"]
+    statuses = {f"{Path(c['model']).name}@{c['target']}": c["status"] for c in report["cells"]}
+    return seconds, statuses, {target: round(total, 1) for target, total in per_target.items()}
 
 
 def main() -> None:
@@ -71,6 +77,7 @@ def main() -> None:
     parser.add_argument("--target", action="append", dest="targets")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--zoo", type=Path, default=HERE / "models")
+    parser.add_argument("--name", default="throughput", help="results/NAME.json")
     args = parser.parse_args()
     targets = args.targets or ["ort-cpu", "jetson-xavier"]
     work = Path(tempfile.mkdtemp(prefix="deploycc-throughput-"))
@@ -86,11 +93,12 @@ def main() -> None:
     try:
         runs = {}
         for label, code in (("before", before), ("after", REPO)):
-            seconds, statuses = audit(code, listing, targets, work / f"audit-{label}", args.jobs)
+            seconds, statuses, per_target = audit(code, listing, targets, work / f"audit-{label}", args.jobs)
             runs[label] = {
                 "seconds": round(seconds, 1),
                 "cells": len(statuses),
                 "cells_per_hour": round(len(statuses) / seconds * 3600),
+                "cell_seconds_per_target": per_target,
                 "statuses": statuses,
             }
             print(
@@ -108,12 +116,13 @@ def main() -> None:
     )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / "throughput.json").write_text(
+    (results / f"{args.name}.json").write_text(
         json.dumps(
             {
                 "rev_before": args.rev,
                 "targets": targets,
                 "models": args.models,
+                "zoo": str(args.zoo),
                 "jobs": args.jobs,
                 "ratio": round(ratio, 2),
                 "differ": differ,

@@ -11,7 +11,7 @@ Protocol, one JSON object per line. In: {"id": N, "spec": FILE, "out": FILE, "er
 its spec from FILE, and writes what the worker prints to "out" and "err".
 
 Where processes cannot fork (not POSIX), or the zygote cannot start, cells start as processes
-of their own (isolate.py).
+of their own (isolate.py); so they do with DEPLOYCC_NO_ZYGOTE=1 in the environment.
 """
 
 from __future__ import annotations

@@ -24,10 +24,14 @@ _memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
 def key(rule: str, atol: float, rtol: float, before: bytes, after: bytes,
         feed_sets: list[dict[str, Any]]) -> str:
-    """What decides a proof: the rule and its tolerances, both models, and every seed's feeds."""
+    """What decides a proof: the rule and its tolerances, both models, every seed's feeds, and
+    the runtimes that run them."""
     import numpy as np
+    import onnx
+    import onnxruntime
 
-    digest = hashlib.sha256(f"{rule}|{atol!r}|{rtol!r}|{len(before)}|{len(after)}|".encode())
+    runtimes = f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}"  # what ran the proof
+    digest = hashlib.sha256(f"{rule}|{atol!r}|{rtol!r}|{runtimes}|{len(before)}|{len(after)}|".encode())
     digest.update(before)
     digest.update(after)
     for feeds in feed_sets:

@@ -199,10 +199,13 @@ def serve() -> None:
     one JSON request per line on stdin ({"job": NAME, "args": [...]}), one JSON reply per line
     ({"code": C, "error": LINE}); ends when stdin does."""
     import json
+    import os
     import sys
 
-    replies = sys.stdout
-    sys.stdout = sys.stderr  # what a library prints must not break the replies
+    # what a library prints, Python's or C++'s, goes where stderr goes, never into the replies
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     for line in sys.stdin:
         request = json.loads(line)
         try:
