@@ -3,6 +3,7 @@ child ended: a result, a crash (killed by a signal), a hang (timeout), or out of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -44,12 +45,15 @@ def run_isolated(spec: CellSpec, *, timeout: float, memory_limit: int | None,
     started = time.perf_counter()
     failed = CellResult(model=spec.model, target=spec.target, status=CellStatus.FAILED, stage=Stage.ISOLATION)
     try:
+        forked = None
         if zygote is not None and tuple(worker) == WORKER:
-            with tempfile.TemporaryDirectory(prefix="deploycc-cell-") as folder:
-                returncode, stdout, stderr = zygote.run(json.dumps(asdict(spec)), Path(folder),
-                                                        timeout=timeout, memory_limit=memory_limit)
-        else:
-            returncode, stdout, stderr = _started(spec, timeout, memory_limit, worker)
+            from deploycc.audit.zygote import ZygoteGone
+
+            with tempfile.TemporaryDirectory(prefix="deploycc-cell-") as folder, \
+                    contextlib.suppress(ZygoteGone):  # the zygote is gone: started as its own below
+                forked = zygote.run(json.dumps(asdict(spec)), Path(folder), timeout=timeout,
+                                    memory_limit=memory_limit)
+        returncode, stdout, stderr = forked or _started(spec, timeout, memory_limit, worker)
     except TimeoutError:
         failed.category = Failure.TIMEOUT
         failed.message = f"no result after {timeout:g} s; the cell was killed"

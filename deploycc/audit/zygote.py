@@ -134,6 +134,10 @@ def serve() -> None:
                     out.flush()
 
 
+class ZygoteGone(Exception):
+    """The zygote ended (killed, or out of memory): cells are started as processes of their own."""
+
+
 class _Cell:
     def __init__(self) -> None:
         self.pid: int | None = None
@@ -185,21 +189,26 @@ class Zygote:
 
     def run(self, spec_json: str, folder: Path, *, timeout: float,
             memory_limit: int | None) -> tuple[int, str, str]:
+        """Raises ZygoteGone when the zygote is gone (the caller starts the cell itself)."""
         spec, out, err = folder / "spec.json", folder / "stdout", folder / "stderr"
         spec.write_text(spec_json)
         cell = _Cell()
         with self._lock:
             self._next += 1
             self._by_id[self._next] = cell
-            self._requests.write(json.dumps({"id": self._next, "spec": str(spec), "out": str(out),
-                                             "err": str(err), "memory": memory_limit}) + "\n")
-            self._requests.flush()
-        cell.started.wait()
-        if not cell.ended.wait(timeout):
+            try:
+                self._requests.write(json.dumps({"id": self._next, "spec": str(spec), "out": str(out),
+                                                 "err": str(err), "memory": memory_limit}) + "\n")
+                self._requests.flush()
+            except (OSError, ValueError):  # a broken pipe, or closed
+                self._by_id.pop(self._next, None)
+                raise ZygoteGone from None
+        if not cell.started.wait(timeout) or not cell.ended.wait(timeout):
             if cell.pid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(cell.pid, signal.SIGKILL)
-            cell.ended.wait()
+                for kill in (os.killpg, os.kill):  # its group, and itself if it has none yet
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        kill(cell.pid, signal.SIGKILL)
+                cell.ended.wait()
             raise TimeoutError
         return int(cell.code if cell.code is not None else 1), _text(out), _text(err)
 

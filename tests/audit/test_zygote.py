@@ -76,3 +76,12 @@ def test_a_worker_that_fails_says_how_it_exited(corpus: Path, tmp_path: Path) ->
         assert code == 0 and json.loads(stdout.strip().splitlines()[-1])["status"] == "verified"
     finally:
         forks.close()
+
+
+def test_cells_go_on_when_the_zygote_is_gone(corpus: Path, tmp_path: Path) -> None:
+    with zygote() as forks:
+        assert forks is not None
+        forks._process.kill()
+        forks._process.wait()
+        result = run_isolated(_spec(corpus, tmp_path), timeout=300, memory_limit=None, zygote=forks)
+        assert result.status == "verified", result.message  # started as a process of its own
