@@ -89,7 +89,7 @@ def _add_tensor(digest: Any, name: str, tensor: Any) -> None:
         return
     flat = tensor.detach().cpu().contiguous().reshape(-1)
     digest.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}|".encode())
-    digest.update(flat.view(torch.uint8).numpy().tobytes())
+    digest.update(flat.view(torch.uint8).numpy())  # the tensor's own bytes, not a copy
 
 
 @contextlib.contextmanager

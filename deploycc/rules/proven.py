@@ -26,19 +26,17 @@ def key(rule: str, atol: float, rtol: float, before: bytes, after: bytes,
         feed_sets: list[dict[str, Any]]) -> str:
     """What decides a proof: the rule and its tolerances, both models, every seed's feeds, and
     the runtimes that run them."""
-    import numpy as np
     import onnx
     import onnxruntime
+
+    from deploycc.verify.reference import feeds_digest
 
     runtimes = f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}"  # what ran the proof
     digest = hashlib.sha256(f"{rule}|{atol!r}|{rtol!r}|{runtimes}|{len(before)}|{len(after)}|".encode())
     digest.update(before)
     digest.update(after)
     for feeds in feed_sets:
-        for name in sorted(feeds):
-            array = np.ascontiguousarray(feeds[name])
-            digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
-            digest.update(array.tobytes())
+        digest.update(feeds_digest(feeds).encode())
     return digest.hexdigest()[:40]
 
 
