@@ -241,7 +241,7 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
                 spec.device_engine = options.device_engine if options.device_engine != BOARD_ENGINE else own
             key = spec.key(version)
             spec.workdir = str(outdir / BUILDS / folders[(model, target.name)])
-            spec.references, spec.exports = str(outdir / REFERENCES), str(outdir / EXPORTS)
+            spec.references, spec.exports = str(outdir / REFERENCES), str(outdir / EXPORTS / digest[:32])
             spec.proofs = str(outdir / PROOFS)
             cells.append((key, spec))
     return cells
@@ -249,7 +249,9 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
 
 BUILDS = "builds"  # under OUTDIR: one build folder per cell
 REFERENCES = "references"  # under OUTDIR: the originals' outputs, shared by a model's cells
-EXPORTS = "exports"  # under OUTDIR: a torch model's proven exports, shared by its cells
+# under OUTDIR: a torch model's proven exports, shared by its cells while they run; a model's
+# folder goes when its last cell of the run ends (exports of a large model take GBs: 9 GB for 50)
+EXPORTS = "exports"
 PROOFS = "proofs"  # under OUTDIR: the verdicts of rewrite proofs, shared by all cells
 
 
@@ -367,8 +369,12 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
             # a cell run again starts with no folder, so a report.md found there after it is its own
             shutil.rmtree(spec.workdir, ignore_errors=True)
     counts: Counter[str] = Counter(r.status for r in results.values())
+    exporting = Counter(spec.exports for _, spec in pending)
 
     def done(key: str, result: CellResult) -> None:
+        exporting[specs[key].exports] -= 1
+        if exporting[specs[key].exports] == 0:
+            shutil.rmtree(specs[key].exports, ignore_errors=True)
         if options.reports_only:
             _keep_reports_only(Path(specs[key].workdir))
         result.details.update(_own_report(specs[key], result, out))

@@ -239,10 +239,11 @@ def test_an_audit_exports_once_per_export_policy_and_never_across_weights(tmp_pa
 
     report = api.audit([f"{MODELS}:small_net"], ["ort-cpu", "openvino-cpu"], tmp_path / "audit")
     assert [c.status for c in report.cells] == ["verified", "verified"], [c.message for c in report.cells]
-    assert len(list((tmp_path / "audit" / "exports").glob("*/attempt.json"))) == 1
     shared = [c for c in report.cells if shared_exports.SHARED_NOTE in
               (tmp_path / "audit" / c.details["report"]).read_text()]
     assert len(shared) == 1  # one cell exported, the other took its export
+    # and the model's exports went with its last cell (a large model's take GBs)
+    assert list((tmp_path / "audit" / "exports").iterdir()) == []
 
     env = {shared_exports.CACHE_ENV: str(tmp_path / "cache"), shared_exports.MODEL_ENV: "small-net"}
     with pytest.MonkeyPatch.context() as patch:
