@@ -59,7 +59,7 @@ def _plain(value: Any) -> Any:
 def input_files(model: Path) -> list[dict[str, str]]:
     from deploycc import io
 
-    loaded_data = [model.parent / f.location for f in io.load(model, check=False).external_files]
+    loaded_data = [model.parent / f.location for f in io.peek(model).external_files]
     return [{"name": p.name, "sha256": io.sha256_file(p)} for p in [model, *loaded_data]]
 
 

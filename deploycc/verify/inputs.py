@@ -149,12 +149,15 @@ def random_array(dtype: np.dtype, dims: Sequence[int], rng: np.random.Generator,
             low, high = 0, max(1, int_high)
         return np.asarray(rng.integers(low, high, size=dims), dtype=dtype)
     if np.issubdtype(dtype, np.floating):
-        # np.array, not astype: a scalar input's draw is a numpy scalar, which takes no assignment
-        data = np.array(rng.standard_normal(dims) * (3.0 if edges else 1.0), dtype=np.float64)
+        # asarray: a scalar input's draw is a numpy scalar, which takes no assignment; scaled in
+        # place, the draw is not copied (inputs of millions of elements, drawn for every proof)
+        data = np.asarray(rng.standard_normal(dims), dtype=np.float64)
+        if edges:
+            data *= 3.0
         if edges and data.size:
             picks = np.asarray(rng.random(dims) < EDGE_FRACTION)
             data[picks] = rng.choice(EDGE_VALUES, size=int(picks.sum()))
-        return np.asarray(data, dtype=dtype)
+        return data.astype(dtype, copy=False)
     raise OptionError(f"cannot generate inputs of type {dtype} for '{name}'",
                       hint="give inputs with --inputs data.npz")
 

@@ -138,7 +138,7 @@ def _integer_inputs(source: Path | None, signature: Mapping[str, ir.Value]) -> d
         return {}
     from deploycc import io
 
-    graph = io.load(source, check=False).model.graph
+    graph = io.peek(source).model.graph
     return {v.name or "": v for v in graph.inputs if v.name in integer}
 
 
@@ -271,7 +271,7 @@ def computes_in_float16(path: Path) -> bool:
     from deploycc import io
 
     counts = {"half": 0, "other": 0}
-    graph = io.load(path, check=False).model.graph
+    graph = io.peek(path).model.graph
     for value in graph.initializers.values():
         tensor = value.const_value
         if tensor is None or not tensor.dtype.is_floating_point():
@@ -442,4 +442,4 @@ def signature_feeds(model_path: Path, options: LegalizeOptions, layouts: dict[st
     """feeds_for the graph of a model file (integer values as the original, `source`, reads them)."""
     from deploycc import io
 
-    return feeds_for(io.load(model_path, check=False).model.graph, options, layouts, shapes, source, content)
+    return feeds_for(io.peek(model_path).model.graph, options, layouts, shapes, source, content)

@@ -32,3 +32,20 @@ def test_a_float16_model_is_judged_at_float16_tolerances(tmp_path: Path) -> None
     assert tolerance_precision(ops, Precision.FP32, float16=False) == Precision.FP32
     assert tolerance_precision(ops, Precision.INT8, float16=True) == Precision.INT8  # looser stays
     assert tolerance_precision({"QLinearConv": 1}, Precision.FP32, float16=True) == Precision.INT8
+
+
+def test_a_file_read_again_after_it_changed_is_not_the_one_kept(tmp_path: Path) -> None:
+    """io.peek keeps the last models read by path, size and mtime: the same file is read once, and
+    a file written over at the same path is read afresh (verification reads the legalized file
+    several times, and a rebuild writes it again)."""
+    import os
+
+    from deploycc import io
+
+    path = _matmul(tmp_path / "model.onnx", np.float32)
+    assert io.peek(path) is io.peek(path)
+    assert not computes_in_float16(path)
+    stat = path.stat()
+    _matmul(path, np.float16)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # however close in time it was written
+    assert computes_in_float16(path)

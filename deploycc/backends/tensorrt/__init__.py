@@ -135,7 +135,7 @@ def profiles_for(model: Path, options: BuildOptions) -> list[Profile]:
     from deploycc import io
     from deploycc.graph.graphs import dims_of
 
-    graph = io.load(model, check=False).model.graph
+    graph = io.peek(model).model.graph
     profiles = []
     for value in graph.inputs:
         if value.name in graph.initializers:

@@ -1,0 +1,28 @@
+"""compare() on outputs that are the same bits takes a short way: it must say what the long way
+says (passed, no error) and never let a near miss through as equal."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deploycc.verify.compare import compare
+
+
+def test_identical_outputs_pass_with_no_error_and_near_ones_are_measured() -> None:
+    expected = np.array([[1.0, np.nan, np.inf], [-np.inf, 0.0, 3.5]], dtype=np.float32)
+    same = compare("y", expected, expected.copy(), atol=0.0, rtol=0.0, min_cosine=0.999)
+    assert same.passed and same.max_abs_error == 0.0 and same.mismatched == 0
+    assert same.cosine_similarity == 1.0
+
+    nudged = expected.copy()
+    nudged[1, 2] = np.nextafter(np.float32(3.5), np.float32(4.0))
+    exact = compare("y", expected, nudged, atol=0.0, rtol=0.0)
+    assert not exact.passed and exact.mismatched == 1 and exact.max_abs_error > 0.0
+    assert compare("y", expected, nudged, atol=1e-5, rtol=0.0).passed
+
+    # the same values in another dtype are compared as numbers, the long way
+    widened = compare("y", expected, expected.astype(np.float64), atol=0.0, rtol=0.0)
+    assert widened.passed and widened.max_abs_error == 0.0
+    labels = np.array([3, 1, 2], dtype=np.int64)
+    assert compare("k", labels, labels.copy(), atol=0.0, rtol=0.0).passed
+    assert not compare("k", labels, labels[::-1].copy(), atol=0.0, rtol=0.0).passed
