@@ -215,6 +215,7 @@ def work(names: list[str], out: Path, force: bool) -> None:
             hints = {
                 "family": model.family,
                 "group": model.group,
+                "exporter": exporter,  # the audit page groups by family and exporter
                 "source": f"{model.about}; {exporter} exporter, opset {opset}, {row['axes']}",
                 "shapes": {n: list(t.shape) for n, t in zip(model.names, model.inputs(batch), strict=True)},
             }

@@ -1,7 +1,8 @@
 """Audit reports: audit.json (every cell), audit.md, and a self-contained audit.html (inline
-CSS, no scripts, no network) with the model x target matrix coloured by status (each cell with
+CSS and script, no network) with the model x target matrix coloured by status (each cell with
 its reason, and a link to its build's report.md relative to the page, so the folder can be moved;
-models grouped by the family their hints name, each family with a summary row),
+models grouped by the family and exporter their hints name, each group with a summary row; a
+click on a column's head sorts the models of every group by it, failures first),
 the success rate per target as exported vs after deploycc, and the top failure causes with their
 models.
 """
@@ -111,8 +112,9 @@ def markdown(report: AuditReport) -> str:
 def page(report: AuditReport) -> str:
     e = html.escape
     grid = {(c.model, c.target): c for c in report.cells}
-    rows = []
+    groups = []
     for family, models in _grouped(report):
+        rows = []
         if family is not None:  # the family's own row: its models deployed after deploycc, per target
             counts = []
             for target in report.targets:
@@ -121,7 +123,8 @@ def page(report: AuditReport) -> str:
             rows.append(f'<tr class="family"><th>{e(family or "no family")} ({len(models)})</th>'
                         f"{''.join(counts)}</tr>")
         rows.extend(_model_row(model, report, grid) for model in models)
-    return _document(report, rows)
+        groups.append(f"<tbody>{''.join(rows)}</tbody>")
+    return _document(report, groups)
 
 
 def _grouped(report: AuditReport) -> list[tuple[str | None, list[str]]]:
@@ -146,11 +149,41 @@ def _model_row(model: str, report: AuditReport, grid: dict[tuple[str, str], Cell
         shown = f'<a href="{e(link)}">{e(text)}</a>' if link else e(text)
         # the reason as text on the page: a tooltip is invisible on a phone, a print or a search
         why = f'<div class="why">at {e(cell.stage)}: {e(cell.message)}</div>' if cell.message else ""
-        cells.append(f'<td style="background:{COLOURS.get(cell.status, "#eee")}">{shown}{why}</td>')
-    return f"<tr><th>{e(_label(model))}</th>{''.join(cells)}</tr>"
+        # the sort key: failures first, then the least done; the rank of a status, then its text
+        rank = SORT_RANK.get(cell.status, len(SORT_RANK))
+        cells.append(f'<td data-key="{rank} {e(text)}" style="background:{COLOURS.get(cell.status, "#eee")}">'
+                     f"{shown}{why}</td>")
+    return f'<tr><th data-key="{e(_label(model))}">{e(_label(model))}</th>{"".join(cells)}</tr>'
 
 
-def _document(report: AuditReport, rows: list[str]) -> str:
+# A column sorted on the page puts these first, in this order (the cells to look at)
+SORT_RANK = {status: rank for rank, status in enumerate((
+    CellStatus.FAILED, CellStatus.HOST_SEGMENTS, CellStatus.LEGALIZED, CellStatus.BUILT,
+    CellStatus.LEGAL_AS_EXPORTED, CellStatus.VERIFIED, CellStatus.BENCHMARKED))}
+# Sorts each group's model rows (its summary row stays first) by the clicked column's data-key;
+# a second click on the same column reverses the order.
+SORT_SCRIPT = """
+document.querySelectorAll("table.matrix thead th").forEach(function (head, column) {
+  head.addEventListener("click", function () {
+    var down = head.dataset.order !== "up";
+    document.querySelectorAll("table.matrix thead th").forEach(function (h) { delete h.dataset.order; });
+    head.dataset.order = down ? "up" : "down";
+    document.querySelectorAll("table.matrix tbody").forEach(function (group) {
+      var rows = Array.prototype.filter.call(group.rows, function (r) {
+        return !r.classList.contains("family");
+      });
+      rows.sort(function (a, b) {
+        var x = a.cells[column].dataset.key, y = b.cells[column].dataset.key;
+        return (down ? 1 : -1) * x.localeCompare(y, undefined, {numeric: true});
+      });
+      rows.forEach(function (r) { group.appendChild(r); });
+    });
+  });
+});
+"""
+
+
+def _document(report: AuditReport, groups: list[str]) -> str:
     e = html.escape
     rates = "".join(
         f"<tr><th>{e(s.target)}</th>"
@@ -161,7 +194,7 @@ def _document(report: AuditReport, rows: list[str]) -> str:
         f"<li><b>{e(str(f['cause']))}</b> at {e(str(f['stage']))} ({f['count']}): "
         f"{e(', '.join(str(c) for c in f['cells']))}</li>"  # type: ignore[attr-defined]
         for f in report.top_failures)
-    headers = "".join(f"<th>{e(t)}</th>" for t in report.targets)
+    headers = "".join(f'<th title="sort by {e(t)}">{e(t)}</th>' for t in report.targets)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>deploycc audit</title>
 <style>
@@ -173,6 +206,9 @@ td {{ max-width: 28em; vertical-align: top; }}
 td a {{ color: inherit; }}
 tr.family th, tr.family td {{ background: #f2f2f2; border-top: 2px solid #888; }}
 .why {{ font-size: 12px; color: #444; overflow-wrap: anywhere; }}
+table.matrix thead th {{ cursor: pointer; }}
+table.matrix thead th[data-order="up"]::after {{ content: " \\25B2"; }}
+table.matrix thead th[data-order="down"]::after {{ content: " \\25BC"; }}
 </style></head><body>
 <h1>deploycc audit</h1>
 <p>{len(report.models)} model(s) &times; {len(report.targets)} target(s),
@@ -180,8 +216,11 @@ stages {e(', '.join(report.stages))}; {report.reused} cell(s) reused; {report.se
 <table><caption>Success rate per target: as exported vs after deploycc, and with host segments</caption>
 <tr><th>target</th><th>legal as exported</th><th>after deploycc</th><th>with host segments</th>
 <th>regressed</th></tr>{rates}</table>
-<table><caption>Model &times; target</caption><tr><th>model</th>{headers}</tr>{''.join(rows)}</table>
+<table class="matrix">
+<caption>Model &times; target (a click on a column's head sorts each group by it)</caption>
+<thead><tr><th title="sort by model">model</th>{headers}</tr></thead>{''.join(groups)}</table>
 <h2>Top failure causes</h2><ul>{failures or '<li>none</li>'}</ul>
+<script>{SORT_SCRIPT}</script>
 </body></html>
 """
 

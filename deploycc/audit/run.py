@@ -172,15 +172,19 @@ def read_hints(model: Path) -> dict[str, Any]:
 
 
 def hinted_family(model: Path) -> str:
-    """The family a model's hints name ("family": "timm"), for grouping the audit page; '' if none."""
+    """The family a model's hints name ("family": "timm"), and its exporter where they name one
+    ("timm / dynamo"), for grouping the audit page; '' if none."""
     import json
 
     path = hints_path(model)
     try:
-        family = json.loads(path.read_text()).get("family") if path.is_file() else None
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        family, exporter = data.get("family"), data.get("exporter")
     except (ValueError, AttributeError, OSError):
         return ""
-    return str(family) if isinstance(family, str) else ""
+    if not isinstance(family, str):
+        return ""
+    return f"{family} / {exporter}" if isinstance(exporter, str) and exporter else family
 
 
 def _hinted_axes(data: dict[str, Any]) -> dict[str, Any]:

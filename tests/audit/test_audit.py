@@ -285,3 +285,21 @@ def test_the_page_groups_models_by_the_family_their_hints_name(tmp_path: Path) -
     assert order == sorted(order)  # each family's row, then its models; those without a family last
     family_row = page[page.index("timm (2)"):page.index("</tr>", page.index("timm (2)"))]
     assert "<b>2/2</b>" in family_row  # both legal on ort-cpu
+    assert page.count("<tbody>") == 3  # a group each, which the page's script sorts within
+
+
+def test_the_page_groups_by_exporter_and_sorts_failures_first(tmp_path: Path) -> None:
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    onnx.save(small_cnn(), folder / "good_dynamo.onnx")
+    (folder / "broken_ts.onnx").write_bytes(b"not a model")
+    for name, exporter in (("good_dynamo", "dynamo"), ("broken_ts", "torchscript")):
+        (folder / f"{name}.hints.json").write_text(json.dumps({"family": "timm", "exporter": exporter}))
+    report = api.audit([folder], ["ort-cpu"], tmp_path / "audit", AuditOptions(stages=("check",)))
+    assert sorted(report.families.values()) == ["timm / dynamo", "timm / torchscript"]
+    page = (tmp_path / "audit" / "audit.html").read_text()
+    assert "timm / dynamo (1)" in page and "timm / torchscript (1)" in page
+    # each cell's sort key ranks its status: a failure sorts before a cell that deployed
+    ranks = {text: int(rank) for rank, text in re.findall(r'<td data-key="(\d+) ([^"]*)"', page)}
+    assert ranks.keys() == {"failed: invalid-model", "legal-as-exported"}, ranks
+    assert ranks["failed: invalid-model"] < ranks["legal-as-exported"]
