@@ -98,3 +98,16 @@ def test_rounding_through_half_saturates_activations_and_clamps_weights() -> Non
     assert round_array(values, Precision.BF16, clamp=False)[1] == pytest.approx(70000, rel=4e-3)
     assert tensor_error(np.array([1.0, 2.0]), np.array([1.0, np.inf])) == np.inf
     assert tensor_error(np.array([-np.inf, 2.0]), np.array([-np.inf, 2.0])) == 0.0
+
+
+def test_a_tensors_error_is_measured_where_both_sides_are_finite_in_any_dtype() -> None:
+    """float32 activations are measured in float32 (the emulation's hot loop), others in float64:
+    the same error either way; a value made inf or NaN is inf, the same non-finite value on both
+    sides is not measured."""
+    expected = np.array([4.0, -2.0, np.nan, np.inf, 1.0], np.float32)
+    actual = np.array([4.0, -2.5, np.nan, np.inf, 1.25], np.float32)
+    assert tensor_error(expected, actual) == pytest.approx(0.5 / 4.0)
+    assert tensor_error(expected.astype(np.float64), actual.astype(np.float16)) == pytest.approx(0.5 / 4.0)
+    assert tensor_error(expected, np.array([4.0, -2.0, 1.0, np.inf, 1.0], np.float32)) == np.inf  # NaN undone
+    assert tensor_error(np.full(3, np.nan, np.float32), np.full(3, np.nan, np.float32)) == 0.0
+    assert tensor_error(expected, actual[:4]) == np.inf
