@@ -3,9 +3,10 @@ after `legalize`: per model the TensorRT (or CUDA) subgraphs, the nodes left on 
 Memcpy borders, on ort-trt and ort-cuda.
 
     python benchmarks/placement_suite.py [--corpus benchmarks/corpus] [--corpus benchmarks/heldout]
+                                         [--name placement-zoo]
 
-Results: results/placement.json and the "placement" block of RESULTS.md. No GPU is needed: this
-is the prediction, which a GPU host's runner (`run_on_device.py --engine onnxruntime-gpu`)
+Results: results/NAME.json and the NAME block of RESULTS.md (NAME: placement by default). No GPU
+is needed: this is the prediction, which a GPU host's runner (`run_on_device.py --engine onnxruntime-gpu`)
 measures against.
 """
 
@@ -24,7 +25,11 @@ sys.path.insert(0, str(HERE.parent))
 from benchmarks.results_page import put_block  # noqa: E402
 from deploycc import api  # noqa: E402
 
-MARK_BEGIN, MARK_END = "<!-- placement:begin -->", "<!-- placement:end -->"
+
+def marks(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
 TARGETS = ("ort-trt", "ort-cuda")
 
 
@@ -52,9 +57,11 @@ def measure(model: Path, target: str, work: Path) -> dict:
     return row
 
 
-def summary(rows: list[dict], corpora: list[str]) -> tuple[str, dict]:
+def summary(rows: list[dict], corpora: list[str], name: str) -> tuple[str, dict]:
     numbers: dict = {}
-    lines = [MARK_BEGIN, "## ONNX Runtime GPU placement predicted", "",
+    begin, end = marks(name)
+    title = "ONNX Runtime GPU placement predicted" + (f" ({name})" if name != "placement" else "")
+    lines = [begin, f"## {title}", "",
              f"Made by `benchmarks/placement_suite.py` ({time.strftime('%Y-%m-%d')}) over "
              + ", ".join(f"`{c}`" for c in corpora) + ": `check` on each model as exported and after "
              "`legalize` for the target (no GPU: the prediction the runner's measured placement is held "
@@ -87,13 +94,14 @@ def summary(rows: list[dict], corpora: list[str]) -> tuple[str, dict]:
                      f"{before['memcpy']} | {after['subgraphs']} / {after['cpu_nodes']} / "
                      f"{after['memcpy']} | "
                      f"{'; '.join(after['off_primary'][:3])[:200]} |")
-    return "\n".join([*lines, MARK_END]), numbers
+    return "\n".join([*lines, end]), numbers
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", type=Path, help="a folder of .onnx models (repeatable)")
     parser.add_argument("--limit", type=int)
+    parser.add_argument("--name", default="placement", help="results/NAME.json and RESULTS.md's NAME block")
     args = parser.parse_args()
     corpora = args.corpus or [HERE / "corpus"]
     models = [m for c in corpora for m in sorted(c.glob("*.onnx"))[:args.limit]]
@@ -111,11 +119,11 @@ def main() -> None:
                                        f"{row['after']['subgraphs']}/{row['after']['cpu_nodes']}"))
                 progress.advance(task)
     names = [str(c.relative_to(HERE.parent)) if c.is_relative_to(HERE.parent) else str(c) for c in corpora]
-    block, numbers = summary(rows, names)
+    block, numbers = summary(rows, names, args.name)
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "placement.json").write_text(json.dumps({"summary": numbers, "models": rows},
-                                                                indent=1) + "\n")
-    put_block(block, MARK_BEGIN, MARK_END)
+    (HERE / "results" / f"{args.name}.json").write_text(json.dumps({"summary": numbers, "models": rows},
+                                                                   indent=1) + "\n")
+    put_block(block, *marks(args.name))
     print(json.dumps(numbers, indent=1))
 
 
