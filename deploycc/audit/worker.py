@@ -277,6 +277,8 @@ def run_torch_cell(spec: CellSpec, target: Target, result: CellResult) -> None:
 
     result.stage = Stage.EXPORT
     source = load_source(spec.model, example_inputs=Path(spec.inputs) if spec.inputs else None)
+    if spec.exporters:
+        source.exporters = tuple(spec.exporters)
     options = LegalizeOptions(batch=spec.batch, verify=Stage.VERIFY in spec.stages,
                               shapes={name: list(dims) for name, dims in spec.fixed.items()})
     workdir = Path(spec.workdir)

@@ -10,6 +10,17 @@ from deploycc.device import BOARD_ENGINE, RUNNER_ENGINES
 from deploycc.records.audit import DEFAULT_STAGES, STAGES, AuditOptions
 
 
+def parse_exporters(text: str | None) -> tuple[str, ...]:
+    from deploycc.errors import OptionError
+    from deploycc.targets.loader import EXPORTERS
+
+    names = tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip()))
+    unknown = [n for n in names if n not in EXPORTERS]
+    if unknown:
+        raise OptionError(f"unknown exporter {unknown[0]!r} in --exporters", hint=", ".join(EXPORTERS))
+    return names
+
+
 @click.command("audit")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-t", "--target", "targets", multiple=True, required=True,
@@ -40,6 +51,9 @@ from deploycc.records.audit import DEFAULT_STAGES, STAGES, AuditOptions
 @click.option("--max-drop", type=float, default=0.01, show_default=True, help="int8: the accuracy budget.")
 @click.option("--metric", default="auto", show_default=True,
               help="int8: top1, cosine, sqnr or module:function.")
+@click.option("--exporters", metavar="NAME[,NAME]",
+              help="PyTorch models: the exporters to try, in this order, on every target (dynamo, "
+                   "torchscript; default: each target's own order).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--ray-address", help="Ray cluster address (default: start or join a local one).")
 @click.option("--device-engine", type=click.Choice(RUNNER_ENGINES), default=BOARD_ENGINE,
@@ -52,7 +66,7 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
                   timeout: float, memory_limit_mb: int | None, fresh: bool, batch: int | None,
                   batch_range: str | None, shapes: tuple[str, ...], shape_range: tuple[str, ...],
                   partition: bool, reports_only: bool, jetpack: str | None, precision: str | None,
-                  max_drop: float, metric: str,
+                  max_drop: float, metric: str, exporters: str | None,
                   executor: str, ray_address: str | None,
                   device_engine: str, device_python: str | None, as_json: bool) -> None:
     """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran.
@@ -75,6 +89,7 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
                            device_engine=device_engine, device_python=device_python,
                            precision=as_precision(precision),
                            max_drop=max_drop, metric=metric,
+                           exporters=parse_exporters(exporters),
                            batch_range=parse_batch_range(batch_range) if batch_range else None,
                            shapes=dict(parse_shape(text) for text in shapes),
                            shape_ranges=dict(parse_shape_range(text) for text in shape_range))

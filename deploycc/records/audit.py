@@ -57,6 +57,9 @@ class AuditOptions:
     precision: Precision | None = None  # None: each target's default; int8 calibrates on the hints' samples
     max_drop: float = 0.01
     metric: str = "auto"
+    # A torch model's exporters in this order on every target (empty: each target's own order):
+    # how the order a target keeps is measured against the other
+    exporters: tuple[str, ...] = ()
     # Ray executor, TensorRT cells: the runner on the board (one of device.RUNNER_ENGINES:
     # "onnxruntime" stands ONNX Runtime in for TensorRT, so a node without TensorRT checks the
     # loop); python: the board's interpreter for the runner when not the Ray worker's own (the
@@ -94,6 +97,7 @@ class CellSpec:
     calibration: str | None = None  # int8: the hints' folder of samples
     max_drop: float = 0.01
     metric: str = "auto"
+    exporters: tuple[str, ...] = ()  # a torch model's exporters in this order (empty: the target's)
     # The hardware stages run on a board (Ray executor) with this engine ("tensorrt", or
     # "onnxruntime" standing in): this cell writes the device bundle even where TensorRT is
     # importable, and the board's runner builds, verifies and times it.
@@ -114,7 +118,8 @@ class CellSpec:
                          str(self.batch), self.hints_sha256, axes] + (["partition"] if self.partition else [])
                          + ([f"on-device:{self.device_engine}"] if self.device_engine else [])
                          + ([f"precision:{self.precision}:{self.max_drop}:{self.metric}"]
-                            if self.precision else []))
+                            if self.precision else [])
+                         + ([f"exporters:{','.join(self.exporters)}"] if self.exporters else []))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def needs_hardware(self, target: Target) -> str | None:

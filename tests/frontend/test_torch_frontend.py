@@ -259,6 +259,24 @@ def test_an_audit_exports_once_per_export_policy_and_never_across_weights(tmp_pa
     assert notes == [False, True, False]
 
 
+def test_an_audit_tries_the_exporters_in_the_order_it_is_given(tmp_path: Path) -> None:
+    """--exporters puts one exporter first on every target (how a target's own order is measured
+    against the other); the cells are not the default order's cells."""
+    from deploycc.records.audit import AuditOptions
+
+    entry = [f"{MODELS}:small_net"]
+    default = api.audit(entry, ["ort-cpu"], tmp_path / "audit")
+    swapped = api.audit(entry, ["ort-cpu"], tmp_path / "audit",
+                        AuditOptions(exporters=("torchscript", "dynamo")))
+    assert swapped.reused == 0
+    chosen = [cell.details["export"]["chosen"] for cell in (*default.cells, *swapped.cells)]
+    assert chosen == ["dynamo", "torchscript"]  # ort-cpu's own order puts dynamo first
+    assert swapped.cells[0].status == "verified"
+    refused = _cli("audit", *entry, "-t", "ort-cpu", "-o", str(tmp_path / "bad"), "--exporters", "onnx")
+    assert refused.returncode == 2 and "unknown exporter 'onnx'" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "deploycc.cli", *args], capture_output=True, text=True,
                           timeout=600)
