@@ -8,11 +8,12 @@ are written to OUTDIR as they would be by any executor.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -337,11 +338,31 @@ def run_local(cells: list[tuple[str, CellSpec]], options: AuditOptions,
         return
     memory = options.memory_limit_mb << 20 if options.memory_limit_mb else None
     torch = any(source_kind(spec.model) is not None for _, spec in cells)
-    with zygote(torch=torch) as forks, ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+    with _thread_share(options.jobs), zygote(torch=torch) as forks, \
+            ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         futures = {pool.submit(run_isolated, spec, timeout=options.timeout, memory_limit=memory,
                                worker=options.worker or WORKER, zygote=forks): key for key, spec in cells}
         for future in as_completed(futures):
             done(futures[future], future.result())
+
+
+@contextlib.contextmanager
+def _thread_share(jobs: int) -> Iterator[None]:
+    """The cells' ORT sessions that would take every core take their share of them (unless the
+    user set THREADS_ENV): `jobs` cells side by side, each on all cores, slow each other down."""
+    import os
+
+    from deploycc.verify.runner import THREADS_ENV
+
+    if THREADS_ENV in os.environ:
+        yield
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ[THREADS_ENV] = str(max(1, cores // max(1, jobs)))
+    try:
+        yield
+    finally:
+        os.environ.pop(THREADS_ENV, None)
 
 
 def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str | Path,

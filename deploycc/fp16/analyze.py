@@ -107,20 +107,23 @@ def _analyze(model_path: Path, feeds: dict[str, np.ndarray], precision: Precisio
     _set_shapes(model.graph, {**feeds, **reference})
     flops = {node.name or "": _flops(node) for node in layers}
 
-    def emulate(kept: set[str]) -> dict[str, np.ndarray]:
+    def emulate(kept: set[str], expose: bool = True) -> dict[str, np.ndarray]:
         report.runs += 1
         if progress is not None:
             progress(f"{precision.value} emulation {report.runs}")
         emulated = io.load(model_path, check=False).model
         round_between_layers(emulated, kept, precision)
-        exposed(emulated, names)
+        if expose:
+            exposed(emulated, names)
         return run_model(emulated, rounded_feeds(feeds, precision))
 
-    state = emulate(set())
+    # All in half, its outputs only: every activation is wanted only when the search runs, and
+    # holding them all costs gigabytes and several times the run on a large model
+    state = emulate(set(), expose=False)
     report.within_all_half, report.error_all_half = _judge(reference, state, judged, report.tolerance)
     report.within_with_kept, report.error_with_kept = report.within_all_half, report.error_all_half
     if not report.within_all_half:
-        _search(report, layers, reference, state, judged, emulate, precision)
+        _search(report, layers, reference, emulate(set()), judged, emulate, precision)
     total = sum(flops.values())
     report.kept_flops_share = sum(flops.get(name, 0) for name in report.kept) / total if total else 0.0
     return report
@@ -130,10 +133,11 @@ def _search(report: HalfPrecisionReport, layers: list[ir.Node],
             reference: dict[str, np.ndarray], state: dict[str, np.ndarray], judged: list[str],
             emulate: Callable[[set[str]], dict[str, np.ndarray]], precision: Precision) -> None:
     """Keep layers in fp32, most damaging first, until the emulated outputs are within tolerance;
-    then give back to half each that is not needed."""
+    then give back to half each that is not needed. `state`: all in half, every activation."""
     kept: list[str] = []
     within = False
-    while report.runs < MAX_RUNS:
+    earlier = report.runs - 1  # the runs before `state`'s: not the search's budget
+    while report.runs - earlier < MAX_RUNS:
         damage = layer_damage(layers, reference, state)
         candidates = sorted(((d, name) for name, d in damage.items() if name not in kept and d > 0),
                             key=lambda item: -item[0])
@@ -143,7 +147,7 @@ def _search(report: HalfPrecisionReport, layers: list[ir.Node],
         kept += sources or [candidates[0][1]]
         state = emulate(set(kept))
         within, error = _judge(reference, state, judged, report.tolerance)
-        if within or (report.runs >= STALL_RUNS and error > STALL_SHARE * report.error_all_half):
+        if within or (report.runs - earlier >= STALL_RUNS and error > STALL_SHARE * report.error_all_half):
             break
     if not within:
         report.reason = (f"{len(kept)} layer(s) tried in fp32 did not bring the emulated output within "
@@ -153,7 +157,7 @@ def _search(report: HalfPrecisionReport, layers: list[ir.Node],
         return
     report.error_with_kept = error
     for name in list(reversed(kept))[:MAX_PRUNED]:
-        if len(kept) == 1 or report.runs >= MAX_RUNS + MAX_PRUNED:
+        if len(kept) == 1 or report.runs - earlier >= MAX_RUNS + MAX_PRUNED:
             break
         trial = [k for k in kept if k != name]
         within, trial_error = _judge(reference, emulate(set(trial)), judged, report.tolerance)
@@ -234,21 +238,27 @@ def flagged_tensors(reference: dict[str, np.ndarray], layers: list[ir.Node], pre
         array = reference.get(name, feeds.get(name))
         if array is None or array.size == 0:
             continue
-        magnitude = np.abs(np.asarray(array))
-        finite = np.isfinite(magnitude)
-        if not finite.all():
-            magnitude = magnitude[finite]
-        if magnitude.size == 0:
-            continue
-        top = float(magnitude.max())
-        low = float(np.min(magnitude, where=magnitude > 0, initial=np.inf))
-        low = low if math.isfinite(low) else 0.0
+        array = np.asarray(array)
+        # the widest magnitude from the two ends, without a copy of the tensor (gigabytes of
+        # activations on a large model); the long way only where a value is not finite
+        top = max(abs(float(array.max())), abs(float(array.min())))
+        if not math.isfinite(top):
+            finite = array[np.isfinite(array)]
+            if finite.size == 0:
+                continue
+            array, top = finite, float(np.abs(finite).max())
         if top > largest:
-            found.append(FlaggedTensor(name, node, op, BEYOND_RANGE, top, low))
+            found.append(FlaggedTensor(name, node, op, BEYOND_RANGE, top, _smallest_nonzero(array)))
         elif 0 < top < smallest_normal:
-            found.append(FlaggedTensor(name, node, op, BELOW_NORMAL, top, low))
+            found.append(FlaggedTensor(name, node, op, BELOW_NORMAL, top, _smallest_nonzero(array)))
     found.sort(key=lambda flag: -flag.max_abs if flag.why == BEYOND_RANGE else flag.max_abs)
     return found[:MAX_FLAGGED]
+
+
+def _smallest_nonzero(array: np.ndarray) -> float:
+    magnitude = np.abs(array)
+    low = float(np.min(magnitude, where=magnitude > 0, initial=np.inf))
+    return low if math.isfinite(low) else 0.0
 
 
 def _set_shapes(graph: ir.Graph, arrays: dict[str, np.ndarray]) -> None:

@@ -7,6 +7,7 @@ package's reference evaluator is the fallback, and the result says which one ran
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,17 +72,24 @@ def as_arrays(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
+# The threads a session asked with 0 (all cores) takes where cells run side by side (an audit sets
+# it to its share of the cores): two cells of two threads each on two cores ran the fp16
+# emulation of a large model at half the speed of one thread each.
+THREADS_ENV = "DEPLOYCC_SESSION_THREADS"
+
+
 def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1,
             exact: bool | None = None) -> Any:
     """An ORT CPU session. Proofs (`optimize` off) run the ops as written, not ORT's fused versions
     of them, and integer ops as the spec defines them (exact.py); so does every run inside
-    `exact_integers(True)` (a model bound for a GPU), optimized short of the Q/DQ fusion."""
+    `exact_integers(True)` (a model bound for a GPU), optimized short of the Q/DQ fusion.
+    `threads` 0: ORT's default, all cores (or THREADS_ENV's share of them)."""
     import onnxruntime as ort
 
     exact = EXACT.get() if exact is None else exact
     options = ort.SessionOptions()
     options.log_severity_level = 4  # errors come back as exceptions
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = threads or int(os.environ.get(THREADS_ENV) or 0)
     options.inter_op_num_threads = 1
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -199,7 +207,6 @@ def serve() -> None:
     one JSON request per line on stdin ({"job": NAME, "args": [...]}), one JSON reply per line
     ({"code": C, "error": LINE}); ends when stdin does."""
     import json
-    import os
     import sys
 
     # what a library prints, Python's or C++'s, goes where stderr goes, never into the replies

@@ -90,3 +90,21 @@ def test_cells_go_on_when_the_zygote_is_gone(corpus: Path, tmp_path: Path) -> No
         forks._process.wait()
         result = run_isolated(_spec(corpus, tmp_path), timeout=300, memory_limit=None, zygote=forks)
         assert result.status == "verified", result.message  # started as a process of its own
+
+
+def test_cells_side_by_side_share_the_cores_in_their_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ORT session asked for every core (threads 0) takes the audit's share of them while its
+    cells run side by side; a user's own setting stands, and nothing is left set afterwards."""
+    from deploycc.audit.run import _thread_share
+    from deploycc.verify.runner import THREADS_ENV, session
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    model = small_cnn().SerializeToString()
+    with _thread_share(jobs=len(os.sched_getaffinity(0))):
+        assert os.environ[THREADS_ENV] == "1"
+        assert session(model, threads=0).get_session_options().intra_op_num_threads == 1
+        assert session(model, threads=3).get_session_options().intra_op_num_threads == 3
+    assert THREADS_ENV not in os.environ
+    monkeypatch.setenv(THREADS_ENV, "5")
+    with _thread_share(jobs=2):
+        assert os.environ[THREADS_ENV] == "5"
