@@ -100,7 +100,7 @@ def serve() -> None:
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
     open_requests, pending = True, b""
-    running = 0
+    running, children = 0, set[int]()
     while open_requests or running:
         for key, _ in selector.select():
             if key.data == "request":
@@ -108,6 +108,12 @@ def serve() -> None:
                 if not chunk:
                     selector.unregister(0)
                     open_requests = False
+                    # the audit waits for its cells before it lets go of the zygote: cells still
+                    # running mean it died (killed, interrupted), and nobody would end them at
+                    # their timeout
+                    for child in children:
+                        with contextlib.suppress(OSError):
+                            os.killpg(child, signal.SIGKILL)  # the cell and the processes it started
                     continue
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
@@ -116,6 +122,7 @@ def serve() -> None:
                     if pid == 0:
                         _child(request, [woken_r, woken_w, selector.fileno()])  # type: ignore[attr-defined]
                     running += 1
+                    children.add(pid)
                     out.write(json.dumps({"id": request["id"], "pid": pid}) + "\n")
                     out.flush()
             else:
@@ -130,6 +137,7 @@ def serve() -> None:
                     if pid == 0:
                         break
                     running -= 1
+                    children.discard(pid)
                     out.write(json.dumps({"pid": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
                     out.flush()
 

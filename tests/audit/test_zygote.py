@@ -108,3 +108,32 @@ def test_cells_side_by_side_share_the_cores_in_their_sessions(monkeypatch: pytes
     monkeypatch.setenv(THREADS_ENV, "5")
     with _thread_share(jobs=2):
         assert os.environ[THREADS_ENV] == "5"
+
+
+def test_cells_end_with_an_audit_that_died(tmp_path: Path) -> None:
+    """An audit killed or interrupted lets go of its zygote with cells still running: nobody would
+    end them at their timeout, so the zygote kills them (and what they started)."""
+    import threading
+    import time
+
+    factory = tmp_path / "hangs.py"
+    factory.write_text("import time\n\n\ndef model():\n    time.sleep(600)\n")  # a cell that runs on
+    spec = CellSpec(model=f"{factory}:model", model_sha256="0", target="ort-cpu", target_hash="0",
+                    stages=("check",), workdir=str(tmp_path / "cell"))
+    forks = Zygote()
+    ended: list[tuple[int, str, str]] = []
+    folder = tmp_path / "run"
+    folder.mkdir()
+    runner = threading.Thread(target=lambda: ended.append(
+        forks.run(json.dumps(asdict(spec)), folder, timeout=600, memory_limit=None)))
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not forks._by_pid and time.monotonic() < deadline:  # the cell has started
+        time.sleep(0.05)
+    assert forks._by_pid, "the cell did not start"
+    time.sleep(1.0)  # and reached the factory
+    started = time.monotonic()
+    forks.close()  # what the audit's death does to the zygote's requests
+    runner.join(timeout=60)
+    assert ended and ended[0][0] == -9, ended  # SIGKILL
+    assert time.monotonic() - started < 30
