@@ -116,6 +116,26 @@ def stem(model: str) -> str:
     return model.rpartition(":")[2] if ".py:" in model else Path(model).name.removesuffix(".onnx")
 
 
+def export_table(cells: list[Any], targets: list[str], summary: dict[str, Any]) -> list[str]:
+    """Per target: the exporter the front end kept, and how often the target's first exporter did
+    not do and the second ran (issue 26: "say how often it was needed")."""
+    lines = ["The front end's exports (each target's own exporter order):", "",
+             "| target | models exported | kept dynamo | kept torchscript | second exporter needed | "
+             "the first's failures |", "|---|---|---|---|---|---|"]
+    for target in targets:
+        records = [(c.details.get("export") or {}) for c in cells if c.target == target]
+        records = [r for r in records if r.get("attempts")]
+        kept = Counter(str(r.get("chosen")) for r in records)
+        second = [r for r in records if len(r["attempts"]) > 1]
+        why = Counter(str(r["attempts"][0].get("failure") or r["attempts"][0].get("outcome")).split(":")[0]
+                      for r in second)
+        summary[target]["second_exporter_needed"] = len(second)
+        lines.append(f"| {target} | {len(records)} | {kept['dynamo']} | {kept['torchscript']} | "
+                     f"{len(second)} ({len(second) / (len(records) or 1):.1%}) | "
+                     + ", ".join(f"{k} {v}" for k, v in why.most_common()) + " |")
+    return [*lines, ""]
+
+
 def tables(report: Any, about: dict[str, dict], kind: str) -> tuple[str, dict]:
     counted = [c for c in report.cells if about.get(stem(c.model), {}).get("runs", True) and torch_runs(c)]
     unmade = sorted({(stem(c.model), c.message[:160]) for c in report.cells if not torch_runs(c)})
@@ -174,6 +194,8 @@ def tables(report: Any, about: dict[str, dict], kind: str) -> tuple[str, dict]:
                 cells_text.append(f"{done}/{len(cells)}" if cells else "")
             lines.append(f"| {group} | " + " | ".join(cells_text) + " |")
         lines.append("")
+    if kind == "torch":
+        lines += export_table(counted, report.targets, summary)
     failures = [c for c in counted if c.status in ("failed", HOST_SEGMENTS)]
     lines += [
         "Every cell that did not deploy whole, with its class and cause:",
