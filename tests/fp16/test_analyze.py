@@ -111,3 +111,26 @@ def test_a_tensors_error_is_measured_where_both_sides_are_finite_in_any_dtype() 
     assert tensor_error(expected, np.array([4.0, -2.0, 1.0, np.inf, 1.0], np.float32)) == np.inf  # NaN undone
     assert tensor_error(np.full(3, np.nan, np.float32), np.full(3, np.nan, np.float32)) == 0.0
     assert tensor_error(expected, actual[:4]) == np.inf
+
+
+def test_an_analysis_run_before_is_recalled_never_for_other_inputs_or_tolerances(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cells of an audit analyze the same legalized bytes for two boards: the second takes the
+    first's report from the shared folder (the Orin's from the Xavier's); other inputs, another
+    precision or other tolerances are analyzed afresh."""
+    from deploycc.fp16 import recalled
+    from deploycc.rules.proven import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "shared"))
+    model = overflowing_matmul(tmp_path)
+    x = RNG.standard_normal((2, 32)).astype(np.float32)
+    first = analyze_half(model, {"x": x}, Precision.FP16, inputs="random")
+    assert first.runs > 1 and first.seconds > 0
+    monkeypatch.setattr(recalled, "_memory", type(recalled._memory)())  # another cell's process
+    again = analyze_half(model, {"x": x}, Precision.FP16, inputs="the same, drawn again")
+    assert again.seconds == 0.0 and again.inputs == "the same, drawn again"
+    assert (again.kept, again.flagged, again.error_all_half, again.runs) == \
+        (first.kept, first.flagged, first.error_all_half, first.runs)
+    assert analyze_half(model, {"x": x * 2}, Precision.FP16, inputs="other").seconds > 0
+    assert analyze_half(model, {"x": x}, Precision.FP16, inputs="r", tolerance=Precision.INT8).seconds > 0
+    assert analyze_half(model, {"x": x}, Precision.BF16, inputs="r").seconds > 0
