@@ -68,7 +68,12 @@ def main() -> None:
     parser.add_argument("--target", action="append", dest="targets")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--tables-only", action="store_true", help="from results/exporter-order.json")
     args = parser.parse_args()
+    if args.tables_only:
+        saved = json.loads((HERE / "results" / "exporter-order.json").read_text())
+        render(saved["cells"], saved.get("limit", args.limit))
+        return
     entries, _ = torch_entries(HERE / "models", set(), args.limit)
     listing = HERE / "audit-torch-order.txt"
     listing.write_text("".join(f"{entry}\n" for entry in entries))
@@ -85,13 +90,18 @@ def main() -> None:
             rows.setdefault(target, {}).setdefault(stem(cell.model), {})["own"] = outcome(cell)
         for cell in theirs.cells:
             rows[target][stem(cell.model)]["other"] = outcome(cell)
+    render(rows, args.limit)
+
+
+def render(rows: dict[str, dict[str, dict[str, Any]]], limit: int) -> None:
+    """results/exporter-order.json and the RESULTS.md block, from the cells of both orders."""
     summary, lines = (
         {},
         [
             BEGIN,
             "## Exporter order measured on the zoo (`benchmarks/zoo/exporter_order.py`)",
             "",
-            f"The zoo's first {args.limit} torch models of each family, from the module, audited "
+            f"The zoo's first {limit} torch models of each family, from the module, audited "
             "on each target with its own exporter order (target data) and with the other order "
             "first (`deploycc audit --exporters`), as `zoo/audit.py` audits them; raw data in "
             "`zoo/results/exporter-order.json`.",
@@ -111,9 +121,10 @@ def main() -> None:
                 count[f"{side} deployed"] += cell["status"] in DONE
                 count[f"{side} second"] += cell["attempts"] > 1
                 count[f"{side} seconds"] += cell["seconds"]
-            if (pair["own"]["status"] in DONE) != (pair["other"]["status"] in DONE) or pair["own"][
-                "chosen"
-            ] != pair["other"]["chosen"]:
+            # a model whose outcome differs, or where either order's first exporter did not do
+            if (pair["own"]["status"] in DONE) != (pair["other"]["status"] in DONE) or max(
+                pair["own"]["attempts"], pair["other"]["attempts"]
+            ) > 1:
                 differ.append((target, name, pair))
         summary[target] = {"models": len(models), **count}
         lines.append(
@@ -123,22 +134,24 @@ def main() -> None:
         )
     lines += [
         "",
-        "Models whose export or outcome differs between the orders:",
+        "Models whose outcome differs between the orders, or where either order needed its second "
+        "exporter:",
         "",
         "| target | model | own order: kept, outcome | other order: kept, outcome "
-        "| own order's first failure |",
-        "|---|---|---|---|---|",
+        "| own order's first failure | other order's first failure |",
+        "|---|---|---|---|---|---|",
     ]
     for target, name, pair in differ:
         own, other = pair["own"], pair["other"]
         lines.append(
             f"| {target} | {name} | {own['chosen']}, {own['status']} | {other['chosen']}, "
-            f"{other['status']} | {(own['first_failure'] or '-')[:120]} |"
+            f"{other['status']} | {(own['first_failure'] or '-')[:120]} | "
+            f"{(other['first_failure'] or '-')[:120]} |"
         )
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     (results / "exporter-order.json").write_text(
-        json.dumps({"summary": summary, "cells": rows}, indent=1) + "\n"
+        json.dumps({"summary": summary, "limit": limit, "cells": rows}, indent=1) + "\n"
     )
     from results_page import put_block
 
