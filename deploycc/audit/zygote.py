@@ -111,9 +111,10 @@ def serve() -> None:
                     # the audit waits for its cells before it lets go of the zygote: cells still
                     # running mean it died (killed, interrupted), and nobody would end them at
                     # their timeout
-                    for child in children:
-                        with contextlib.suppress(OSError):
-                            os.killpg(child, signal.SIGKILL)  # the cell and the processes it started
+                    for child in children:  # the cell and what it started; itself if no group yet
+                        for kill in (os.killpg, os.kill):
+                            with contextlib.suppress(OSError):
+                                kill(child, signal.SIGKILL)
                     continue
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
