@@ -155,17 +155,21 @@ def load(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
 # inputs, weights' types and external files seven times over (0.1-0.2 s each on a real model).
 _peeked: OrderedDict[tuple[str, int, int], LoadedModel] = OrderedDict()
 KEPT_PEEKED = 2
+PEEK_KEPT_BYTES = 64 << 20  # a larger file is read again each time: its weights are not held on to
 
 
 def peek(path: str | os.PathLike[str]) -> LoadedModel:
     """load(path, check=False) for a caller that only reads the model: the same object is
-    handed to the next caller that peeks at the same, unchanged file, so it must not be changed."""
+    handed to the next caller that peeks at the same, unchanged file (up to PEEK_KEPT_BYTES), so
+    it must not be changed."""
     file = Path(path)
     stat = file.stat()
     key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
     kept = _peeked.get(key)
     if kept is None:
-        kept = _peeked[key] = load(file, check=False)
+        kept = load(file, check=False)
+        if stat.st_size <= PEEK_KEPT_BYTES:
+            _peeked[key] = kept
         while len(_peeked) > KEPT_PEEKED:
             _peeked.popitem(last=False)
     return kept
