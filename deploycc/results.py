@@ -98,3 +98,63 @@ def _sequence(value: Any) -> list[Any]:
     if not isinstance(value, list | tuple):
         raise TypeError(f"a JSON array was expected, not {value!r}")
     return list(value)
+
+
+class KeptRecords:
+    """JSON records kept by key: the last `size` in memory, and in the folder `folder()` names
+    (when it names one) as files written atomically, so that processes side by side read a whole
+    record or none. A store saves time and decides nothing: a file that cannot be read or
+    written is no record."""
+
+    def __init__(self, size: int, folder: typing.Callable[[], Any]) -> None:
+        from collections import OrderedDict
+
+        self._size, self._folder = size, folder
+        self._memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        record = self._memory.get(key)
+        if record is None:
+            record = self._read(key)
+        if record is not None:
+            self._remember(key, record)
+        return record
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        import os
+        from pathlib import Path
+
+        self._remember(key, record)
+        folder = self._folder()
+        if not folder:
+            return
+        file = Path(folder) / f"{key}.json"
+        partial = file.with_name(f".{key}.{os.getpid()}.partial")
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(record))
+            partial.replace(file)
+        except OSError:
+            partial.unlink(missing_ok=True)
+
+    def forget(self) -> None:
+        """Empty the memory (what another process sees: the folder only)."""
+        self._memory.clear()
+
+    def _read(self, key: str) -> dict[str, Any] | None:
+        from pathlib import Path
+
+        folder = self._folder()
+        if not folder:
+            return None
+        try:
+            record = json.loads((Path(folder) / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _remember(self, key: str, record: dict[str, Any]) -> None:
+        self._memory[key] = record
+        self._memory.move_to_end(key)
+        while len(self._memory) > self._size:
+            self._memory.popitem(last=False)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
-from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploycc.fp16.record import HalfPrecisionReport
-from deploycc.results import from_dict, strict
+from deploycc.results import KeptRecords, from_dict, strict
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,7 +23,7 @@ if TYPE_CHECKING:
     from deploycc.taxonomy import Precision
 
 KEPT_IN_MEMORY = 64
-_memory: OrderedDict[str, dict] = OrderedDict()
+_kept = KeptRecords(KEPT_IN_MEMORY, lambda: _folder())
 
 
 def key(model_path: Path, feeds: dict[str, np.ndarray], precision: Precision,
@@ -43,30 +41,16 @@ def key(model_path: Path, feeds: dict[str, np.ndarray], precision: Precision,
 
 def recall(found_key: str, inputs: str) -> HalfPrecisionReport | None:
     """The report of the same analysis run before, described with this run's `inputs`, or None."""
-    record = _memory.get(found_key)
-    if record is None:
-        record = _read(found_key)
+    record = _kept.get(found_key)
     if record is None:
         return None
-    _remember(found_key, record)
     report = from_dict(HalfPrecisionReport, record)
     report.inputs, report.seconds = inputs, 0.0
     return report
 
 
 def keep(found_key: str, report: HalfPrecisionReport) -> None:
-    record = strict(dataclasses.asdict(report))
-    _remember(found_key, record)
-    folder = _folder()
-    if folder is None:
-        return
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f".{found_key}.{os.getpid()}.partial"
-        partial.write_text(json.dumps(record))
-        partial.replace(folder / f"{found_key}.json")
-    except OSError:  # a cache saves time, it decides nothing
-        pass
+    _kept.put(found_key, strict(dataclasses.asdict(report)))
 
 
 def _folder() -> Path | None:
@@ -74,20 +58,3 @@ def _folder() -> Path | None:
 
     shared = os.environ.get(CACHE_ENV)
     return Path(shared) / "fp16" if shared else None
-
-
-def _read(found_key: str) -> dict | None:
-    folder = _folder()
-    if folder is None:
-        return None
-    try:
-        return json.loads((folder / f"{found_key}.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _remember(found_key: str, record: dict) -> None:
-    _memory[found_key] = record
-    _memory.move_to_end(found_key)
-    while len(_memory) > KEPT_IN_MEMORY:
-        _memory.popitem(last=False)

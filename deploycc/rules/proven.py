@@ -9,17 +9,16 @@ atomically so that cells side by side read a whole verdict or none.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from collections import OrderedDict
-from pathlib import Path
 from typing import Any
+
+from deploycc.results import KeptRecords
 
 CACHE_ENV = "DEPLOYCC_PROOF_CACHE"  # a folder of proof verdicts shared by an audit's cells
 KEPT_IN_MEMORY = 4096
 # What a proof decides; the rest of a certificate (the rule, node, op, added ops) is the site's own
 VERDICT = ("status", "reference", "samples", "max_abs_error", "max_rel_error", "detail")
-_memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_kept = KeptRecords(KEPT_IN_MEMORY, lambda: os.environ.get(CACHE_ENV))
 
 
 def key(rule: str, atol: float, rtol: float, before: bytes, after: bytes,
@@ -43,54 +42,20 @@ def key(rule: str, atol: float, rtol: float, before: bytes, after: bytes,
 def recall(found_key: str, certificate: Any) -> bool:
     """Fill `certificate` (a rules.proof.Certificate) with the verdict of the same proof run
     before; False when none was."""
-    verdict = _memory.get(found_key)
-    if verdict is None:
-        verdict = _read(found_key)
-    if verdict is None:
+    from deploycc.taxonomy import ProofStatus
+
+    verdict = _kept.get(found_key)
+    if verdict is None or set(verdict) != set(VERDICT):
         return False
-    _remember(found_key, verdict)
+    try:
+        status = ProofStatus(verdict["status"])  # a file holds its text
+    except ValueError:
+        return False
     for name in VERDICT:
         setattr(certificate, name, verdict[name])
+    certificate.status = status
     return True
 
 
 def keep(found_key: str, certificate: Any) -> None:
-    verdict = {name: getattr(certificate, name) for name in VERDICT}
-    _remember(found_key, verdict)
-    folder = os.environ.get(CACHE_ENV)
-    if not folder:
-        return
-    file = Path(folder) / f"{found_key}.json"
-    partial = file.with_name(f"{found_key}.{os.getpid()}.partial")
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps({**verdict, "status": str(verdict["status"])}))
-        partial.replace(file)
-    except OSError:  # a cache saves time, it decides nothing
-        partial.unlink(missing_ok=True)
-
-
-def _remember(found_key: str, verdict: dict[str, Any]) -> None:
-    _memory[found_key] = verdict
-    _memory.move_to_end(found_key)
-    while len(_memory) > KEPT_IN_MEMORY:
-        _memory.popitem(last=False)
-
-
-def _read(found_key: str) -> dict[str, Any] | None:
-    folder = os.environ.get(CACHE_ENV)
-    if not folder:
-        return None
-    try:
-        verdict = json.loads((Path(folder) / f"{found_key}.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(verdict, dict) or set(verdict) != set(VERDICT):
-        return None
-    from deploycc.taxonomy import ProofStatus
-
-    try:
-        verdict["status"] = ProofStatus(verdict["status"])
-    except ValueError:
-        return None
-    return verdict
+    _kept.put(found_key, {name: getattr(certificate, name) for name in VERDICT})

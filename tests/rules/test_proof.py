@@ -49,7 +49,7 @@ def test_a_proof_run_before_is_recalled_and_only_the_same_proof(tmp_path: Path,
     from deploycc.rules import proof, proven
 
     monkeypatch.setenv(proven.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(proven, "_memory", type(proven._memory)())
+    proven._kept.forget()
     first = _proof(11)
     assert first == "proven" and len(list(tmp_path.glob("*.json"))) == 1
 
@@ -58,7 +58,7 @@ def test_a_proof_run_before_is_recalled_and_only_the_same_proof(tmp_path: Path,
 
     monkeypatch.setattr(proof, "run_model_bytes", must_not_run)
     assert _proof(11) == "proven"  # from memory
-    monkeypatch.setattr(proven, "_memory", type(proven._memory)())
+    proven._kept.forget()
     assert _proof(11) == "proven"  # from the folder, as the next cell reads it
     with_other_tolerance = _EqualOnFloats()
     with_other_tolerance.atol = 0.5
