@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import types
 import typing
+from collections import OrderedDict
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 
@@ -107,8 +110,6 @@ class KeptRecords:
     written is no record."""
 
     def __init__(self, size: int, folder: typing.Callable[[], Any]) -> None:
-        from collections import OrderedDict
-
         self._size, self._folder = size, folder
         self._memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
@@ -121,9 +122,6 @@ class KeptRecords:
         return record
 
     def put(self, key: str, record: dict[str, Any]) -> None:
-        import os
-        from pathlib import Path
-
         self._remember(key, record)
         folder = self._folder()
         if not folder:
@@ -142,8 +140,6 @@ class KeptRecords:
         self._memory.clear()
 
     def _read(self, key: str) -> dict[str, Any] | None:
-        from pathlib import Path
-
         folder = self._folder()
         if not folder:
             return None

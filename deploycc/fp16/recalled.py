@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from deploycc.taxonomy import Precision
 
 KEPT_IN_MEMORY = 64
-_kept = KeptRecords(KEPT_IN_MEMORY, lambda: _folder())
+_kept = KeptRecords(KEPT_IN_MEMORY, lambda: _folder())  # _folder is defined below
 
 
 def key(model_path: Path, feeds: dict[str, np.ndarray], precision: Precision,
