@@ -287,6 +287,10 @@ def spatial_scale_into_conv(node: ir.Node) -> str | None:
     consumer, index = uses[0].node, uses[0].idx
     if consumer.op_type != "Conv" or consumer.domain not in ("", "ai.onnx") or index != 0:
         return None
+    data = node.inputs[scaled[0]]
+    dims = list(data.shape) if data is not None and data.shape is not None else []
+    if any(dim == 1 and int(scale) != 1 for dim, scale in zip(dims, scaled[1].shape, strict=False)):
+        return None  # the scale widens the tensor: the fusion leaves that alone
     weights = constant_array(consumer.inputs[1]) if len(consumer.inputs) > 1 else None
     spatial = scaled[1].shape[2:]
     if weights is not None and any(dim not in (1, kernel) for dim, kernel in zip(spatial, weights.shape[2:],

@@ -422,21 +422,26 @@ class _SpatialScaleFlattened(Rule):
         shape = site.shape(data_index)
         if shape is None:
             raise Decline("the scaled tensor's rank is not known")
-        for axis, dim in enumerate(aligned.shape):
-            known = shape[axis]
+        positions = []  # the spatial dims of the product, which the scale's flat form must cover
+        for axis in range(2, len(shape)):
+            dim, known = int(aligned.shape[axis]), shape[axis]
             if dim != 1 and known is not None and known != dim:
                 raise Decline(f"the scale broadcasts the tensor on axis {axis}")
-            if axis < 2 and dim != 1 and known is None:
-                raise Decline(f"axis {axis} of the tensor is not known to match the scale's")
-        positions = [dim if dim != 1 else shape[axis] for axis, dim in enumerate(aligned.shape) if axis >= 2]
-        if any(dim is None for dim in positions):
-            raise Decline("the scale broadcasts over a spatial axis whose size is not static")
-        full = np.broadcast_to(aligned, aligned.shape[:2] + tuple(int(d) for d in positions))  # type: ignore[arg-type]
+            if dim == 1 and known is None:
+                raise Decline(f"the scale is spread over axis {axis}, whose size is not static")
+            positions.append(dim if dim != 1 else int(known))  # type: ignore[arg-type]
+        full = np.broadcast_to(aligned, aligned.shape[:2] + tuple(positions))
         scale = b.const(np.ascontiguousarray(full.reshape(full.shape[0], full.shape[1], -1, 1)))
         flat = b.op("Reshape", site.input(data_index), b.ints([0, 0, -1, 1]))
         operands = (flat, scale) if data_index == 0 else (scale, flat)
         product = b.op(site.op_type, *operands)
-        return [b.op("Reshape", product, b.op("Shape", site.input(data_index)))]
+        shape_of = b.op("Shape", site.input(data_index))
+        if any(int(dim) != 1 for dim in aligned.shape[:2]):
+            if b.opset < 12:
+                raise Decline("Max on int64 (the product's shape) needs opset 12")
+            # the product's shape: x's, widened where the scale broadcasts it on batch or channels
+            shape_of = b.op("Max", shape_of, b.ints(aligned.shape))
+        return [b.op("Reshape", product, shape_of)]
 
 
 @register

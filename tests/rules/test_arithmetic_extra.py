@@ -232,6 +232,14 @@ def test_a_per_position_scale_before_a_conv_is_done_on_the_positions_flattened(o
     rewrite_and_compare(spatial_scale_model(op, shape), op, rule)
 
 
+def test_a_per_position_and_per_channel_scale_before_a_conv_widens_like_the_original() -> None:
+    """A [2, 3, 3] scale on x whose channel count is not known: the product's shape is x's widened."""
+    per_channel = ", ".join([SCALE_3X3, SCALE_3X3.replace("1.", "0.")])
+    rewrite_and_compare(spatial_scale_model("Mul", "2,3,3", per_channel).replace("float[N,2,3,3] x",
+                                                                               "float[N,C,3,3] x"),
+                        "Mul", "spatial-scale-mul")
+
+
 def test_a_per_position_scale_read_by_anything_but_a_conv_is_left_alone() -> None:
     declines(spatial_scale_model("Div", reader="relu"), "Div",
              "not a per-position constant scale read by a Conv alone")
