@@ -224,6 +224,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--stored-only", action="store_true",
+                        help="run nothing: tables of the models whose every target's cell is stored "
+                        "(what an audit still running has so far)")
     args = parser.parse_args()
     if args.kind == "onnx" and not (args.models / "manifest.json").exists():
         sys.exit(f"{args.models / 'manifest.json'} not found: make the zoo first (benchmarks/zoo/make.py)")
@@ -236,6 +239,7 @@ def main() -> None:
     options = AuditOptions(
         jobs=args.jobs, timeout=args.timeout, fresh=args.fresh, memory_limit_mb=12288, partition=True,
         reports_only=True,  # every target's engine of 300 models fills a disk (45 GB for 72 models)
+        stored_only=args.stored_only,
     )
     with progress_bar(f"auditing the zoo ({args.kind})") as update:
 

@@ -390,7 +390,7 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
         cached = None if options.fresh else store.get(key)
         if cached is not None:
             results[key] = cached
-        else:
+        elif not options.stored_only:
             pending.append((key, spec))
             # a cell run again starts with no folder, so a report.md found there after it is its own
             shutil.rmtree(spec.workdir, ignore_errors=True)
@@ -424,6 +424,10 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
         raise OptionError(f"unknown executor {options.executor!r}", hint="local or ray")
     for result in results.values():
         _drop_stale_report(result, out)
+    if options.stored_only:  # a model some of whose targets have no stored cell is left out whole
+        complete = Counter(str(spec.model) for key, spec in cells if key in results)
+        cells = [(key, spec) for key, spec in cells if complete[str(spec.model)] == len(targets)]
+        models = [model for model in models if complete[str(model)] == len(targets)]
     ordered = [dataclasses.replace(results[key], model=spec.model) for key, spec in cells]  # a copy's path
     names = [t.name for t in targets]
     summary, top_failures = summarize(ordered, names)

@@ -44,6 +44,9 @@ def parse_exporters(text: str | None) -> tuple[str, ...]:
               help="Try each model refused as a whole again with host segments (counted apart).")
 @click.option("--reports-only", is_flag=True,
               help="Keep only each cell's report.md and report.json, not its models and engines.")
+@click.option("--stored-only", is_flag=True,
+              help="Run nothing: report the models whose every target's cell OUTDIR holds (an audit's "
+                   "progress while it runs, or after it was stopped).")
 @click.option("--jetpack", help="Resolve Jetson targets at this JetPack release.")
 @click.option("--precision", type=PRECISION_CHOICE,
               help="Build in this precision (default: each target's); int8 calibrates on the samples a "
@@ -65,7 +68,8 @@ def parse_exporters(text: str | None) -> tuple[str, ...]:
 def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str, stages: str, jobs: int,
                   timeout: float, memory_limit_mb: int | None, fresh: bool, batch: int | None,
                   batch_range: str | None, shapes: tuple[str, ...], shape_range: tuple[str, ...],
-                  partition: bool, reports_only: bool, jetpack: str | None, precision: str | None,
+                  partition: bool, reports_only: bool, stored_only: bool, jetpack: str | None,
+                  precision: str | None,
                   max_drop: float, metric: str, exporters: str | None,
                   executor: str, ray_address: str | None,
                   device_engine: str, device_python: str | None, as_json: bool) -> None:
@@ -85,7 +89,7 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
     options = AuditOptions(stages=tuple(s.strip() for s in stages.split(",") if s.strip()), jobs=jobs,
                            timeout=timeout, memory_limit_mb=memory_limit_mb, fresh=fresh, batch=batch,
                            executor=executor, ray_address=ray_address, partition=partition,
-                           reports_only=reports_only,
+                           reports_only=reports_only, stored_only=stored_only,
                            device_engine=device_engine, device_python=device_python,
                            precision=as_precision(precision),
                            max_drop=max_drop, metric=metric,

@@ -54,6 +54,9 @@ class AuditOptions:
     # a corpus of hundreds of models would otherwise keep every target's engine of each, and the
     # disk (a 300-model zoo on six targets left 45 GB of builds).
     reports_only: bool = False
+    # Run nothing: the report covers the models whose every target's cell an earlier (maybe
+    # interrupted) run stored, and only those: what a long audit has so far.
+    stored_only: bool = False
     precision: Precision | None = None  # None: each target's default; int8 calibrates on the hints' samples
     max_drop: float = 0.01
     metric: str = "auto"

@@ -59,6 +59,14 @@ def test_audit_matrix_reports_and_resume(corpus: Path, tmp_path: Path) -> None:
     assert again.reused == 6 and [c.status for c in again.cells] == [c.status for c in report.cells]
     fresh = api.audit([corpus], ["ort-cpu"], out, AuditOptions(fresh=True, stages=("check",)))
     assert fresh.reused == 0
+    # stored only: the models whose every target's cell is stored, and nothing run
+    made = sorted((out / "cells").rglob("*"))
+    options = AuditOptions(jobs=2, batch=1, stages=("check", "legalize"), stored_only=True)
+    stored = api.audit([corpus], ["ort-cpu", "jetson-nano"], out, options)
+    assert stored.reused == len(stored.cells) == 6 and len(stored.models) == 3
+    unmade = api.audit([corpus], ["ort-cpu", "jetson-orin"], out, options)  # the Orin's never ran
+    assert unmade.cells == [] and unmade.models == []
+    assert sorted((out / "cells").rglob("*")) == made
 
 
 def test_list_files_and_bad_input(corpus: Path, tmp_path: Path) -> None:
@@ -157,6 +165,9 @@ def test_audit_cli(corpus: Path, tmp_path: Path) -> None:
                  "--stages", "check", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["counts"] == {"legal-as-exported": 1}
+    stored = run("audit", str(corpus / "cnn.onnx"), "-t", "ort-cpu", "-t", "jetson-nano", "-o",
+                 str(tmp_path / "cli"), "--stages", "check", "--json", "--stored-only")
+    assert stored.returncode == 0 and json.loads(stored.stdout)["counts"] == {}, stored.stderr
     bad = run("audit", str(tmp_path / "nothing.onnx"), "-t", "ort-cpu", "-o", str(tmp_path / "bad"))
     assert bad.returncode == 2 and "no such model" in bad.stderr
 
