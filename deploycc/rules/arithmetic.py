@@ -393,7 +393,8 @@ class SignedBitShiftRule(Rule):
 class _SpatialScaleFlattened(Rule):
     """x * c (or x / c) with c varying over the spatial axes of NC... data, done on x's spatial axes
     flattened into one: Reshape(Reshape(x, [0, 0, -1, 1]) * c', Shape(x)), c' the same values
-    broadcast to x's positions and laid out alike. Equal element for element; the Reshapes keep
+    broadcast to x's positions and laid out alike (and Shape(x) widened where c broadcasts x's batch
+    or channels). Equal element for element; the Reshapes keep
     OpenVINO's MultiplyConvolutionFusion from folding c into the next Conv's weights as if it were
     per channel (predicate not_spatial_scale_into_conv)."""
 
