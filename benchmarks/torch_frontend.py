@@ -286,6 +286,18 @@ def main() -> None:
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     (args.out / "summary.md").write_text(summarize(rows, targets, zoo=args.zoo))
     print((args.out / "summary.md").read_text())
+    if args.zoo:  # its own block of RESULTS.md; the torchvision run's block carries hand-written findings
+        sys.path.insert(0, str(HERE))
+        from results_page import put_block
+
+        begin, end = "<!-- torch-frontend-zoo:begin -->", "<!-- torch-frontend-zoo:end -->"
+        body = summarize(rows, targets, zoo=True).replace(
+            "# The PyTorch front end against torch.onnx.export's defaults then deploycc build",
+            "## From PyTorch on the zoo: the front end against `torch.onnx.export`'s defaults then "
+            "`deploycc build`", 1)
+        made = (f"Made by `benchmarks/torch_frontend.py --zoo` ({time.strftime('%Y-%m-%d')}); raw data in "
+                f"`{args.out.name}/results.jsonl`.\n\n")
+        put_block(f"{begin}\n{body.replace(chr(10) * 2, chr(10) * 2 + made, 1)}{end}", begin, end)
 
 
 if __name__ == "__main__":
