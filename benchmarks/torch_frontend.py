@@ -5,11 +5,14 @@
     today       torch.onnx.export(module, example_inputs, "m.onnx") with its defaults, then
                 deploycc build m.onnx --target T
 
-on torchvision's builders (random weights, nothing downloaded), each model in a child process so
-that a crash costs one model. Writes benchmarks/torch-frontend/results.jsonl (resumable: models
-already there are skipped) and summary.md.
+on torchvision's builders (random weights, nothing downloaded), or with --zoo on the zoo's torch
+models (benchmarks/zoo/catalog.py: timm, transformers, torchvision, ultralytics, segmentation-models-
+pytorch; the first --limit of each family in turn), each model in a child process so that a crash
+costs one model. Writes benchmarks/torch-frontend[-zoo]/results.jsonl (resumable: models already
+there are skipped) and summary.md.
 
     PYTHONPATH=. .venv-bench/bin/python benchmarks/torch_frontend.py --targets ort-cpu,jetson-xavier
+    PYTHONPATH=. .venv-bench/bin/python benchmarks/torch_frontend.py --zoo --limit 5
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "torch-frontend"
+ZOO_OUT = HERE / "torch-frontend-zoo"
 TARGETS = ("ort-cpu", "openvino-cpu", "jetson-xavier", "jetson-nano", "jetson-orin", "gpu-trt10")
 SUCCEEDED = ("verified", "pending-on-device")
 # Too large to export on a 2-core machine in minutes, or with inputs of their own (detection takes
@@ -42,15 +46,44 @@ def model_names() -> list[str]:
     return sorted(n for n in names if not n.startswith(SKIPPED_PREFIXES))
 
 
-def run_one(name: str, targets: list[str], exporter: str | None = None, today: bool = True) -> list[dict]:
-    """Both paths for one model on every target (in this process); with `exporter`, the front end
-    with that exporter alone (what decides each target's order), and `today` off."""
+def zoo_names(limit: int) -> list[str]:
+    """The zoo's torch models, the first `limit` of each family taken in turn (as its audit does)."""
+    from itertools import zip_longest
+
+    sys.path.insert(0, str(HERE / "zoo"))
+    from catalog import catalog
+
+    per_family: dict[str, list[str]] = {}
+    for name, model in catalog().items():
+        per_family.setdefault(model.family, []).append(name)
+    chosen = [names[:limit] if limit else names for names in per_family.values()]
+    return [name for rank in zip_longest(*chosen) for name in rank if name is not None]
+
+
+def zoo_module(name: str) -> tuple:
+    """A zoo model's module and example inputs at batch 1, the same weights as its audit's."""
+    import torch
+
+    sys.path.insert(0, str(HERE / "zoo"))
+    from catalog import lookup
+
+    model = lookup(name)
+    if model is None:
+        raise SystemExit(f"no zoo model {name!r}")
+    torch.manual_seed(0)
+    return model.make(), model.inputs(1)
+
+
+def zoo_family(name: str) -> str:
+    from catalog import lookup
+
+    model = lookup(name)
+    return model.family if model else "?"
+
+
+def torchvision_module(name: str) -> tuple:
     import torch
     import torchvision
-
-    from deploycc import api
-    from deploycc.errors import DeployccError
-    from deploycc.options import BuildOptions
 
     torch.manual_seed(0)
     try:  # segmentation builders fetch their backbone's weights unless told not to
@@ -71,6 +104,20 @@ def run_one(name: str, targets: list[str], exporter: str | None = None, today: b
             for _ in range(3):
                 module(torch.randn(4, 3, size, size))
         module.eval()
+    return module, example
+
+
+def run_one(name: str, targets: list[str], exporter: str | None = None, today: bool = True,
+            zoo: bool = False) -> list[dict]:
+    """Both paths for one model on every target (in this process); with `exporter`, the front end
+    with that exporter alone (what decides each target's order), and `today` off."""
+    import torch
+
+    from deploycc import api
+    from deploycc.errors import DeployccError
+    from deploycc.options import BuildOptions
+
+    module, example = zoo_module(name) if zoo else torchvision_module(name)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
@@ -85,6 +132,8 @@ def run_one(name: str, targets: list[str], exporter: str | None = None, today: b
         today_export_s = time.perf_counter() - started
         for target in targets:
             row: dict = {"model": name, "target": target}
+            if zoo:
+                row["family"] = zoo_family(name)
             started = time.perf_counter()
             try:
                 report = api.build(module, example, target=target, outdir=work / f"fe.{target}",
@@ -135,9 +184,10 @@ def run_one(name: str, targets: list[str], exporter: str | None = None, today: b
     return rows
 
 
-def summarize(rows: list[dict], targets: list[str]) -> str:
+def summarize(rows: list[dict], targets: list[str], zoo: bool = False) -> str:
+    source = "zoo torch models (benchmarks/zoo/catalog.py)" if zoo else "torchvision models"
     lines = ["# The PyTorch front end against torch.onnx.export's defaults then deploycc build", "",
-             f"{len({r['model'] for r in rows})} torchvision models (random weights), one child process per "
+             f"{len({r['model'] for r in rows})} {source} (random weights), one child process per "
              "model. Success = verified (CPU targets) or legalized, verified on ORT and bundled "
              "(TensorRT targets, pending on the device).", "",
              "| target | front end | today | front end worse | second exporter needed | chosen dynamo / "
@@ -158,6 +208,24 @@ def summarize(rows: list[dict], targets: list[str]) -> str:
                      f"{len(worse)}{' (' + ', '.join(worse) + ')' if worse else ''} | {second} | "
                      f"{chosen.count('dynamo')} / {chosen.count('torchscript')} | "
                      f"{fe_s:.1f} / {today_s:.1f} |")
+    families = sorted({r["family"] for r in rows if "family" in r})
+    if families:
+        lines += ["", "By family (front end / today, successes over cells on all targets):", "",
+                  "| family | models | front end | today | front end worse |", "|---|---|---|---|---|"]
+        for family in families:
+            cells = [r for r in rows if r.get("family") == family and r["target"] in targets]
+            ok = sum(r["frontend"]["status"] in SUCCEEDED for r in cells)
+            today = sum(r.get("today", {}).get("status") in SUCCEEDED for r in cells)
+            worse = sum(r["frontend"]["status"] not in SUCCEEDED
+                        and r.get("today", {}).get("status") in SUCCEEDED for r in cells)
+            lines.append(f"| {family} | {len({r['model'] for r in cells})} | {ok}/{len(cells)} | "
+                         f"{today}/{len(cells)} | {worse} |")
+    lost = [r for r in rows if r["frontend"]["status"] in SUCCEEDED
+            and r.get("today", {}).get("status") not in SUCCEEDED]
+    if lost:
+        lines += ["", "## Where today's path fails and the front end deploys", ""]
+        lines += [f"- {r['model']} on {r['target']}: today {r.get('today', {}).get('status')}: "
+                  f"{r.get('today', {}).get('summary', '')[:200]}" for r in lost]
     failures = [r for r in rows if r["frontend"]["status"] not in SUCCEEDED]
     if failures:
         lines += ["", "## Front-end failures", ""]
@@ -170,23 +238,25 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--models", default="", help="comma-separated torchvision names (default: all kept)")
-    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=0, help="models (with --zoo: per family)")
+    parser.add_argument("--zoo", action="store_true", help="the zoo's torch models instead of torchvision's")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per model, all targets")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, help=f"default {OUT.name}/, with --zoo {ZOO_OUT.name}/")
     parser.add_argument("--exporter", choices=["dynamo", "torchscript"],
                         help="the front end with this exporter alone, and not today's path (--out elsewhere)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     targets = [t for t in args.targets.split(",") if t]
     if args.one:
-        run_one(args.one, targets, args.exporter, today=args.exporter is None)  # prints each row when done
+        run_one(args.one, targets, args.exporter, today=args.exporter is None, zoo=args.zoo)  # prints rows
         return
+    args.out = args.out or (ZOO_OUT if args.zoo else OUT)
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     done = {(r["model"], r["target"]) for r in map(json.loads, results.read_text().splitlines())} \
         if results.exists() else set()
-    names = [n for n in args.models.split(",") if n] or model_names()
-    names = names[:args.limit] if args.limit else names
+    names = [n for n in args.models.split(",") if n] or (zoo_names(args.limit) if args.zoo else model_names())
+    names = names[:args.limit] if args.limit and not args.zoo else names
     from rich.progress import Progress
 
     with Progress() as progress:
@@ -197,7 +267,8 @@ def main() -> None:
                 progress.update(task, description=name)
                 try:
                     command = [sys.executable, __file__, "--one", name, "--targets", ",".join(todo),
-                               *(["--exporter", args.exporter] if args.exporter else [])]
+                               *(["--exporter", args.exporter] if args.exporter else []),
+                               *(["--zoo"] if args.zoo else [])]
                     child = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
                     rows = [json.loads(line[4:]) for line in child.stdout.splitlines()
                             if line.startswith("ROW ")]
@@ -213,8 +284,20 @@ def main() -> None:
                         handle.write(json.dumps(row) + "\n")
             progress.advance(task)
     rows = [json.loads(line) for line in results.read_text().splitlines()]
-    (args.out / "summary.md").write_text(summarize(rows, targets))
+    (args.out / "summary.md").write_text(summarize(rows, targets, zoo=args.zoo))
     print((args.out / "summary.md").read_text())
+    if args.zoo:  # its own block of RESULTS.md; the torchvision run's block carries hand-written findings
+        sys.path.insert(0, str(HERE))
+        from results_page import put_block
+
+        begin, end = "<!-- torch-frontend-zoo:begin -->", "<!-- torch-frontend-zoo:end -->"
+        body = summarize(rows, targets, zoo=True).replace(
+            "# The PyTorch front end against torch.onnx.export's defaults then deploycc build",
+            "## From PyTorch on the zoo: the front end against `torch.onnx.export`'s defaults then "
+            "`deploycc build`", 1)
+        made = (f"Made by `benchmarks/torch_frontend.py --zoo` ({time.strftime('%Y-%m-%d')}); raw data in "
+                f"`{args.out.name}/results.jsonl`.\n\n")
+        put_block(f"{begin}\n{body.replace(chr(10) * 2, chr(10) * 2 + made, 1)}{end}", begin, end)
 
 
 if __name__ == "__main__":

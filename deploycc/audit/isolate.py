@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from deploycc.audit.zygote import Zygote
 
 WORKER = (sys.executable, "-m", "deploycc.audit.worker")
-OOM_MARKERS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "out of memory", "std::bad_alloc")
+# Matched without case: glibc aborts with "cannot allocate memory for thread-local data" when a
+# thread is started past the limit.
+OOM_MARKERS = ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory")
 
 
 def _limit_memory(limit_bytes: int | None):
@@ -65,7 +67,7 @@ def run_isolated(spec: CellSpec, *, timeout: float, memory_limit: int | None,
         data = json.loads(lines[-1])
         return from_dict(CellResult, data)
     tail = (stderr.strip().splitlines() or ["no message"])[-1][:300]
-    if memory_limit and any(marker in stderr for marker in OOM_MARKERS):
+    if memory_limit and any(marker in stderr.lower() for marker in OOM_MARKERS):
         failed.category = Failure.OUT_OF_MEMORY
         failed.message = f"exceeded the memory limit of {memory_limit >> 20} MiB: {tail}"
     elif returncode < 0:

@@ -250,3 +250,57 @@ def _reduction_rank_is_static(node: ir.Node, ref: PredicateRef, schema: Any) -> 
     if axes.shape is not None and len(axes.shape) == 1 and axes.shape[0] == 1:
         return None  # one axis: rank - 1, whatever its value (OpenVINO's plugin manages this one)
     return "keepdims=0 with several axes computed at run time gives an output of dynamic rank"
+
+
+def spatial_scale(node: ir.Node) -> tuple[int, Any] | None:
+    """(the data input's index, the constant aligned to the data's rank) when the node scales a
+    tensor by a constant that varies along its axes from 2 on (the spatial axes of NC... data):
+    Mul by a constant on either side, or Div by a constant divisor."""
+    import numpy as np
+
+    if node.op_type not in ("Mul", "Div") or len(node.inputs) != 2:
+        return None
+    constant_sides = [index for index, value in enumerate(node.inputs) if constant_array(value) is not None]
+    if len(constant_sides) != 1 or (node.op_type == "Div" and constant_sides != [1]):
+        return None
+    data_index = 1 - constant_sides[0]
+    rank = _rank(node.inputs[data_index])
+    scale = np.asarray(constant_array(node.inputs[constant_sides[0]]))
+    if rank is None or rank < 3 or scale.ndim > rank:
+        return None
+    shape: tuple[int, ...] = (1,) * (rank - scale.ndim) + tuple(int(dim) for dim in scale.shape)
+    if all(dim == 1 for dim in shape[2:]):
+        return None
+    return data_index, scale.reshape(shape)
+
+
+def spatial_scale_into_conv(node: ir.Node) -> str | None:
+    """Why OpenVINO would fold this node into the Conv that reads it, wrongly (None: it would not).
+    Its MultiplyConvolutionFusion takes a constant scale that broadcasts onto the weights' shape
+    for a per-channel one, so a scale over H x W positions before a kernel of the same H x W
+    scales kernel taps instead of pixels (openvino 2026.4)."""
+    scaled = spatial_scale(node)
+    output = node.outputs[0]
+    uses = list(output.uses())
+    if scaled is None or output.is_graph_output() or len(uses) != 1:
+        return None
+    consumer, index = uses[0].node, uses[0].idx
+    if consumer.op_type != "Conv" or consumer.domain not in ("", "ai.onnx") or index != 0:
+        return None
+    data = node.inputs[scaled[0]]
+    dims = list(data.shape) if data is not None and data.shape is not None else []
+    if any(dim == 1 and int(scale) != 1 for dim, scale in zip(dims, scaled[1].shape, strict=False)):
+        return None  # the scale widens the tensor: the fusion leaves that alone
+    weights = constant_array(consumer.inputs[1]) if len(consumer.inputs) > 1 else None
+    spatial = scaled[1].shape[2:]
+    if weights is not None and any(dim not in (1, kernel) for dim, kernel in zip(spatial, weights.shape[2:],
+                                                                                 strict=False)):
+        return None  # the scale does not fit the kernel's shape, so it cannot be folded into it
+    return (f"{node.op_type} by a constant of shape {list(scaled[1].shape)} that varies over spatial "
+            "positions, read by a Conv: folded into the Conv's weights as if it were per channel")
+
+
+@predicate("not_spatial_scale_into_conv",
+           "a Mul/Div by a constant that varies over spatial positions is not read by a Conv alone")
+def _not_spatial_scale_into_conv(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    return spatial_scale_into_conv(node)

@@ -249,7 +249,6 @@ def split_constants(model: ir.Model, limit_elements: int) -> int:
     Sizes from the `split` input or attribute, else equal parts (from opset 18 the last one
     smaller). Returns the Splits folded."""
     import numpy as np
-    import onnx_ir as ir
 
     from deploycc.graph.graphs import all_graphs
 
@@ -280,13 +279,58 @@ def split_constants(model: ir.Model, limit_elements: int) -> int:
                 continue
             if len(sizes) != count or sum(sizes) != length or min(sizes) < 0:
                 continue
-            parts = np.split(array, np.cumsum(sizes)[:-1], axis=axis)
-            for index, (value, part) in enumerate(zip(node.outputs, parts, strict=True)):
-                constant = ir.Value(name=f"{value.name or node.name}_folded_{index}",
-                                    const_value=ir.tensor(np.ascontiguousarray(part)))
-                graph.register_initializer(constant)
-                value.replace_all_uses_with(constant)
-            graph.remove(node, safe=True)
+            _replace_with_constants(graph, node, np.split(array, np.cumsum(sizes)[:-1], axis=axis))
+            folded += 1
+    return folded
+
+
+def _replace_with_constants(graph: ir.Graph, node: ir.Node, arrays: list) -> None:
+    """The node's outputs become initializers holding `arrays`, and the node goes."""
+    import numpy as np
+    import onnx_ir as ir
+
+    for index, (value, array) in enumerate(zip(node.outputs, arrays, strict=True)):
+        constant = ir.Value(name=f"{value.name or node.name}_folded_{index}",
+                            const_value=ir.tensor(np.ascontiguousarray(array)))
+        graph.register_initializer(constant)
+        value.replace_all_uses_with(constant)
+    graph.remove(node, safe=True)
+
+
+def gather_elements_constants(model: ir.Model, limit_elements: int) -> int:
+    """GatherElements of constant data at constant indices into a constant: onnxscript evaluates it
+    with onnx's reference implementation, which fails when the gathered axis has more than 32 rows
+    (numpy.choose's limit), so Funnel's relative-position table (64 x 64, axis 0) stayed a
+    computation, and OpenVINO 2026.4 then computed the Einsum that reads it wrongly. Returns the
+    nodes folded."""
+    import numpy as np
+
+    from deploycc.graph.graphs import all_graphs
+
+    folded = 0
+    for graph in all_graphs(model.graph):
+        for node in list(graph):
+            if node.op_type != "GatherElements" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+                continue
+            data, indices = (value.const_value if value is not None else None for value in node.inputs[:2])
+            if data is None or indices is None or node.outputs[0].is_graph_output():
+                continue
+            if data.size > limit_elements or indices.size > limit_elements:
+                continue
+            array, where = data.numpy(), indices.numpy().astype(np.int64)
+            axis = node.attributes.get_int("axis", 0)
+            if array.ndim != where.ndim or not -array.ndim <= axis < array.ndim:
+                continue
+            length = array.shape[axis]
+            if where.size and (where.min() < -length or where.max() >= length):
+                continue  # out of range: the runtime's error to report, not the folder's
+            axis %= array.ndim
+            if any(w > a for i, (w, a) in enumerate(zip(where.shape, array.shape, strict=True)) if i != axis):
+                continue
+            # take_along_axis wants the other axes equal; GatherElements lets indices be smaller there
+            ranges = tuple(slice(0, w) if i != axis else slice(None) for i, w in enumerate(where.shape))
+            positive = np.where(where < 0, where + length, where)
+            _replace_with_constants(graph, node, [np.take_along_axis(array[ranges], positive, axis=axis)])
             folded += 1
     return folded
 
@@ -318,7 +362,7 @@ class FoldPass(Pass):
         declared = [(value.type, value.shape) for value in graph.outputs]
         branch_notes = keep_runnable_branches(state.model, state.judged_branches)
         notes += branch_notes
-        read = split = 0
+        read = split = gathered = 0
         shape_before = structure(state.model)
         try:
             with held_back(state.model, held):
@@ -328,10 +372,12 @@ class FoldPass(Pass):
                                             should_fold=size_guard(limit_elements))
                     modified = modified or folded.modified or bool(branch_notes)
                     splits = split_constants(state.model, limit_elements)
+                    gathers = gather_elements_constants(state.model, limit_elements)
                     reading = read_static_dims(state.model)
                     read += reading
                     split += splits
-                    reading += splits
+                    gathered += gathers
+                    reading += splits + gathers
                     if not reading:
                         break
         except Exception as error:
@@ -353,7 +399,8 @@ class FoldPass(Pass):
         notes += [f"folded {before - after} node(s)"] if before != after else []
         notes += [f"{read} read(s) of static dims became constants"] if read else []
         notes += [f"{split} Split(s) of a constant became constants"] if split else []
-        modified = modified or bool(read or split) or structure(state.model) != shape_before
+        notes += [f"{gathered} GatherElements of constants became constants"] if gathered else []
+        modified = modified or bool(read or split or gathered) or structure(state.model) != shape_before
         return PassOutcome(modified or before != after, notes,
                            {"limit_bytes": state.options.fold_limit_bytes})
 

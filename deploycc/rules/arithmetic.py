@@ -8,6 +8,8 @@
 - Equal on numbers as LessOrEqual and GreaterOrEqual
 - Det of 2x2 and 3x3 matrices by cofactor expansion
 - BitShift on signed integers (opset 28) by multiplication and floor division in int64
+- Mul/Div by a per-position constant before a Conv, over the positions flattened (OpenVINO folds
+  the plain form into the Conv's weights)
 """
 
 from __future__ import annotations
@@ -386,3 +388,76 @@ class SignedBitShiftRule(Rule):
             wrapped = b.op("Sub", b.op("Mod", b.op("Add", shifted, half), const(1 << width)), half)
             result = b.op("Where", outside, zero, wrapped)
         return [b.op("Cast", result, to=int(dtype))]
+
+
+class _SpatialScaleFlattened(Rule):
+    """x * c (or x / c) with c varying over the spatial axes of NC... data, done on x's spatial axes
+    flattened into one: Reshape(Reshape(x, [0, 0, -1, 1]) * c', Shape(x)), c' the same values
+    broadcast to x's positions and laid out alike (and Shape(x) widened where c broadcasts x's batch
+    or channels). Equal element for element; the Reshapes keep
+    OpenVINO's MultiplyConvolutionFusion from folding c into the next Conv's weights as if it were
+    per channel (predicate not_spatial_scale_into_conv)."""
+
+    family = "arithmetic"
+
+    def check(self, site: Site) -> str | None:
+        from deploycc.legality.predicates import spatial_scale_into_conv
+
+        dtype = site.dtype(0)
+        if dtype is None or not dtype.is_floating_point():
+            return "only floating-point scales are folded into a Conv"
+        if spatial_scale_into_conv(site.node) is None:
+            return "not a per-position constant scale read by a Conv alone"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        import numpy as np
+
+        from deploycc.legality.predicates import spatial_scale
+        from deploycc.rules.base import Decline
+
+        scaled = spatial_scale(site.node)
+        if scaled is None:
+            raise Decline("not a per-position constant scale")
+        data_index, aligned = scaled
+        shape = site.shape(data_index)
+        if shape is None:
+            raise Decline("the scaled tensor's rank is not known")
+        positions = []  # the spatial dims of the product, which the scale's flat form must cover
+        for axis in range(2, len(shape)):
+            dim, known = int(aligned.shape[axis]), shape[axis]
+            if dim != 1 and known is not None and known != dim:
+                raise Decline(f"the scale broadcasts the tensor on axis {axis}")
+            if dim == 1 and known is None:
+                raise Decline(f"the scale is spread over axis {axis}, whose size is not static")
+            positions.append(dim if dim != 1 else int(known))  # type: ignore[arg-type]
+        full = np.broadcast_to(aligned, aligned.shape[:2] + tuple(positions))
+        scale = b.const(np.ascontiguousarray(full.reshape(full.shape[0], full.shape[1], -1, 1)))
+        flat = b.op("Reshape", site.input(data_index), b.ints([0, 0, -1, 1]))
+        operands = (flat, scale) if data_index == 0 else (scale, flat)
+        product = b.op(site.op_type, *operands)
+        shape_of = b.op("Shape", site.input(data_index))
+        if any(int(dim) != 1 for dim in aligned.shape[:2]):
+            if b.opset < 12:
+                raise Decline("Max on int64 (the product's shape) needs opset 12")
+            # the product's shape: x's, widened where the scale broadcasts it on batch or channels
+            shape_of = b.op("Max", shape_of, b.ints(aligned.shape))
+        return [b.op("Reshape", product, shape_of)]
+
+
+@register
+class SpatialScaleMulRule(_SpatialScaleFlattened):
+    """Mul(x, c), c per position, before a Conv -> Reshape(Reshape(x, [0, 0, -1, 1]) * c', Shape(x))."""
+
+    name = "spatial-scale-mul"
+    op_type = "Mul"
+    since = 7  # multidirectional broadcasting
+
+
+@register
+class SpatialScaleDivRule(_SpatialScaleFlattened):
+    """Div(x, c), c per position, before a Conv -> Reshape(Reshape(x, [0, 0, -1, 1]) / c', Shape(x))."""
+
+    name = "spatial-scale-div"
+    op_type = "Div"
+    since = 7

@@ -437,6 +437,25 @@ def test_a_split_of_a_constant_folds_and_what_reads_it_too(tmp_path: Path) -> No
     _same(model, cleaned, [{"x": (3, 2, 6)}])
 
 
+def test_a_gather_elements_of_constants_with_more_than_32_rows_folds(tmp_path: Path) -> None:
+    """Funnel's relative-position table: GatherElements(64 x 8 constant, 40 x 8 constant indices,
+    axis 0, some negative) then an Einsum with a weight. onnx's reference GatherElements fails past
+    32 rows (numpy.choose), so onnxscript's folder left it, and OpenVINO got the Einsum after it wrong."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((64, 8)).astype(np.float32)
+    where = rng.integers(-64, 64, (40, 8)).astype(np.int64)
+    nodes = [helper.make_node("GatherElements", ["table", "where"], ["picked"], axis=0),
+             helper.make_node("Einsum", ["picked", "kernel"], ["positions"], equation="td,dh->th"),
+             helper.make_node("Einsum", ["x", "positions"], ["y"], equation="bth,th->bt")]
+    inits = [_init("table", table), _init("where", where),
+             _init("kernel", rng.standard_normal((8, 4)).astype(np.float32))]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, ["N", 40, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["N", 40])], inits)
+    cleaned, ops = _clean(tmp_path, model)
+    assert ops == Counter({"Einsum": 1}), ops
+    _same(model, cleaned, [{"x": (2, 40, 4)}])
+
+
 def test_an_expand_of_a_constant_with_a_stale_symbolic_annotation_folds(tmp_path: Path) -> None:
     """Swin's window mask: the size check reads the constant's own dims, not an annotation that
     shape inference left symbolic on it."""

@@ -182,6 +182,23 @@ def test_trtexec_command_for_dla(encoder: Path) -> None:
     assert "--allowGPUFallback" not in bundle.trtexec_command(request)
 
 
+def test_a_per_position_scale_before_a_conv_is_rewritten_so_openvino_computes_it_right(
+        tmp_path: Path, write_model) -> None:
+    """OpenVINO 2026.4 folds a constant scale over H x W positions into the 3 x 3 Conv after it as
+    if it were per channel (timm's CSATv2): check says so, legalize flattens the positions, and the
+    engine then verifies against ORT without leaning on the backend's own result."""
+    from tests.rules.test_arithmetic_extra import spatial_scale_model
+
+    model = write_model(spatial_scale_model("Div"))
+    verdict = api.check(model, ["openvino-cpu", "ort-cpu"]).targets
+    assert [group.category for group in verdict[0].illegal] == ["wrong-result"], verdict[0].illegal
+    assert verdict[1].legal
+    report = api.build(model, "openvino-cpu", tmp_path / "ov", BuildOptions(bench=False))
+    assert report.status == "verified" and report.verification is not None
+    assert not report.verification.backend_bound, report.verification.caveat()
+    assert max(o.max_abs_error for o in report.verification.outputs) < 1e-4
+
+
 def test_failed_legalization_is_exit_1_with_a_report(tmp_path: Path, write_model) -> None:
     model = write_model("""
         <ir_version: 10, opset_import: ["" : 13, "custom.ops" : 1]>

@@ -200,3 +200,51 @@ def test_equal_on_strings_is_left_alone() -> None:
         <ir_version: 10, opset_import: ["" : 19]>
         g (string[3] a, string[3] b) => (bool[3] y) { y = Equal (a, b) }
     """, "Equal", "no order")
+
+
+SCALE_3X3 = "1.17, 1.47, 2.6, 2.16, 1.19, 1.87, 1.96, 1.32, 2.47"
+WEIGHTS_2X2X3X3 = ("3.32, 0.23, -0.35, -0.28, -0.67, -1.06, -0.39, 0.48, -0.24, 0.96, -0.2, 0.02, "
+                   "1.55, 0.55, -0.51, -0.18, 0.54, 1.94, -0.27, -0.24, 1.0, -0.89, -0.29, 0.88, "
+                   "0.58, 0.09, 0.67, -2.83, 1.02, -0.96, -1.67, 0.28, 0.7, -0.44, -1.08, 0.03")
+
+
+def spatial_scale_model(op: str, scale_shape: str = "3,3", scale: str = SCALE_3X3,
+                        reader: str = "conv") -> str:
+    """x (N x 2 x 3 x 3) scaled per position by a constant, then read by a 3 x 3 Conv (CSATv2's
+    average of a 7 x 7 map over its valid taps) or by something else."""
+    conv = "y = Conv <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (s, w)"
+    read = conv if reader == "conv" else "y = Relu (s)"
+    return f"""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[N,2,3,3] x) => (float[N,2,3,3] y) {{
+            c = Constant <value = float[{scale_shape}] {{{scale}}}> ()
+            w = Constant <value = float[2,2,3,3] {{{WEIGHTS_2X2X3X3}}}> ()
+            s = {op} (x, c)
+            {read}
+        }}
+    """
+
+
+@pytest.mark.parametrize(("op", "rule", "shape"), [("Div", "spatial-scale-div", "3,3"),
+                                                  ("Mul", "spatial-scale-mul", "1,1,3,3")])
+def test_a_per_position_scale_before_a_conv_is_done_on_the_positions_flattened(op: str, rule: str,
+                                                                                shape: str) -> None:
+    rewrite_and_compare(spatial_scale_model(op, shape), op, rule)
+
+
+def test_a_per_position_and_per_channel_scale_before_a_conv_widens_like_the_original() -> None:
+    """A [2, 3, 3] scale on x whose channel count is not known: the product's shape is x's widened."""
+    per_channel = ", ".join([SCALE_3X3, SCALE_3X3.replace("1.", "0.")])
+    rewrite_and_compare(spatial_scale_model("Mul", "2,3,3", per_channel).replace("float[N,2,3,3] x",
+                                                                               "float[N,C,3,3] x"),
+                        "Mul", "spatial-scale-mul")
+
+
+def test_a_per_position_scale_read_by_anything_but_a_conv_is_left_alone() -> None:
+    declines(spatial_scale_model("Div", reader="relu"), "Div",
+             "not a per-position constant scale read by a Conv alone")
+
+
+def test_a_per_channel_scale_before_a_conv_is_left_alone() -> None:
+    declines(spatial_scale_model("Mul", "2,1,1", "0.5, 2.0"), "Mul",
+             "not a per-position constant scale read by a Conv alone")

@@ -35,3 +35,16 @@ def test_an_engine_further_than_the_backend_on_the_original_still_fails() -> Non
     exact = _judged(expected + drift, expected)  # the backend computes the original within tolerance
     within_backend_on_original(exact, {"y": expected}, {"y": expected.copy()})
     assert not exact.passed
+
+
+def test_a_backend_that_gets_the_original_wrong_beyond_rounding_is_called_a_defect_not_rounding() -> None:
+    rng = np.random.default_rng(2)
+    expected = rng.standard_normal(1000).astype(np.float32)
+    wrong = expected + rng.standard_normal(1000).astype(np.float32) * 0.5  # cosine ~0.9: not rounding
+    result = _judged(wrong, expected)
+    within_backend_on_original(result, {"y": expected}, {"y": wrong.copy()})
+    assert result.passed and result.backend_defect == ["y"]
+    assert "defect of the backend" in result.caveat() and "kernels' rounding" not in result.caveat()
+    rounding = _judged(expected + 2e-3, expected)
+    within_backend_on_original(rounding, {"y": expected}, {"y": expected + 2e-3})
+    assert rounding.passed and not rounding.backend_defect and "kernels' rounding" in rounding.caveat()
