@@ -61,6 +61,8 @@ def read_proto(path: Path) -> onnx.ModelProto:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as error:
         detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if "alloc failed" in detail:  # protobuf's arena ran out (a large model under a memory limit)
+            raise MemoryError(f"{path}: no memory to parse its {size} bytes ({detail})") from None
         raise model_error(path, f"not an ONNX model: protobuf parse failed ({detail})",
                           "is the file truncated or not an .onnx file?") from None
     if not proto.HasField("graph") or proto.ir_version <= 0:

@@ -204,3 +204,36 @@ def test_a_target_file_cannot_name_code(tmp_path: Path, write_model) -> None:
     result = run("check", str(write_model(_good())), "-t", str(target))
     assert result.returncode == 2 and "unknown predicate" in result.stderr
     assert not Path("pwned").exists() and not (tmp_path / "pwned").exists()
+
+
+def test_a_model_too_large_for_the_memory_left_is_out_of_memory_not_malformed(tmp_path: Path) -> None:
+    """protobuf's "Arena alloc failed" under a memory limit (ConvNeXt-L's export in an audit cell)
+    is a MemoryError, which the audit counts as out-of-memory, not a malformed model."""
+    import subprocess
+    import sys
+
+    weights = numpy_helper.from_array(np.ones((10 << 20,), np.float32), "w")  # 40 MB
+    path = tmp_path / "big.onnx"
+    path.write_bytes(_model([helper.make_node("Add", ["x", "w"], ["y"])], [_value("x", [10 << 20])],
+                            [_value("y", [10 << 20])], [weights]))
+    probe = f"""
+import resource
+from pathlib import Path
+import onnx  # imported (with numpy) before the limit: what the limit starves is the parse alone
+from deploycc.errors import ModelInputError
+from deploycc.io.read import read_proto
+with open("/proc/self/status") as status:
+    mapped = next(int(line.split()[1]) << 10 for line in status if line.startswith("VmSize:"))
+limit = mapped + {path.stat().st_size} + (24 << 20)  # room to read the file, not to parse it too
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+try:
+    read_proto(Path({str(path)!r}))
+    print("parsed")
+except MemoryError:
+    print("memory")
+except ModelInputError as error:
+    print("malformed", error)
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert result.stdout.strip() == "memory", (result.stdout, result.stderr[-500:])
