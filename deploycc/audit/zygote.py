@@ -44,18 +44,6 @@ def _preload(names: tuple[str, ...]) -> None:
             importlib.import_module(name)
 
 
-def _mapped_bytes() -> int:
-    """This process's address space (VmSize), 0 where /proc does not say."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) << 10
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def _child(request: dict[str, Any], closing: list[int]) -> None:
     """In the forked child: a process group and memory limit of its own, the spec on stdin and
     the worker's output in the files asked, then the worker. Never returns."""
@@ -69,10 +57,12 @@ def _child(request: dict[str, Any], closing: list[int]) -> None:
         if request.get("memory"):
             import resource
 
+            from deploycc.bench.memory import address_space_bytes
+
             # The limit is on what the cell adds: the address space the zygote mapped before it
             # (torch's libraries and arenas: 3.7 GB, shared copy-on-write, not the cell's) is on top.
             # Counted in, it left ConvNeXt-L's export 8 of a 12 GiB limit, and it ran out.
-            limit = request["memory"] + _mapped_bytes()
+            limit = request["memory"] + (address_space_bytes() or 0)
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         for fd, path, flags in ((0, request["spec"], os.O_RDONLY),
                                 (1, request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),

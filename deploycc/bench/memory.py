@@ -34,6 +34,12 @@ def rss_bytes() -> int | None:
     return None if kib is None else kib * 1024
 
 
+def address_space_bytes() -> int | None:
+    """What this process has mapped (VmSize): what RLIMIT_AS counts."""
+    kib = _status_kib("VmSize")
+    return None if kib is None else kib * 1024
+
+
 def reset_peak() -> bool:
     """Reset the kernel's peak-RSS mark (VmHWM) so it covers only what follows (Linux >= 4.0)."""
     try:

@@ -220,11 +220,10 @@ def test_a_model_too_large_for_the_memory_left_is_out_of_memory_not_malformed(tm
 import resource
 from pathlib import Path
 import onnx  # imported (with numpy) before the limit: what the limit starves is the parse alone
+from deploycc.bench.memory import address_space_bytes
 from deploycc.errors import ModelInputError
 from deploycc.io.read import read_proto
-with open("/proc/self/status") as status:
-    mapped = next(int(line.split()[1]) << 10 for line in status if line.startswith("VmSize:"))
-limit = mapped + {path.stat().st_size} + (24 << 20)  # room to read the file, not to parse it too
+limit = address_space_bytes() + {path.stat().st_size} + (24 << 20)  # room to read, not to parse too
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 try:
     read_proto(Path({str(path)!r}))
