@@ -8,8 +8,10 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from deploycc import api
 from deploycc.audit.isolate import run_isolated
@@ -56,10 +58,20 @@ def test_a_forked_cell_that_hangs_or_eats_memory_ends_alone(corpus: Path, tmp_pa
         hung = run_isolated(_spec(corpus, tmp_path), timeout=0.05, memory_limit=None, zygote=forks)
         assert hung.category == "timeout"
         # the memory limit holds in the forked cell (and the ONNX Runtime process it starts): 1 MiB
-        # on top of what the zygote had mapped is less than a cell adds. Where the first allocation
-        # over it lands differs by machine: in the cell (a MemoryError it reports) or in the ORT
-        # process the cell starts (which exits without answering)
-        starved = run_isolated(_spec(corpus, tmp_path), timeout=120, memory_limit=1 << 20, zygote=forks)
+        # on top of what the zygote had mapped, for a model of 64 MB (a small one can run in the
+        # heap the zygote already has). Where the first allocation over it lands differs by
+        # machine: in the cell (a MemoryError it reports) or in the ORT process the cell starts
+        # (which exits without answering)
+        weights = numpy_helper.from_array(np.ones((16 << 20,), np.float32), "w")
+        graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "big",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16 << 20])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16 << 20])],
+                                  [weights])
+        big = tmp_path / "big.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), big)
+        spec = _spec(corpus, tmp_path)
+        spec.model = str(big)
+        starved = run_isolated(spec, timeout=120, memory_limit=1 << 20, zygote=forks)
         assert starved.status == "failed", starved.message
         assert (starved.category == Failure.OUT_OF_MEMORY
                 or "exited 1 without answering" in starved.message), (starved.category, starved.message)
