@@ -97,10 +97,13 @@ def _torchscript(source: TorchSource, inputs: tuple[Any, ...], dynamic: dict[str
                  path: Path, opset: int) -> None:
     import torch
 
-    torch.onnx.export(source.module, inputs, str(path), dynamo=False, opset_version=opset,
-                      input_names=source.names, do_constant_folding=True,
-                      dynamic_axes={name: {axis: bounds.name for axis, bounds in axes.items()}
-                                    for name, axes in dynamic.items()} or None)
+    from deploycc.frontend.backports import backported
+
+    with backported(opset):
+        torch.onnx.export(source.module, inputs, str(path), dynamo=False, opset_version=opset,
+                          input_names=source.names, do_constant_folding=True,
+                          dynamic_axes={name: {axis: bounds.name for axis, bounds in axes.items()}
+                                        for name, axes in dynamic.items()} or None)
 
 
 def _dynamo(source: TorchSource, inputs: tuple[Any, ...], dynamic: dict[str, dict[int, Axis]],

@@ -136,6 +136,22 @@ def test_an_op_above_the_nano_opset_ceiling_says_which_targets_read_it(tmp_path:
     assert bilinear.status == BuildStatus.PENDING_ON_DEVICE, bilinear.summary
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["windows", "causal"])
+def test_attention_reaches_the_nano_through_the_back_ported_translation(tmp_path: Path, causal: bool) -> None:
+    inputs = (torch.randn(1, 2, 3, 5, 8),)
+    report = api.build(models.WindowAttention(causal), inputs, target="jetson-nano", outdir=tmp_path / "n",
+                       options=QUICK)
+    assert report.status == BuildStatus.PENDING_ON_DEVICE, report.summary
+    torchscript = report.export.attempts[0]
+    assert torchscript.exporter == "torchscript" and torchscript.failure is None
+    assert torchscript.opset_written == 13 and report.export.chosen == "torchscript"
+    assert report.export.final is not None and report.export.final.passed  # torch against the legalized model
+    # the back-port lives only as long as its export: torch's own registry refuses opset 13 again
+    with pytest.raises(Exception, match="opset version 13 is not supported"):
+        torch.onnx.export(models.WindowAttention(), inputs, str(tmp_path / "plain.onnx"), dynamo=False,
+                          opset_version=13)
+
+
 def test_a_failure_of_torch_itself(tmp_path: Path) -> None:
     with pytest.raises(ExportFailed) as raised:
         api.legalize(models.Broken(), (torch.randn(2, 4),), target="ort-cpu", output=tmp_path / "m.onnx")

@@ -72,6 +72,21 @@ class Grid(nn.Module):
         return nn.functional.grid_sample(x, grid, mode=self.mode, align_corners=False)
 
 
+class WindowAttention(nn.Module):
+    """Attention over windows, as Hiera writes it: scaled_dot_product_attention on rank-5 tensors,
+    which dynamo cannot translate at all and TorchScript has only from opset 14 (the Nano reads 13).
+    `causal` masks the future as a decoder does."""
+
+    def __init__(self, causal: bool = False) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.causal = causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+
 class FlattenByNumber(nn.Module):
     """`int(x.shape[0])` is a Python number to the tracer: the batch is written as a constant."""
 
