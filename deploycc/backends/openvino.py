@@ -5,6 +5,7 @@ and a model cache directory, and `Core.query_model` for placement.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from deploycc.backends.base import (
     Quantizer,
     Runner,
 )
-from deploycc.io.files import user_cache_dir
+from deploycc.io.files import trim_cache, user_cache_dir
 from deploycc.taxonomy import Failure, Precision
 
 if TYPE_CHECKING:
@@ -40,6 +41,12 @@ INFERENCE_PRECISION = {Precision.FP32: "f32", Precision.FP16: "f16", Precision.B
 def default_cache_dir() -> Path:
     """Compiled-blob cache outside the output directory: blobs are machine-specific."""
     return user_cache_dir("openvino")
+
+
+def cache_limit_bytes() -> int:
+    """How much the blob cache may hold, the oldest blobs dropped past it: 4 GiB, or
+    DEPLOYCC_OPENVINO_CACHE_MB (0 keeps none)."""
+    return int(os.environ.get("DEPLOYCC_OPENVINO_CACHE_MB", "4096")) << 20
 
 
 @dataclass
@@ -161,7 +168,10 @@ def compile_model(model: Any, device: str, config: dict[str, str]) -> Any:
     core = ov.Core()
     if isinstance(model, bytes):
         model = core.read_model(model=model)
-    return core.compile_model(str(model) if isinstance(model, Path) else model, device, config)
+    compiled = core.compile_model(str(model) if isinstance(model, Path) else model, device, config)
+    if "CACHE_DIR" in config:
+        trim_cache(Path(config["CACHE_DIR"]), cache_limit_bytes())
+    return compiled
 
 
 class OpenVinoRunner(Runner):

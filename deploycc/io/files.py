@@ -114,6 +114,27 @@ def user_cache_dir(*parts: str) -> Path:
     return Path(base, "deploycc", *parts)
 
 
+def trim_cache(folder: Path, keep_bytes: int) -> int:
+    """Delete `folder`'s oldest files (by when they were last written or read) until what is left
+    is at most `keep_bytes`: a cache must not fill the disk over a 200-model audit (OpenVINO's
+    blobs took 41 GB). Files another process removes meanwhile are skipped. Returns bytes freed."""
+    entries = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(folder):
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_file(follow_symlinks=False):
+                    stat = entry.stat(follow_symlinks=False)
+                    entries.append((max(stat.st_atime, stat.st_mtime), stat.st_size, entry.path))
+    total, freed = sum(size for _, size, _ in entries), 0
+    for _, size, path in sorted(entries):
+        if total - freed <= keep_bytes:
+            break
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            freed += size
+    return freed
+
+
 def sha256_file(path: Path) -> str:
     import hashlib
 
