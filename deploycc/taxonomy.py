@@ -57,6 +57,17 @@ class Failure(Name):
     REGRESSED = "regressed"  # legal as exported yet refused after deploycc: always a deploycc bug
 
 
+# What a process or an exception says when memory ran out, matched without case: MemoryError,
+# C++'s std::bad_alloc (ONNX Runtime's session init), ENOMEM ("[Errno 12] Cannot allocate memory",
+# glibc's "cannot allocate memory for thread-local data" when a thread starts past the limit).
+OUT_OF_MEMORY_MARKERS = ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory")
+
+
+def says_out_of_memory(text: str) -> bool:
+    lowered = text.lower()
+    return any(marker in lowered for marker in OUT_OF_MEMORY_MARKERS)
+
+
 # A node's reason as the failure of the cell it stops: a restriction is an op the target does
 # not take in that form; a wrong result is one whose outputs would not match.
 FAILURE_OF_REFUSAL: dict[str, Failure] = {

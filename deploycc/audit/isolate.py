@@ -18,15 +18,12 @@ from typing import TYPE_CHECKING
 
 from deploycc.records.audit import CellResult, CellSpec
 from deploycc.results import from_dict
-from deploycc.taxonomy import CellStatus, Failure, Stage
+from deploycc.taxonomy import CellStatus, Failure, Stage, says_out_of_memory
 
 if TYPE_CHECKING:
     from deploycc.audit.zygote import Zygote
 
 WORKER = (sys.executable, "-m", "deploycc.audit.worker")
-# Matched without case: glibc aborts with "cannot allocate memory for thread-local data" when a
-# thread is started past the limit.
-OOM_MARKERS = ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory")
 
 
 def _limit_memory(limit_bytes: int | None):
@@ -67,7 +64,7 @@ def run_isolated(spec: CellSpec, *, timeout: float, memory_limit: int | None,
         data = json.loads(lines[-1])
         return from_dict(CellResult, data)
     tail = (stderr.strip().splitlines() or ["no message"])[-1][:300]
-    if memory_limit and any(marker in stderr.lower() for marker in OOM_MARKERS):
+    if memory_limit and says_out_of_memory(stderr):
         failed.category = Failure.OUT_OF_MEMORY
         failed.message = f"exceeded the memory limit of {memory_limit >> 20} MiB: {tail}"
     elif returncode < 0:

@@ -20,7 +20,7 @@ from deploycc.errors import PrecisionRefused
 from deploycc.records.audit import FROM_LEGALITY, HOST_SEGMENTS, CellResult, CellSpec
 from deploycc.records.export import DATA_DEPENDENT, NOT_PROVEN, OPSET_CEILING, TORCH_FAILURE, UNSUPPORTED_OP
 from deploycc.results import from_dict
-from deploycc.taxonomy import BuildStatus, CellStatus, Failure, Precision, Severity, Stage
+from deploycc.taxonomy import BuildStatus, CellStatus, Failure, Precision, Severity, Stage, says_out_of_memory
 from deploycc.verify import reference
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def _category(error: BaseException) -> Failure:
     from deploycc.errors import DynamicShapeError, ModelInputError
     from deploycc.passes.opset import OpsetConversionError
 
-    if isinstance(error, MemoryError):
+    if isinstance(error, MemoryError) or says_out_of_memory(str(error)):  # ENOMEM, bad_alloc
         return Failure.OUT_OF_MEMORY
     if isinstance(error, ModelInputError):
         return Failure.INVALID_MODEL
@@ -319,9 +319,12 @@ def _from_export(result: CellResult, report: BuildReport) -> None:
 
 
 def _export_category(record: object) -> Failure:
-    """The cell's category for a failed export: the first attempt's class (EXPORT_TO_CELL)."""
-    kinds = [a.failure.kind for a in getattr(record, "attempts", []) if a.failure is not None]
-    return EXPORT_TO_CELL.get(kinds[0], Failure.EXPORT) if kinds else Failure.EXPORT
+    """The cell's category for a failed export: the first attempt's class (EXPORT_TO_CELL), or
+    out-of-memory where torch ran out of it (a giant's export is not a failure of the exporter)."""
+    failures = [a.failure for a in getattr(record, "attempts", []) if a.failure is not None]
+    if failures and all(says_out_of_memory(failure.message) for failure in failures):
+        return Failure.OUT_OF_MEMORY
+    return EXPORT_TO_CELL.get(failures[0].kind, Failure.EXPORT) if failures else Failure.EXPORT
 
 
 def _note_export(result: CellResult, report: BuildReport) -> None:

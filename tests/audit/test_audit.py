@@ -188,11 +188,31 @@ def test_the_store_runs_cells_again_that_failed_for_want_of_a_resource_or_time(t
 
 
 def test_a_cell_failure_is_categorised_by_its_error_type_not_its_words() -> None:
-    from deploycc.audit.worker import _category
+    from deploycc.audit.worker import _category, _export_category
     from deploycc.errors import DynamicShapeError, OptionError
+    from deploycc.records.export import (
+        TORCH_FAILURE,
+        UNSUPPORTED_OP,
+        ExportAttempt,
+        ExportFailure,
+        ExportReport,
+    )
 
     assert _category(DynamicShapeError("jetson-nano needs static shapes")) == "dynamic-shape"
     assert _category(OptionError("--dynamic-batch '1:2': expected MIN:OPT:MAX")) == "backend-error"
+    # memory running out in C++ or the kernel is not a backend's error (a 644 M-parameter export)
+    assert _category(OSError(12, "Cannot allocate memory")) == "out-of-memory"
+    assert _category(RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Exception during "
+                                  "initialization: std::bad_alloc")) == "out-of-memory"
+
+    def export(*failures: ExportFailure) -> ExportReport:
+        return ExportReport(source="m", kind="module", target="ort-cpu", opset_ceiling=17, example_shapes={},
+                            order=[], attempts=[ExportAttempt("dynamo", 17, failure=f) for f in failures])
+
+    enomem = ExportFailure(TORCH_FAILURE, "torch failed: [Errno 12] Cannot allocate memory")
+    unsupported = ExportFailure(UNSUPPORTED_OP, "the exporter has no ONNX translation for aten.foo")
+    assert _export_category(export(enomem, enomem)) == "out-of-memory"
+    assert _export_category(export(unsupported, enomem)) == "unsupported-op"  # one exporter said why
 
 
 def test_top_failure_causes_count_the_cells_of_every_target(corpus: Path, tmp_path: Path) -> None:
