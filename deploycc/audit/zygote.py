@@ -258,4 +258,7 @@ def zygote(torch: bool = False) -> Iterator[Zygote | None]:
 
 
 if __name__ == "__main__":
-    serve()
+    try:
+        serve()
+    except BrokenPipeError:  # the audit went away (killed, interrupted): nobody is left to tell
+        os._exit(0)
