@@ -52,6 +52,8 @@ GOALS = {
         "jetson-nano": 0.95,
     },
 }
+# per cell: two jobs side by side on a 24 GiB machine
+MEMORY_LIMIT_MB = 12288
 DONE = {"verified", "benchmarked", "legalized", "legal-as-exported"}
 
 
@@ -119,21 +121,40 @@ def stem(model: str) -> str:
 def export_table(cells: list[Any], targets: list[str], summary: dict[str, Any]) -> list[str]:
     """Per target: the exporter the front end kept, and how often the target's first exporter did
     not do and the second ran (issue 26: "say how often it was needed")."""
-    lines = ["The front end's exports (each target's own exporter order):", "",
-             "| target | models exported | kept dynamo | kept torchscript | second exporter needed | "
-             "the first's failures |", "|---|---|---|---|---|---|"]
+    lines = ["The front end's exports (each target's own exporter order), and the time from module to "
+             "artifact: a cell's seconds, export, proof, build and verification together (a cell that "
+             "found its export made by another target of the same export policy did not export again):",
+             "", "| target | models exported | kept dynamo | kept torchscript | second exporter needed | "
+             "the first's failures | s per model: median / p90 / max | median s, one exporter / two |",
+             "|---|---|---|---|---|---|---|---|"]
     for target in targets:
-        records = [(c.details.get("export") or {}) for c in cells if c.target == target]
-        records = [r for r in records if r.get("attempts")]
+        exported = [(c, c.details.get("export") or {}) for c in cells if c.target == target]
+        exported = [(c, r) for c, r in exported if r.get("attempts")]
+        records = [r for _, r in exported]
         kept = Counter(str(r.get("chosen")) for r in records)
         second = [r for r in records if len(r["attempts"]) > 1]
         why = Counter(str(r["attempts"][0].get("failure") or r["attempts"][0].get("outcome")).split(":")[0]
                       for r in second)
+        seconds = sorted(float(c.seconds or 0) for c, _ in exported)
+        one = [float(c.seconds or 0) for c, r in exported if len(r["attempts"]) == 1]
+        two = [float(c.seconds or 0) for c, r in exported if len(r["attempts"]) > 1]
         summary[target]["second_exporter_needed"] = len(second)
+        summary[target]["seconds"] = {"median": _quantile(seconds, 0.5), "p90": _quantile(seconds, 0.9),
+                                      "max": seconds[-1] if seconds else None}
         lines.append(f"| {target} | {len(records)} | {kept['dynamo']} | {kept['torchscript']} | "
                      f"{len(second)} ({len(second) / (len(records) or 1):.1%}) | "
-                     + ", ".join(f"{k} {v}" for k, v in why.most_common()) + " |")
+                     + ", ".join(f"{k} {v}" for k, v in why.most_common()) + " | "
+                     f"{_quantile(seconds, 0.5):.0f} / {_quantile(seconds, 0.9):.0f} / "
+                     f"{(seconds or [0])[-1]:.0f} | {_quantile(sorted(one), 0.5):.0f} / "
+                     f"{_quantile(sorted(two), 0.5):.0f} |")
     return [*lines, ""]
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The value at quantile `q` of an ascending list (nearest rank; 0 for none)."""
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
 def tables(report: Any, about: dict[str, dict], kind: str) -> tuple[str, dict]:
@@ -237,7 +258,8 @@ def main() -> None:
     from deploycc.report.progress import progress_bar
 
     options = AuditOptions(
-        jobs=args.jobs, timeout=args.timeout, fresh=args.fresh, memory_limit_mb=12288, partition=True,
+        jobs=args.jobs, timeout=args.timeout, fresh=args.fresh, memory_limit_mb=MEMORY_LIMIT_MB,
+        partition=True,
         reports_only=True,  # every target's engine of 300 models fills a disk (45 GB for 72 models)
         stored_only=args.stored_only,
     )
@@ -290,7 +312,8 @@ def main() -> None:
         f"{len(report.models)} entries: {what}; raw data in `zoo/results/{args.kind}.json`. Stages "
         "check, legalize, build, verify with the hints' static shapes on TensorRT targets (built on the "
         'device: "after deploycc" there is legal and verified on ORT); a model refused whole is tried '
-        "with host segments, counted apart.\n\n"
+        f"with host segments, counted apart. Each cell in a process of its own, under a "
+        f"{MEMORY_LIMIT_MB // 1024} GiB memory limit (on what it adds to the forked zoo process).\n\n"
     )
     (results / f"{args.kind}.md").write_text(heading + text + "\n")
     from results_page import put_block
