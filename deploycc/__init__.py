@@ -11,9 +11,24 @@ Importing deploycc loads no backend (onnxruntime, openvino, tensorrt) and no onn
 
 from __future__ import annotations
 
-from deploycc.api import audit, build, check, get_target, inspect, legalize, list_targets
+from typing import TYPE_CHECKING, Any
+
 from deploycc.errors import DeployccError
+
+if TYPE_CHECKING:
+    from deploycc.api import audit, build, check, get_target, inspect, legalize, list_targets
 
 __version__ = "0.1.0"
 __all__ = ["DeployccError", "__version__", "audit", "build", "check", "get_target", "inspect", "legalize",
            "list_targets"]
+_API = frozenset(__all__) - {"DeployccError", "__version__"}
+
+
+def __getattr__(name: str) -> Any:
+    """The API's functions, imported on first use: `python -m deploycc.cli` imports this package
+    before the command line can take Ctrl-C, so the package itself imports next to nothing."""
+    if name in _API:
+        from deploycc import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'deploycc' has no attribute {name!r}")
