@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -224,8 +225,13 @@ def summarize(rows: list[dict], targets: list[str], zoo: bool = False) -> str:
             and r.get("today", {}).get("status") not in SUCCEEDED]
     if lost:
         lines += ["", "## Where today's path fails and the front end deploys", ""]
-        lines += [f"- {r['model']} on {r['target']}: today {r.get('today', {}).get('status')}: "
-                  f"{r.get('today', {}).get('summary', '')[:200]}" for r in lost]
+        grouped: dict[tuple[str, str, str], list[str]] = {}
+        for r in lost:  # one line per model and cause, its targets listed
+            today = r.get("today", {})
+            cause = re.sub(r"\x1b\[[0-9;]*m", "", today.get("summary", "")).split(". ")[0][:200]
+            grouped.setdefault((r["model"], str(today.get("status")), cause), []).append(r["target"])
+        lines += [f"- {model} on {', '.join(where) if len(where) < len(targets) else 'every target'}: "
+                  f"today {status}: {cause}" for (model, status, cause), where in grouped.items()]
     failures = [r for r in rows if r["frontend"]["status"] not in SUCCEEDED]
     if failures:
         lines += ["", "## Front-end failures", ""]
