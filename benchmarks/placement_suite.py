@@ -104,7 +104,12 @@ def main() -> None:
     parser.add_argument("--name", default="placement", help="results/NAME.json and RESULTS.md's NAME block")
     args = parser.parse_args()
     corpora = args.corpus or [HERE / "corpus"]
-    models = [m for c in corpora for m in sorted(c.glob("*.onnx"))[:args.limit]]
+    models, seen = [], set()
+    for corpus in corpora:  # a file name in two folders is one model, taken from the first
+        for model in sorted(corpus.glob("*.onnx"))[:args.limit]:
+            if model.name not in seen:
+                seen.add(model.name)
+                models.append(model)
     from rich.progress import Progress
 
     rows = []
