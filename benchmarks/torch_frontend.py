@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -186,6 +185,8 @@ def run_one(name: str, targets: list[str], exporter: str | None = None, today: b
 
 
 def summarize(rows: list[dict], targets: list[str], zoo: bool = False) -> str:
+    from deploycc.frontend.failures import without_colour
+
     source = "zoo torch models (benchmarks/zoo/catalog.py)" if zoo else "torchvision models"
     lines = ["# The PyTorch front end against torch.onnx.export's defaults then deploycc build", "",
              f"{len({r['model'] for r in rows})} {source} (random weights), one child process per "
@@ -228,7 +229,7 @@ def summarize(rows: list[dict], targets: list[str], zoo: bool = False) -> str:
         grouped: dict[tuple[str, str, str], list[str]] = {}
         for r in lost:  # one line per model and cause, its targets listed
             today = r.get("today", {})
-            cause = re.sub(r"\x1b\[[0-9;]*m", "", today.get("summary", "")).split(". ")[0][:200]
+            cause = without_colour(today.get("summary", "")).split(". ")[0][:200]
             grouped.setdefault((r["model"], str(today.get("status")), cause), []).append(r["target"])
         lines += [f"- {model} on {', '.join(where) if len(where) < len(targets) else 'every target'}: "
                   f"today {status}: {cause}" for (model, status, cause), where in grouped.items()]

@@ -69,9 +69,8 @@ def _attention() -> Callable[..., Any]:
         columns = g.op("Range", zero, length(key), one)
         rows = g.op("Unsqueeze", rows, g.op("Constant", value_t=torch.tensor([1])))
         allowed = g.op("LessOrEqual", columns, rows)
-        float_type = query.type().scalarType() if query.type().scalarType() else "Float"
         dtype = {"Half": torch.float16, "BFloat16": torch.bfloat16, "Double": torch.float64}.get(
-            float_type, torch.float32)
+            query.type().scalarType() or "Float", torch.float32)
         return g.op("Where", allowed, g.op("Constant", value_t=torch.tensor([0.0], dtype=dtype)),
                     g.op("Constant", value_t=torch.tensor([-float("inf")], dtype=dtype)))
 

@@ -77,13 +77,18 @@ def _unsupported_op(text: str) -> str | None:
     return None
 
 
+def without_colour(text: str) -> str:
+    """`text` without terminal colour codes (dynamo's messages carry them)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 def _summary(error: BaseException) -> str:
     """The line that says what went wrong: dynamo's exception summary, else the first line."""
     text = str(error)
     match = SUMMARY.search(text)
     lines = [line for line in text.splitlines() if line.strip()]
     line = match.group(1) if match else lines[0] if lines else type(error).__name__
-    line = re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+    line = without_colour(line).strip()
     line = re.sub(r"^<class '([\w.]+)'>: ", lambda m: m.group(1).rsplit(".", 1)[-1] + ": ", line)
     return line[:240]
 
