@@ -28,13 +28,11 @@ import numpy as np
 
 from deploycc.fp16.emulate import (
     FP16_MAX,
+    HalfEmulation,
     activations,
-    exposed,
     float_layers,
     name_layers,
-    round_between_layers,
     rounded_feeds,
-    run_model,
 )
 from deploycc.fp16.record import BELOW_NORMAL, BEYOND_RANGE, FlaggedTensor, HalfPrecisionReport
 from deploycc.taxonomy import Precision
@@ -69,16 +67,17 @@ def analyze_half(model_path: Path, feeds: dict[str, np.ndarray], precision: Prec
     if report is not None:
         return report
     with tempfile.TemporaryDirectory(prefix="deploycc-fp16-") as folder:
-        prepared = _prepared(model_path, Path(folder) / "prepared.onnx")
-        report = _analyze(prepared, feeds, precision, inputs, progress, tolerance)
+        prepared = Path(folder) / "prepared.onnx"
+        report = _analyze(prepared, _prepared(model_path, prepared), feeds, precision, inputs, progress,
+                          tolerance)
     report.seconds = round(time.monotonic() - started, 2)
     recalled.keep(found, report)
     return report
 
 
-def _prepared(model_path: Path, path: Path) -> Path:
-    """The model with its tensors typed (onnx's inference) and every node named, written once for
-    the runs to load."""
+def _prepared(model_path: Path, path: Path) -> ir.Model:
+    """The model with its tensors typed (onnx's inference) and every node named, written once to
+    `path` for the runs to load."""
     from deploycc import io
     from deploycc.graph.shapes import infer_shapes
 
@@ -86,15 +85,15 @@ def _prepared(model_path: Path, path: Path) -> Path:
     infer_shapes(model)  # a failure leaves the types the model declares
     name_layers(model.graph)
     io.save(model, path)
-    return path
+    return model
 
 
-def _analyze(model_path: Path, feeds: dict[str, np.ndarray], precision: Precision, inputs: str,
-             progress: Callable[[str], None] | None, tolerance: Precision | None) -> HalfPrecisionReport:
-    from deploycc import io
+def _analyze(model_path: Path, model: ir.Model, feeds: dict[str, np.ndarray], precision: Precision,
+             inputs: str, progress: Callable[[str], None] | None,
+             tolerance: Precision | None) -> HalfPrecisionReport:
+    """The analysis of the prepared model (`model`, read for its layers; the runs load its file)."""
     from deploycc.verify.verification import tolerance_precision
 
-    model = io.load(model_path, check=False).model
     layers = float_layers(model.graph)
     names = [v.name or "" for node in layers for v in activations(node)]
     if tolerance is None:
@@ -106,23 +105,20 @@ def _analyze(model_path: Path, feeds: dict[str, np.ndarray], precision: Precisio
         report.reason = "no layer computes a float32 tensor"
         return report
     outputs = [v.name or "" for v in model.graph.outputs]
-    exposed(model, names)
-    reference = run_model(model, feeds)
+    emulation = HalfEmulation(model_path, precision, names)
+    reference = emulation.run(feeds, None, every_activation=True)
     judged = [name for name in outputs if name in reference
               and np.issubdtype(reference[name].dtype, np.floating)]
     report.flagged = flagged_tensors(reference, layers, precision, feeds)
     _set_shapes(model.graph, {**feeds, **reference})
     flops = {node.name or "": _flops(node) for node in layers}
+    half_feeds = rounded_feeds(feeds, precision)
 
     def emulate(kept: set[str], expose: bool = True) -> dict[str, np.ndarray]:
         report.runs += 1
         if progress is not None:
             progress(f"{precision.value} emulation {report.runs}")
-        emulated = io.load(model_path, check=False).model
-        round_between_layers(emulated, kept, precision)
-        if expose:
-            exposed(emulated, names)
-        return run_model(emulated, rounded_feeds(feeds, precision))
+        return emulation.run(half_feeds, kept, every_activation=expose)
 
     # All in half, its outputs only: every activation is wanted only when the search runs, and
     # holding them all costs gigabytes and several times the run on a large model

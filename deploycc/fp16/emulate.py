@@ -13,7 +13,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -139,7 +139,10 @@ def round_between_layers(model: ir.Model, kept: set[str], precision: Precision) 
             _round_value(graph, node, value, half)
 
 
-def _round_value(graph: ir.Graph, node: ir.Node, value: ir.Value, half: ir.DataType) -> None:
+def _round_value(graph: ir.Graph, node: ir.Node, value: ir.Value, half: ir.DataType,
+                 keep: ir.Value | None = None) -> None:
+    """Cast the value to half and back after its node; its readers (and the graph's outputs) read
+    the rounded value, which takes its name. With `keep`, a switch: Where(keep, wide, rounded)."""
     import onnx_ir as ir
 
     name = value.name or ""
@@ -148,7 +151,13 @@ def _round_value(graph: ir.Graph, node: ir.Node, value: ir.Value, half: ir.DataT
     down.outputs[0].name, down.outputs[0].type = f"{name}__half", ir.TensorType(half)
     up = ir.Node("", "Cast", [down.outputs[0]], attributes=[ir.AttrInt64("to", int(ir.DataType.FLOAT))],
                  name=f"{name}__to_float")
+    added = [down, up]
     rounded = up.outputs[0]
+    if keep is not None:
+        up.outputs[0].name, up.outputs[0].type = f"{name}__rounded", ir.TensorType(ir.DataType.FLOAT)
+        select = ir.Node("", "Where", [keep, value, up.outputs[0]], name=f"{name}__select")
+        added.append(select)
+        rounded = select.outputs[0]
     rounded.type, rounded.shape = ir.TensorType(ir.DataType.FLOAT), value.shape
     value.name, rounded.name = name + ROUNDED_SUFFIX, name
     for use in uses:
@@ -156,23 +165,165 @@ def _round_value(graph: ir.Graph, node: ir.Node, value: ir.Value, half: ir.DataT
     for index, output in enumerate(graph.outputs):
         if output is value:
             graph.outputs[index] = rounded
-    graph.insert_after(node, [down, up])
+    graph.insert_after(node, added)
 
 
-def run_model(model: ir.Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The model's outputs on ORT CPU as written (graph optimizations off: ORT would take a Cast
-    pair out)."""
+# Where (a layer's switch) came in opset 9; below it every emulation is a model of its own
+SWITCHED_FROM_OPSET = 9
+
+
+class HalfEmulation:
+    """The runs of an analysis. The reference and the all-half run are models of their own, as
+    written or rounded whole. The search's runs (each keeps other layers in fp32) share one ORT
+    session: each layer's rounding is switched by a boolean input (Where(keep, wide, rounded)),
+    and each weight reads its rounded copy the same way, so another set of kept layers is another
+    feed, not another model built, saved, loaded and compiled. That had been 70% of a search's
+    time (CoaT, 1,900 layers, 15 runs: 30 s, now 10). Where costs a pass over each activation,
+    which a model of few layers and large activations feels: ConvMixer's 13 runs take 20% longer.
+    The rounding is that of the model rebuilt per run: the same Casts, the same rounded weights.
+    A weight read through Where is not prepacked by ORT's convolution, whose other summation order
+    moves an error by about 1e-3 of itself (CoaT: 0.01866 against 0.01853); the layers kept were
+    the same on the eight models compared. Below opset 9 (no Where) every run is rebuilt."""
+
+    def __init__(self, prepared: Path, precision: Precision, names: list[str]) -> None:
+        self.prepared, self.precision, self.names = prepared, precision, names
+        self.switched: Any = None  # the search's session, made on its first run
+        self._plain: ir.Model | None = None  # the file as read, until a run rounds it
+        self.layer_flags: dict[str, str] = {}
+        self.weight_readers: dict[str, list[str]] = {}
+
+    def run(self, feeds: dict[str, np.ndarray], kept: set[str] | None, *,
+            every_activation: bool) -> dict[str, np.ndarray]:
+        """The outputs (and with `every_activation` each layer's activation) with every layer but
+        those in `kept` rounded through half; `kept` None: nothing rounded, the fp32 reference.
+        `feeds` as given (the caller rounds them for an emulation)."""
+        from deploycc.verify.runner import run_session
+
+        if kept is None or not every_activation or not self._switch():
+            return self._rebuilt(feeds, kept, every_activation)
+        flags = {flag: np.array(layer in kept) for layer, flag in self.layer_flags.items()}
+        flags.update({flag: np.array(any(reader in kept for reader in readers))
+                      for flag, readers in self.weight_readers.items()})
+        try:
+            return run_session(self.switched, {**feeds, **flags})
+        except Exception as error:  # ORT raises its own types: the analysis says why in one line
+            raise _run_error(error) from None
+
+    def _switch(self) -> bool:
+        """The search's session, every activation a graph output (made once; False below opset
+        9)."""
+        from deploycc import io
+
+        if self.switched is not None:
+            return True
+        model = io.load(self.prepared, check=False).model
+        if model.opset_imports.get("", 1) < SWITCHED_FROM_OPSET:
+            return False
+        self.layer_flags, self.weight_readers = _switch_rounding(model, self.precision)
+        exposed(model, self.names)
+        self.switched = _as_written(model)
+        return True
+
+    def _rebuilt(self, feeds: dict[str, np.ndarray], kept: set[str] | None,
+                 every_activation: bool) -> dict[str, np.ndarray]:
+        """A model of its own for this run. The file is read once for the reference and the
+        all-half run, which rounds it in place (the last run to want it as written); a search
+        below opset 9 reads it again for each of its runs."""
+        from deploycc import io
+        from deploycc.verify.runner import run_session
+
+        model = self._plain or io.load(self.prepared, check=False).model
+        self._plain = model if kept is None else None
+        if kept is not None:
+            round_between_layers(model, kept, self.precision)
+        written = len(model.graph.outputs)
+        if every_activation:
+            exposed(model, self.names)
+        try:
+            loaded = _as_written(model)
+        finally:
+            del model.graph.outputs[written:]
+        try:
+            return run_session(loaded, feeds)
+        except Exception as error:  # ORT raises its own types: the analysis says why in one line
+            raise _run_error(error) from None
+
+
+def _as_written(model: ir.Model) -> Any:
+    """An ORT CPU session of the model as written (graph optimizations off: ORT would take a Cast
+    pair out). Through a file: ORT took serialized bytes slower (ConvNeXt-B: 11 s against 7)."""
     from deploycc import io
-    from deploycc.verify.runner import RunError, run_ort
+    from deploycc.verify.runner import session
 
     with tempfile.TemporaryDirectory(prefix="deploycc-fp16-") as folder:
         path = Path(folder) / "model.onnx"
         io.save(model, path)
         try:
-            return run_ort(path, feeds, optimize=False, threads=0)
-        except Exception as error:  # ORT raises its own types: the analysis says why in one line
-            lines = str(error).strip().splitlines()
-            raise RunError(f"onnxruntime: {lines[0] if lines else type(error).__name__}") from None
+            return session(path, optimize=False, threads=0)
+        except Exception as error:
+            raise _run_error(error) from None
+
+
+def _switch_rounding(model: ir.Model, precision: Precision) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Round every weight and every layer's activation behind a switch (in place): returns the
+    switch input of each layer, and each weight switch's readers (a weight stays fp32 when any
+    of them is kept, as round_between_layers keeps it)."""
+    import onnx_ir as ir
+
+    graph = model.graph
+    half = half_type(precision)
+    layer_flags: dict[str, str] = {}
+    weight_readers: dict[str, list[str]] = {}
+    selects: list[ir.Node] = []
+    for initializer in list(graph.initializers.values()):
+        if not _is_float32(initializer) or initializer.const_value is None:
+            continue
+        wide = initializer.const_value.numpy()
+        rounded = round_array(wide, precision, clamp=True)
+        if np.array_equal(rounded, wide):  # zeros, small integers: rounding changes nothing
+            continue
+        name = initializer.name or ""
+        half_copy = ir.Value(name=f"{name}__half", shape=initializer.shape, type=initializer.type,
+                             const_value=ir.tensor(rounded, name=f"{name}__half"))
+        graph.register_initializer(half_copy)
+        flag = _flag(graph, f"keep_weight::{name}")
+        uses = list(initializer.uses())
+        weight_readers[flag.name or ""] = [node.name or "" for node, *_ in uses]
+        select = ir.Node("", "Where", [flag, initializer, half_copy], name=f"{name}__select")
+        select.outputs[0].name, select.outputs[0].type = f"{name}__selected", initializer.type
+        select.outputs[0].shape = initializer.shape
+        for node, index in uses:
+            node.replace_input_with(index, select.outputs[0])
+        selects.append(select)
+    layers = list(graph)
+    if selects:  # they read only initializers and inputs: first, in topological order
+        graph.insert_before(layers[0], selects) if layers else graph.extend(selects)
+    for node in layers:
+        if node.op_type == "Constant":
+            continue
+        values = activations(node)
+        if not values:
+            continue
+        flag = _flag(graph, f"keep::{node.name}")
+        layer_flags[node.name or ""] = flag.name or ""
+        for value in values:
+            _round_value(graph, node, value, half, keep=flag)
+    return layer_flags, weight_readers
+
+
+def _flag(graph: ir.Graph, name: str) -> ir.Value:
+    import onnx_ir as ir
+
+    flag = ir.Value(name=name, shape=ir.Shape([]), type=ir.TensorType(ir.DataType.BOOL))
+    graph.inputs.append(flag)
+    return flag
+
+
+def _run_error(error: Exception) -> Exception:
+    from deploycc.verify.runner import RunError
+
+    lines = str(error).strip().splitlines()
+    return RunError(f"onnxruntime: {lines[0] if lines else type(error).__name__}")
 
 
 def rounded_feeds(feeds: dict[str, np.ndarray], precision: Precision) -> dict[str, np.ndarray]:

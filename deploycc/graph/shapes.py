@@ -47,7 +47,56 @@ def _infer_in_place(model: ir.Model, **settings: bool) -> None:
         io.strip_map_types(inferred.graph, {})
         return inferred
 
-    merge_inferred_shapes(model, call_onnx_api(infer, model))
+    inferred = call_onnx_api(infer, model)
+    if not merge_value_infos(model.graph, inferred.graph):
+        merge_inferred_shapes(model, inferred)
+
+
+def merge_value_infos(graph: ir.Graph, proto: Any) -> bool:
+    """onnx's inferred types and shapes (an inferred GraphProto's inputs, value infos and outputs)
+    onto the graph's values of the same names, its subgraphs node by node; what onnx-ir's own
+    merge sets (shape and dtype, where inferred), without deserializing the inferred model whole,
+    nodes and all, only to read its value infos: that was two thirds of an inference's time
+    (CoaT: 4.3 of 6.5 s). False, and nothing changed, when the graphs' nodes do not pair up."""
+    import onnx
+    from onnx_ir import serde
+
+    pairs: list[tuple[ir.Graph, Any]] = []
+
+    def pair(graph: ir.Graph, proto: Any) -> bool:
+        if len(graph) != len(proto.node):
+            return False
+        pairs.append((graph, proto))
+        for node, node_proto in zip(graph, proto.node, strict=True):
+            bodies = {attribute.name: attribute for attribute in node_proto.attribute
+                      if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
+            for name, attribute in node.attributes.items():
+                if attribute.type.name == "GRAPH" and name in bodies:
+                    if not pair(attribute.as_graph(), bodies[name].g):
+                        return False
+                elif attribute.type.name == "GRAPHS" and name in bodies:
+                    subgraphs = attribute.as_graphs()
+                    if len(subgraphs) != len(bodies[name].graphs) or not all(
+                            pair(sub, sub_proto) for sub, sub_proto in zip(subgraphs, bodies[name].graphs)):
+                        return False
+        return True
+
+    if not pair(graph, proto):
+        return False
+    for graph, proto in pairs:
+        infos = {info.name: info.type for info in (*proto.input, *proto.value_info, *proto.output)
+                 if info.HasField("type")}
+        values = [*graph.inputs, *graph.initializers.values(), *(v for node in graph for v in node.outputs)]
+        for value in values:
+            found = infos.get(value.name or "")
+            if found is None:
+                continue
+            shape, type_ = serde.deserialize_type_proto_for_shape(found), serde.deserialize_type_proto_for_type(found)
+            if shape is not None and value.shape != shape:
+                value.shape = shape
+            if type_ is not None and value.dtype != type_.dtype:
+                value.dtype = type_.dtype
+    return True
 
 
 # Above this, infer on the IR with large tensors stripped: onnx's inference on a proto serializes

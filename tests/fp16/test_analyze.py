@@ -134,3 +134,36 @@ def test_an_analysis_run_before_is_recalled_never_for_other_inputs_or_tolerances
     assert analyze_half(model, {"x": x * 2}, Precision.FP16, inputs="other").seconds > 0
     assert analyze_half(model, {"x": x}, Precision.FP16, inputs="r", tolerance=Precision.INT8).seconds > 0
     assert analyze_half(model, {"x": x}, Precision.BF16, inputs="r").seconds > 0
+
+
+@pytest.mark.parametrize("opset", [17, 8])
+def test_the_search_s_runs_round_as_a_model_rebuilt_for_each_kept_set(tmp_path: Path, opset: int) -> None:
+    """The search's runs share one session whose layers are switched by inputs (opset 9 and up,
+    Where): each set of kept layers gives what the model rounded for that set alone gives, a
+    weight read by a kept layer staying wide. Below opset 9 each run is a model of its own."""
+    from deploycc import io
+    from deploycc.fp16.analyze import _prepared
+    from deploycc.fp16.emulate import HalfEmulation, activations, exposed, float_layers, round_between_layers
+    from deploycc.verify.runner import run_ort
+
+    source = overflowing_matmul(tmp_path)
+    proto = onnx.load(source)
+    proto.opset_import[0].version = opset
+    onnx.save(proto, source)
+    model = _prepared(source, tmp_path / "prepared.onnx")
+    names = [v.name or "" for node in float_layers(model.graph) for v in activations(node)]
+    x = (RNG.standard_normal((2, 32)) * 3).astype(np.float32)
+    emulation = HalfEmulation(tmp_path / "prepared.onnx", Precision.FP16, names)
+    for kept in (set(), {"wide_matmul"}, {"scale", "tanh"}, {"wide_matmul", "scale", "tanh"}):
+        rebuilt = io.load(tmp_path / "prepared.onnx", check=False).model
+        round_between_layers(rebuilt, kept, Precision.FP16)
+        exposed(rebuilt, names)
+        io.save(rebuilt, tmp_path / "rebuilt.onnx")
+        expected = run_ort(tmp_path / "rebuilt.onnx", {"x": x})
+        found = emulation.run({"x": x}, kept, every_activation=True)
+        for name in names:
+            np.testing.assert_allclose(found[name], expected[name], rtol=1e-6, err_msg=f"{name}, kept {kept}")
+    assert (emulation.switched is not None) == (opset >= 9)
+    h = emulation.run({"x": x}, {"scale"}, every_activation=True)["h"]
+    assert np.isinf(h).any()  # the MatMul not kept: its output beyond fp16 saturates to inf
+    assert not np.isinf(emulation.run({"x": x}, {"wide_matmul"}, every_activation=True)["h"]).any()
