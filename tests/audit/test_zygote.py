@@ -106,20 +106,33 @@ def test_cells_go_on_when_the_zygote_is_gone(corpus: Path, tmp_path: Path) -> No
 
 def test_cells_side_by_side_share_the_cores_in_their_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
     """An ORT session asked for every core (threads 0) takes the audit's share of them while its
-    cells run side by side; a user's own setting stands, and nothing is left set afterwards."""
-    from deploycc.audit.run import _thread_share
+    cells run side by side, and the cells' processes keep the memory they free (glibc's malloc
+    settings); a user's own settings stand, and nothing is left set afterwards."""
+    import subprocess
+    import sys
+
+    from deploycc.audit.run import CELL_MALLOC, _cell_environment
     from deploycc.verify.runner import THREADS_ENV, session
 
     monkeypatch.delenv(THREADS_ENV, raising=False)
+    for name in CELL_MALLOC:
+        monkeypatch.delenv(name, raising=False)
     model = small_cnn().SerializeToString()
-    with _thread_share(jobs=len(os.sched_getaffinity(0))):
+    with _cell_environment(jobs=len(os.sched_getaffinity(0))):
         assert os.environ[THREADS_ENV] == "1"
         assert session(model, threads=0).get_session_options().intra_op_num_threads == 1
         assert session(model, threads=3).get_session_options().intra_op_num_threads == 3
-    assert THREADS_ENV not in os.environ
+        asked = "import os; print(os.environ['MALLOC_TRIM_THRESHOLD_'])"
+        seen = subprocess.run([sys.executable, "-c", asked], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        assert seen == CELL_MALLOC["MALLOC_TRIM_THRESHOLD_"]  # what a cell's process starts with
+    assert THREADS_ENV not in os.environ and not any(name in os.environ for name in CELL_MALLOC)
     monkeypatch.setenv(THREADS_ENV, "5")
-    with _thread_share(jobs=2):
-        assert os.environ[THREADS_ENV] == "5"
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    with _cell_environment(jobs=2):
+        assert os.environ[THREADS_ENV] == "5" and os.environ["MALLOC_TRIM_THRESHOLD_"] == "0"
+        assert os.environ["MALLOC_TOP_PAD_"] == CELL_MALLOC["MALLOC_TOP_PAD_"]
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "0" and "MALLOC_TOP_PAD_" not in os.environ
 
 
 def test_cells_end_with_an_audit_that_died(tmp_path: Path) -> None:
