@@ -40,6 +40,11 @@ class ZooModel:
     dynamic: dict[str, dict[int, str]]  # input -> axis -> label, as a user exports it
     exports: list[tuple[str, int]] = field(default_factory=list)  # (exporter, opset)
     about: str = ""
+    # A model torch does not export (gradient-boosted trees): its converter, (model, opset, path)
+    # -> how the axes came out; what it predicts, (model, inputs) -> outputs; its size
+    convert: Callable[[Any, int, Path], str] | None = None
+    predict: Callable[[Any, tuple[Any, ...]], list[Any]] | None = None
+    count: Callable[[Any], int] | None = None
 
 
 def spread(index: int) -> list[tuple[str, int]]:
@@ -815,7 +820,6 @@ NOT_MADE = {
     "open_clip": "not made yet",
     "keras/tf2onnx": "not made yet (TensorFlow, tf2onnx)",
     "paddle/paddle2onnx": "not made yet",
-    "lightgbm/xgboost (onnxmltools)": "not made yet",
 }
 
 
@@ -836,9 +840,10 @@ FAMILIES: dict[str, Callable[[], list[ZooModel]]] = {
     "torchvision": torchvision_models,
     "ultralytics": _more("yolo_models"),
     "segmentation-models-pytorch": _more("smp_models"),
+    "trees": _more("tree_models"),
 }
 PREFIXES = {"timm_": "timm", "hf_": "transformers", "tv_": "torchvision", "yolo_": "ultralytics",
-            "smp_": "segmentation-models-pytorch"}
+            "smp_": "segmentation-models-pytorch", "lgb_": "trees", "xgb_": "trees"}
 
 
 @functools.cache

@@ -4,6 +4,8 @@
                                   v8 and 11 also segment, pose, OBB, classify), in the head's export
                                   mode, as `yolo export format=onnx dynamic=True` sets it
     segmentation-models-pytorch   every decoder on a small encoder
+    trees                         LightGBM and XGBoost classifiers, regressors and rankers fitted on
+                                  data with missing values, converted by onnxmltools
 
 Random weights with a signal, nothing downloaded (ultralytics builds from the yaml files in its
 wheel). Exports spread over both exporters and opsets as the other families'.
@@ -117,3 +119,112 @@ def _smp(decoder: str, encoder: str, shape: list[int]) -> Any:
 
     model = getattr(smp, decoder)(encoder_name=encoder, encoder_weights=None, classes=3)
     return with_signal(model, shape)
+
+
+# --------------------------------------------------------------------------- gradient-boosted trees
+
+# library, estimator, task, keyword arguments; each fitted on FEATURES columns with a tenth of the
+# values missing (NaN), as tabular data comes, and converted by onnxmltools as its docs show
+TREES = [
+    ("lightgbm", "LGBMClassifier", "binary", {}),
+    ("lightgbm", "LGBMClassifier", "multiclass", {}),
+    ("lightgbm", "LGBMRegressor", "regression", {}),
+    ("lightgbm", "LGBMClassifier", "binary_zero_missing", {"zero_as_missing": True}),
+    ("lightgbm", "LGBMRanker", "ranking", {}),
+    ("xgboost", "XGBClassifier", "binary", {}),
+    ("xgboost", "XGBClassifier", "multiclass", {}),
+    ("xgboost", "XGBRegressor", "regression", {}),
+    ("xgboost", "XGBRanker", "ranking", {}),
+    ("xgboost", "XGBClassifier", "binary_deep", {"max_depth": 8, "n_estimators": 60}),
+]
+TREE_OPSETS = (9, 11, 13, 14, 15)  # onnxmltools converts up to 15
+FEATURES = 12
+
+
+def tree_models() -> list[ZooModel]:
+    import lightgbm
+    import onnxmltools
+    import xgboost
+
+    versions = {"lightgbm": lightgbm.__version__, "xgboost": xgboost.__version__}
+    made = []
+    for index, (library, estimator, task, settings) in enumerate(TREES):
+        prefix = "lgb" if library == "lightgbm" else "xgb"
+        opset = TREE_OPSETS[index % len(TREE_OPSETS)]
+        # a classifier as converted by default (ZipMap: a list of maps per row), and every other
+        # one with zipmap=False, as onnxmltools' docs show for serving
+        zipmap = "Classifier" in estimator and index % 2 == 0
+        outputs = ["label", "probabilities"] if "Classifier" in estimator else ["variable"]
+        made.append(ZooModel(
+            f"{prefix}_{task}", "trees", library,
+            functools.partial(_fitted, library, estimator, task, settings),
+            _rows, ["input"], outputs, {"input": {0: "batch"}}, [("onnxmltools", opset)],
+            f"{library} {versions[library]} {estimator} ({task}), fitted on {FEATURES} random columns with "
+            f"10% missing; onnxmltools {onnxmltools.__version__}, zipmap={zipmap}",
+            convert=functools.partial(_convert_trees, library, zipmap), predict=_predict_trees,
+            count=_tree_nodes))
+    return made
+
+
+def _rows(batch: int) -> tuple[Any, ...]:
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    rows = rng.standard_normal((batch, FEATURES)).astype(np.float32)
+    rows[rng.random(rows.shape) < 0.1] = np.nan
+    return (rows,)
+
+
+def _fitted(library: str, estimator: str, task: str, settings: dict[str, Any]) -> Any:
+    import importlib
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((600, FEATURES)).astype(np.float32)
+    x[rng.random(x.shape) < 0.1] = np.nan
+    filled = np.nan_to_num(x)
+    score = filled[:, 0] + 0.5 * filled[:, 1] - filled[:, 2] * filled[:, 3]
+    target = {"binary": (score > 0).astype(int), "multiclass": np.digitize(score, [-0.7, 0.7]),
+              "regression": score, "ranking": np.digitize(score, [-1, 0, 1])}[task.split("_")[0]]
+    arguments = {"n_estimators": 30, **({"num_leaves": 15, "verbose": -1} if library == "lightgbm" else
+                                         {"max_depth": 4}), **settings}
+    model = getattr(importlib.import_module(library), estimator)(**arguments)
+    if task == "ranking":  # queries of 20 rows
+        groups = [20] * (len(x) // 20)
+        model.fit(x, target, group=groups) if library == "lightgbm" else \
+            model.fit(x, target, qid=np.repeat(np.arange(len(groups)), 20))
+    else:
+        model.fit(x, target)
+    return model
+
+
+def _convert_trees(library: str, zipmap: bool, model: Any, opset: int, path: Any) -> str:
+    import onnxmltools
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    types = [("input", FloatTensorType([None, FEATURES]))]
+    if library == "lightgbm":
+        onnx_model = onnxmltools.convert_lightgbm(model, initial_types=types, target_opset=opset,
+                                                  zipmap=zipmap)
+    else:
+        onnx_model = onnxmltools.convert_xgboost(model, initial_types=types, target_opset=opset)
+    onnxmltools.utils.save_model(onnx_model, str(path))
+    return "dynamic {'input': {0: 'batch'}}"
+
+
+def _predict_trees(model: Any, inputs: tuple[Any, ...]) -> list[Any]:
+    """What the library predicts: the label and the probabilities of a classifier, a regressor's
+    or ranker's values as a column."""
+    import numpy as np
+
+    if hasattr(model, "predict_proba"):
+        return [model.predict(inputs[0]), model.predict_proba(inputs[0]).astype(np.float32)]
+    return [model.predict(inputs[0]).astype(np.float32).reshape(-1, 1)]
+
+
+def _tree_nodes(model: Any) -> int:
+    """The fitted ensemble's nodes (its size, where a network counts parameters)."""
+    if hasattr(model, "booster_"):  # LightGBM: a tree of L leaves has 2L - 1 nodes
+        return sum(2 * tree["num_leaves"] - 1 for tree in model.booster_.dump_model()["tree_info"])
+    return sum(len(tree.strip().splitlines()) for tree in model.get_booster().get_dump())  # a line a node
