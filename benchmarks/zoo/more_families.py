@@ -6,6 +6,8 @@
     segmentation-models-pytorch   every decoder on a small encoder
     trees                         LightGBM and XGBoost classifiers, regressors and rankers fitted on
                                   data with missing values, converted by onnxmltools
+    keras                         keras.applications image models, exported by Keras 3's own
+                                  Model.export(format="onnx") (tf2onnx)
 
 Random weights with a signal, nothing downloaded (ultralytics builds from the yaml files in its
 wheel). Exports spread over both exporters and opsets as the other families'.
@@ -228,3 +230,61 @@ def _tree_nodes(model: Any) -> int:
     if hasattr(model, "booster_"):  # LightGBM: a tree of L leaves has 2L - 1 nodes
         return sum(2 * tree["num_leaves"] - 1 for tree in model.booster_.dump_model()["tree_info"])
     return sum(len(tree.strip().splitlines()) for tree in model.get_booster().get_dump())  # a line a node
+
+
+# --------------------------------------------------------------------------- Keras (tf2onnx)
+
+# keras.applications builders (random weights: weights=None, nothing downloaded), image size
+KERAS = [
+    ("MobileNetV2", 224), ("MobileNetV3Small", 224), ("ResNet50", 224), ("ResNet50V2", 224),
+    ("DenseNet121", 224), ("ConvNeXtTiny", 224), ("Xception", 299), ("InceptionV3", 299),
+    ("NASNetMobile", 224), ("EfficientNetV2B0", 224), ("MobileNetV3Large", 224), ("EfficientNetB0", 224),
+]
+KERAS_OPSETS = (11, 13, 15, 17)
+
+
+def keras_models() -> list[ZooModel]:
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import tf2onnx
+
+    made = []
+    for index, (builder, size) in enumerate(KERAS):
+        made.append(ZooModel(
+            f"keras_{builder.lower()}", "keras", builder, functools.partial(_keras, builder, size),
+            functools.partial(_nhwc, size), ["input"], ["logits"], {"input": {0: "batch"}},
+            [("tf2onnx", KERAS_OPSETS[index % len(KERAS_OPSETS)])],
+            f"keras {keras.__version__} applications.{builder}(weights=None, logits out), exported by "
+            f"Model.export(format='onnx') (tf2onnx {tf2onnx.__version__})",
+            convert=functools.partial(_export_keras, size), predict=_predict_keras,
+            count=lambda model: int(model.count_params())))
+    return made
+
+
+def _keras(builder: str, size: int) -> Any:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    return getattr(keras.applications, builder)(weights=None, input_shape=(size, size, 3),
+                                                classifier_activation=None)
+
+
+def _nhwc(size: int, batch: int) -> tuple[Any, ...]:
+    import numpy as np
+
+    return (np.random.default_rng(0).random((batch, size, size, 3), dtype=np.float32) * 255,)
+
+
+def _export_keras(size: int, model: Any, opset: int, path: Any) -> str:
+    """As Keras 3 users export: Model.export, the input named and its batch dynamic."""
+    import tensorflow as tf
+
+    signature = [tf.TensorSpec((None, size, size, 3), tf.float32, name="input")]
+    model.export(str(path), format="onnx", opset_version=opset, verbose=False, input_signature=signature)
+    return "dynamic {'input': {0: 'batch'}}"
+
+
+def _predict_keras(model: Any, inputs: tuple[Any, ...]) -> list[Any]:
+    return [model(inputs[0], training=False).numpy()]

@@ -75,9 +75,9 @@ def merge_value_infos(graph: ir.Graph, proto: Any) -> bool:
                     if not pair(attribute.as_graph(), bodies[name].g):
                         return False
                 elif attribute.type.name == "GRAPHS" and name in bodies:
-                    subgraphs = attribute.as_graphs()
-                    if len(subgraphs) != len(bodies[name].graphs) or not all(
-                            pair(sub, sub_proto) for sub, sub_proto in zip(subgraphs, bodies[name].graphs)):
+                    subgraphs, protos = attribute.as_graphs(), bodies[name].graphs
+                    if len(subgraphs) != len(protos) or not all(
+                            pair(sub, sub_proto) for sub, sub_proto in zip(subgraphs, protos, strict=True)):
                         return False
         return True
 
@@ -91,7 +91,8 @@ def merge_value_infos(graph: ir.Graph, proto: Any) -> bool:
             found = infos.get(value.name or "")
             if found is None:
                 continue
-            shape, type_ = serde.deserialize_type_proto_for_shape(found), serde.deserialize_type_proto_for_type(found)
+            shape = serde.deserialize_type_proto_for_shape(found)
+            type_ = serde.deserialize_type_proto_for_type(found)
             if shape is not None and value.shape != shape:
                 value.shape = shape
             if type_ is not None and value.dtype != type_.dtype:

@@ -157,7 +157,9 @@ def load(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
 # inputs, weights' types and external files seven times over (0.1-0.2 s each on a real model).
 _peeked: OrderedDict[tuple[str, int, int], LoadedModel] = OrderedDict()
 KEPT_PEEKED = 2
-PEEK_KEPT_BYTES = 64 << 20  # a larger file is read again each time: its weights are not held on to
+# A larger file is read again each time: its weights are not held on to. A cell of a 244 MB AlexNet
+# read it 9 times (0.3-0.5 s each); held, a cell keeps at most KEPT_PEEKED such models in memory.
+PEEK_KEPT_BYTES = 512 << 20
 
 
 def peek(path: str | os.PathLike[str]) -> LoadedModel:

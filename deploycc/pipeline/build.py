@@ -361,7 +361,7 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
     drawn = legalized.verification
     candidates: list[dict[str, list[int]] | None] = [drawn.shapes if drawn and drawn.shapes else None]
     if options.legalize.inputs is None:
-        model = io.load(staging / LEGALIZED, check=False).model
+        model = io.peek(staging / LEGALIZED).model  # read only; signature_feeds peeks at it too
         plain = dataclasses.replace(options.legalize, sample_shapes={})
         first = (drawn.attempt if drawn else 0) + 1
         later = range(first, attempts_for(model.graph, plain, model.metadata_props))
