@@ -9,6 +9,8 @@ when its ops are written in tensor arithmetic:
   pointing at themselves; then the leaf weights gathered and summed over the trees. The size is
   linear in the node count (the GEMM strategy is quadratic), and every comparison is the one the op
   makes, on the same float32 values: the path is exact, only the order of the final sum differs.
+  A missing feature (NaN) takes the true branch where the node says so
+  (nodes_missing_value_tracks_true, what LightGBM and XGBoost write), else the false one.
 - TreeEnsembleClassifier (three classes or more, integer labels): the same walk, the class
   weights summed per class, the label at the ArgMax.
 - Scaler: (x - offset) * scale. ArrayFeatureExtractor: Gather on the last axis. Normalizer:
@@ -64,6 +66,10 @@ class _Forest:
                                  in zip(site.attr("nodes_featureids", []), leaf, strict=True)], np.int64)
         self.threshold = np.array(site.attr("nodes_values", []), np.float32)
         own = list(range(len(trees)))
+        # where a feature is missing (NaN) the node takes its true branch; else the comparison
+        # decides, and NaN compares false (ONNX Runtime's TreeEnsemble kernels, every mode)
+        self.missing_true = np.array(site.attr("nodes_missing_value_tracks_true", []) or [0] * len(own),
+                                     bool)
         true_ids, false_ids = site.attr("nodes_truenodeids", []), site.attr("nodes_falsenodeids", [])
         self.true = np.array([i if leaf[i] else self.index[(trees[i], true_ids[i])] for i in own], np.int64)
         self.false = np.array([i if leaf[i] else self.index[(trees[i], false_ids[i])] for i in own], np.int64)
@@ -98,8 +104,6 @@ def _tree_check(site: Site, weights_prefix: str) -> str | None:
     modes = {_text(m) for m in site.attr("nodes_modes", [])} - {"LEAF"}
     if len(modes) > 1 or not modes <= set(_COMPARISONS):
         return f"branch modes {sorted(modes)}: one of {sorted(_COMPARISONS)} for every node is handled"
-    if any(site.attr("nodes_missing_value_tracks_true", []) or []):
-        return "missing values that follow the true branch are not handled"
     shape = site.shape(0)
     if site.opset < 11 and (shape is None or shape[1] is None):
         return "below opset 11 (no GatherElements) the number of features must be static"
@@ -125,6 +129,15 @@ def _pick(b: Builder, x: ir.Value, index: ir.Value, shape: list[int | None] | No
     return b.reduce("ReduceSum", chosen, [2], keepdims=0)
 
 
+def _is_nan(b: Builder, x: ir.Value) -> ir.Value:
+    """IsNaN from opset 9; below it, neither below +inf nor above -inf (NaN alone compares false
+    to both, an infinity is one of them)."""
+    if b.opset >= 9:
+        return b.op("IsNaN", x)
+    inf = b.const(np.float32(np.inf))
+    return b.op("Not", b.op("Or", b.op("Less", x, inf), b.op("Greater", x, b.op("Neg", inf))))
+
+
 def _walk(site: Site, b: Builder, forest: _Forest, x: ir.Value) -> ir.Value:
     """The global index of the leaf each row reaches in every tree: [rows, trees]."""
     modes = {m for m in forest.modes if m != "LEAF"}
@@ -136,13 +149,18 @@ def _walk(site: Site, b: Builder, forest: _Forest, x: ir.Value) -> ir.Value:
                 b.op("Concat", rows, b.ints([len(forest.roots)]), axis=0))
     feature, threshold = b.const(forest.feature), b.const(forest.threshold)
     true, false = b.const(forest.true), b.const(forest.false)
+    missing = b.const(forest.missing_true) if forest.missing_true.any() else None
     for _ in range(forest.depth):
         chosen = _pick(b, x, b.op("Gather", feature, node), site.shape(0))
         limit = b.op("Gather", threshold, node)
         if b.opset < 12 and comparison in _NEGATED:
             taken = b.op("Not", b.op(_NEGATED[comparison], chosen, limit))
+            # not (NaN > t) is true, where NaN <= t is false: NaN goes to the false branch
+            taken = b.op("And", taken, b.op("Not", _is_nan(b, chosen)))
         else:
             taken = b.op(comparison, chosen, limit)
+        if missing is not None:
+            taken = b.op("Or", taken, b.op("And", _is_nan(b, chosen), b.op("Gather", missing, node)))
         node = b.op("Where", taken, b.op("Gather", true, node), b.op("Gather", false, node))
     return node
 

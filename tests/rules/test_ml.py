@@ -50,6 +50,25 @@ def test_tree_ensemble_regressor_on_thresholds_hit_exactly() -> None:
         """, "TreeEnsembleRegressor", "tree-ensemble-regressor", atol=1e-6, rtol=1e-6, feeds={"x": x})
 
 
+@pytest.mark.parametrize("opset", [17, 11])
+def test_tree_ensemble_regressor_sends_a_missing_feature_where_each_node_says(opset: int) -> None:
+    """LightGBM and XGBoost write nodes_missing_value_tracks_true: a NaN feature takes the true
+    branch at those nodes and the false one elsewhere (NaN compares false), below opset 12 too,
+    where LessOrEqual is written as not Greater (which NaN would make true)."""
+    import numpy as np
+
+    nan = np.nan
+    tracks = ", nodes_missing_value_tracks_true = [1, 0, 0, 0, 0, 0, 0, 0]"
+    x = np.array([[nan, 0.2, -0.6], [0.1, nan, nan], [nan, nan, nan], [0.3, 0.0, -0.4], [0.2, 0.5, nan]],
+                 np.float32)
+    rewrite_and_compare(f"""
+        <ir_version: 8, opset_import: ["" : {opset}, "ai.onnx.ml" : 3]>
+        g (float[5,3] x) => (float[5,2] y) {{
+            y = ai.onnx.ml.TreeEnsembleRegressor<{TREES.format(mode="BRANCH_LEQ") + tracks}>(x)
+        }}
+    """, "TreeEnsembleRegressor", "tree-ensemble-regressor", atol=1e-6, rtol=1e-6, feeds={"x": x})
+
+
 def test_tree_ensemble_regressor_declines_mixed_modes() -> None:
     attributes = TREES.format(mode="BRANCH_LEQ").replace('"LEAF", "BRANCH_LEQ"', '"LEAF", "BRANCH_EQ"')
     declines(f"""
