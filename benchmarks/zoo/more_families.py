@@ -264,11 +264,21 @@ def keras_models() -> list[ZooModel]:
 
 
 def _keras(builder: str, size: int) -> Any:
+    """Random weights with a signal, as trained ones have: each BatchNormalization's statistics
+    taken from a batch of images (as the torch families' with_signal does). Left at their
+    initial values, MobileNet's activations fade to 1e-10 by the logits."""
     import keras
 
     keras.utils.set_random_seed(0)
-    return getattr(keras.applications, builder)(weights=None, input_shape=(size, size, 3),
-                                                classifier_activation=None)
+    model = getattr(keras.applications, builder)(weights=None, input_shape=(size, size, 3),
+                                                 classifier_activation=None)
+    norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    for layer in norms:
+        layer.momentum = 0.0  # the next training-mode call sets the statistics to the batch's
+    model(_nhwc(size, 4)[0], training=True)
+    for layer in norms:
+        layer.momentum = 0.99
+    return model
 
 
 def _nhwc(size: int, batch: int) -> tuple[Any, ...]:
