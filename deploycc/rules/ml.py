@@ -129,15 +129,6 @@ def _pick(b: Builder, x: ir.Value, index: ir.Value, shape: list[int | None] | No
     return b.reduce("ReduceSum", chosen, [2], keepdims=0)
 
 
-def _is_nan(b: Builder, x: ir.Value) -> ir.Value:
-    """IsNaN from opset 9; below it, neither below +inf nor above -inf (NaN alone compares false
-    to both, an infinity is one of them)."""
-    if b.opset >= 9:
-        return b.op("IsNaN", x)
-    inf = b.const(np.float32(np.inf))
-    return b.op("Not", b.op("Or", b.op("Less", x, inf), b.op("Greater", x, b.op("Neg", inf))))
-
-
 def _walk(site: Site, b: Builder, forest: _Forest, x: ir.Value) -> ir.Value:
     """The global index of the leaf each row reaches in every tree: [rows, trees]."""
     modes = {m for m in forest.modes if m != "LEAF"}
@@ -156,11 +147,11 @@ def _walk(site: Site, b: Builder, forest: _Forest, x: ir.Value) -> ir.Value:
         if b.opset < 12 and comparison in _NEGATED:
             taken = b.op("Not", b.op(_NEGATED[comparison], chosen, limit))
             # not (NaN > t) is true, where NaN <= t is false: NaN goes to the false branch
-            taken = b.op("And", taken, b.op("Not", _is_nan(b, chosen)))
+            taken = b.op("And", taken, b.op("Not", b.op("IsNaN", chosen)))
         else:
             taken = b.op(comparison, chosen, limit)
         if missing is not None:
-            taken = b.op("Or", taken, b.op("And", _is_nan(b, chosen), b.op("Gather", missing, node)))
+            taken = b.op("Or", taken, b.op("And", b.op("IsNaN", chosen), b.op("Gather", missing, node)))
         node = b.op("Where", taken, b.op("Gather", true, node), b.op("Gather", false, node))
     return node
 
