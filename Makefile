@@ -91,7 +91,8 @@ heldout: $(BENCH_VENV)/.installed
 int8: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/int8_suite.py
 
-# The zoo (benchmarks/zoo/): 300 torch models from timm, transformers and torchvision, made from
+# The zoo (benchmarks/zoo/): 300 torch models from timm, transformers, torchvision, ultralytics and
+# segmentation-models-pytorch, and LightGBM/XGBoost (onnxmltools) and Keras (tf2onnx) models, made from
 # code or small configs (random weights, nothing downloaded), exported as users export them, then
 # audited on every target, as ONNX files and from the module through the front end. Hours on two
 # cores; resumable. Not part of CI.
