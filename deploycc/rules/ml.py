@@ -11,8 +11,9 @@ when its ops are written in tensor arithmetic:
   makes, on the same float32 values: the path is exact, only the order of the final sum differs.
   A missing feature (NaN) takes the true branch where the node says so
   (nodes_missing_value_tracks_true, what LightGBM and XGBoost write), else the false one.
-- TreeEnsembleClassifier (three classes or more, integer labels): the same walk, the class
-  weights summed per class, the label at the ArgMax.
+- TreeEnsembleClassifier (integer labels): the same walk, the class weights summed per class,
+  the label at the ArgMax; two classes scored as ONNX Runtime scores its binary case, for the form
+  LightGBM's and XGBoost's converters write (one score, for the first class, on every leaf).
 - Scaler: (x - offset) * scale. ArrayFeatureExtractor: Gather on the last axis. Normalizer:
   x over its row's max, L1 or L2 norm (rows whose norm is 0 left alone).
 - OneHotEncoder with integer categories: Equal against the categories, cast to float (an unknown
@@ -204,8 +205,10 @@ class TreeEnsembleClassifierRule(Rule):
         labels = site.attr("classlabels_int64s") or []
         if not labels:
             return "integer class labels are handled (string labels have no tensor form on a device)"
+        if len(labels) == 2:
+            return _binary_check(site)
         if len(labels) < 3:
-            return "three classes or more are handled (ONNX Runtime scores the binary case its own way)"
+            return "two classes or more are handled"
         base = site.attr("base_values") or []
         if base and len(base) != len(labels):
             return "base values are not one per class"
@@ -219,12 +222,51 @@ class TreeEnsembleClassifierRule(Rule):
         forest = _Forest(site, "class")
         x = site.inputs[0]
         assert x is not None
+        if len(site.attr("classlabels_int64s")) == 2:
+            return _binary(site, b, forest, x)
         scores = b.reduce("ReduceSum", b.op("Gather", b.const(forest.values), _walk(site, b, forest, x)),
                           [1], keepdims=0)
         base = site.attr("base_values")
         if base:
             scores = b.op("Add", scores, b.const(np.array(base, np.float32)))
         return _label_and_scores(site, b, np.array(site.attr("classlabels_int64s"), np.int64), scores)
+
+
+def _binary_check(site: Site) -> str | None:
+    """The binary form LightGBM's and XGBoost's converters write: one score per leaf, all for the
+    first class, every leaf scored (ONNX Runtime's binary case; its other binary forms differ)."""
+    if any(c != 0 for c in site.attr("class_ids", []) or []):
+        return "a binary classifier whose weights are all for the first class is handled"
+    if len(site.attr("base_values") or []) > 1:
+        return "a binary classifier with one base value at most is handled"
+    if all(w >= 0 for w in site.attr("class_weights", []) or []):
+        return "a binary classifier scored by margins (some weight negative) is handled"
+    if _text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
+        return "post transforms NONE, SOFTMAX and LOGISTIC are handled"
+    leaves = {(t, n) for t, n, m in zip(site.attr("nodes_treeids", []), site.attr("nodes_nodeids", []),
+                                         site.attr("nodes_modes", []), strict=True) if _text(m) == "LEAF"}
+    if leaves != set(zip(site.attr("class_treeids", []), site.attr("class_nodeids", []), strict=True)):
+        return "a binary classifier with a weight on every leaf is handled"
+    return _tree_check(site, "class")
+
+
+def _binary(site: Site, b: Builder, forest: _Forest, x: ir.Value) -> list[ir.Value]:
+    """ONNX Runtime's binary case for margins: s = the trees' summed score (+ the base value),
+    label 1 where s > 0, scores [-s, s], or with LOGISTIC [sigmoid(-s), sigmoid(s)]. (Where every
+    weight is non-negative ONNX Runtime takes s for a probability and scores it otherwise.)"""
+    score = b.reduce("ReduceSum", b.op("Gather", b.const(forest.values[:, 0]), _walk(site, b, forest, x)),
+                     [1], keepdims=0)
+    base = site.attr("base_values") or []
+    if base:
+        score = b.op("Add", score, b.const(np.float32(base[0])))
+    labels = np.array(site.attr("classlabels_int64s"), np.int64)
+    positive = b.op("Greater", score, b.const(np.float32(0)))
+    label = b.op("Where", positive, b.const(labels[1]), b.const(labels[0]))
+    if _text(site.attr("post_transform", "NONE")) == "LOGISTIC":
+        pair = [b.op("Sigmoid", b.op("Neg", score)), b.op("Sigmoid", score)]
+    else:
+        pair = [b.op("Neg", score), score]
+    return [label, b.op("Concat", *[b.unsqueeze(value, [1]) for value in pair], axis=1)]
 
 
 @register

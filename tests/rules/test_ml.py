@@ -141,15 +141,52 @@ def test_tree_ensemble_classifier(opset: int, post: str) -> None:
     """, "TreeEnsembleClassifier", "tree-ensemble-classifier", atol=1e-6, rtol=1e-6, seeds=(11, 12, 13))
 
 
-def test_tree_ensemble_classifier_declines_binary() -> None:
-    attributes = CLASS_TREES.format(mode="BRANCH_LEQ").replace("[3, 5, 9]", "[3, 5]").replace(
-        "class_ids = [0, 2, 1, 2, 0, 1, 2, 0, 2, 1, 2]", "class_ids = [0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1]")
+# The binary form LightGBM's and XGBoost's converters write: one weight per leaf, for class 0.
+BINARY_TREES = TREES.split("    target_treeids")[0] + """
+    class_treeids = [0, 0, 0, 1, 1],
+    class_nodeids = [2, 3, 4, 1, 2],
+    class_ids = [0, 0, 0, 0, 0],
+    class_weights = {weights},
+    classlabels_int64s = [0, 1]"""
+
+
+MARGINS = "[0.5, -1.25, 0.75, 0.25, -0.5]"
+
+
+@pytest.mark.parametrize(("post", "base"), [("LOGISTIC", ""), ("NONE", ", base_values = [0.3]")])
+def test_tree_ensemble_classifier_scores_two_classes_as_onnx_runtime(post: str, base: str) -> None:
+    """ONNX Runtime's binary case on margins (LightGBM's and XGBoost's form): label 1 past 0,
+    scores [-s, s], or [sigmoid(-s), sigmoid(s)] with LOGISTIC."""
+    import numpy as np
+
+    attributes = BINARY_TREES.format(mode="BRANCH_LEQ", weights=MARGINS) + f', post_transform = "{post}"'
+    attributes += base
+    x = np.array([[0.3, 0.2, -0.6], [0.1, 0.0, 0.0], [0.2, 0.5, -0.4], [0.25, 0.1, -0.5], [np.nan, 1.0, 2.0]],
+                 np.float32)
+    for feeds in ({"x": x}, None):
+        rewrite_and_compare(f"""
+            <ir_version: 8, opset_import: ["" : 15, "ai.onnx.ml" : 1]>
+            g (float[5,3] x) => (int64[5] label, float[5,2] scores) {{
+                label, scores = ai.onnx.ml.TreeEnsembleClassifier<{attributes}>(x)
+            }}
+        """, "TreeEnsembleClassifier", "tree-ensemble-classifier", atol=1e-6, rtol=1e-6, feeds=feeds)
+
+
+@pytest.mark.parametrize(("attributes", "reason"), [
+    (CLASS_TREES.format(mode="BRANCH_LEQ").replace("[3, 5, 9]", "[3, 5]").replace(
+        "class_ids = [0, 2, 1, 2, 0, 1, 2, 0, 2, 1, 2]", "class_ids = [0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1]"),
+     "weights are all for the first class"),
+    (BINARY_TREES.format(mode="BRANCH_LEQ", weights="[0.125, 0.25, 0.375, 0.25, 0.5]"),
+     "some weight negative"),
+])
+def test_tree_ensemble_classifier_declines_binary_forms_onnx_runtime_scores_otherwise(attributes: str,
+                                                                                       reason: str) -> None:
     declines(f"""
         {HEADER}
         g (float[7,3] x) => (int64[7] label, float[7,2] scores) {{
             label, scores = ai.onnx.ml.TreeEnsembleClassifier<{attributes}>(x)
         }}
-    """, "TreeEnsembleClassifier", "three classes or more")
+    """, "TreeEnsembleClassifier", reason)
 
 
 @pytest.mark.parametrize("dtype", ["int64", "float"])
