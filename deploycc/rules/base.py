@@ -27,10 +27,12 @@ class Site:
     """One node as a rule sees it: attributes, inputs (maybe re-homed for a proof), opset."""
 
     def __init__(self, node: ir.Node, inputs: Sequence[ir.Value | None], opset: int,
-                 accepts: Callable[[ir.Node], bool] | None = None) -> None:
+                 accepts: Callable[[ir.Node], bool] | None = None, default_opset: int | None = None) -> None:
         self.node = node
         self.inputs = list(inputs)
-        self.opset = opset
+        self.opset = opset  # of the node's own domain
+        # The default domain's, which the replacement is written at (the builder's); None: not known
+        self.default_opset = default_opset
         # Whether the target runs a node (the legalizer passes its judge): a rule whose
         # replacement is only worth it when the target takes it asks here. None: not known.
         self.accepts = accepts

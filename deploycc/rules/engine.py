@@ -84,7 +84,7 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
             decision.declined.append((rule.name, "set aside (--disable-rule, or blamed for a failed "
                                                  "verification)"))
             continue
-        site = Site(node, node.inputs, site_opset, accepts)
+        site = Site(node, node.inputs, site_opset, accepts, default_opset=opsets.get("", 1))
         builder = Builder(opsets.get("", 1), f"{label}/{rule.name}")
         try:
             reason = rule.applies_at(site_opset) or rule.check(site)

@@ -97,6 +97,8 @@ class _Forest:
 
 
 def _tree_check(site: Site, weights_prefix: str) -> str | None:
+    if site.default_opset is not None and site.default_opset < 9:  # onnxmltools' LightGBM regressors
+        return "the walk needs Where (opset 9); `--opset 9` converts the model first"
     dtype = site.dtype(0)
     if site.rank(0) != 2 or dtype is None or dtype.name != "FLOAT":
         return "handles a float32 input of rank 2 (rows of features)"

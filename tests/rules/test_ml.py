@@ -240,3 +240,13 @@ def test_normalizer(norm: str, opset: int) -> None:
         {header}
         g (float[5,3] x) => (float[5,3] y) {{ y = ai.onnx.ml.Normalizer<norm = "{norm}">(x) }}
     """, "Normalizer", "normalizer", atol=1e-6, rtol=1e-6)
+
+
+def test_a_tree_walk_below_opset_9_is_declined_with_the_flag_that_converts_the_model() -> None:
+    """onnxmltools writes LightGBM's regressors at opset 8, where there is no Where to walk with."""
+    declines(f"""
+        <ir_version: 8, opset_import: ["" : 8, "ai.onnx.ml" : 1]>
+        g (float[5,3] x) => (float[5,2] y) {{
+            y = ai.onnx.ml.TreeEnsembleRegressor<{TREES.format(mode="BRANCH_LEQ")}>(x)
+        }}
+    """, "TreeEnsembleRegressor", "--opset 9")
