@@ -178,12 +178,13 @@ class HalfEmulation:
     session: each layer's rounding is switched by a boolean input (Where(keep, wide, rounded)),
     and each weight reads its rounded copy the same way, so another set of kept layers is another
     feed, not another model built, saved, loaded and compiled. That had been 70% of a search's
-    time (CoaT, 1,900 layers, 15 runs: 30 s, now 10). Where costs a pass over each activation,
-    which a model of few layers and large activations feels: ConvMixer's 13 runs take 20% longer.
+    time (CoaT, 1,900 layers, 15 runs: 30 s, now 10). Where costs a pass over each activation:
+    ConvMixer, few layers with large activations, takes as long as before (13 runs, 25 s).
     The rounding is that of the model rebuilt per run: the same Casts, the same rounded weights.
     A weight read through Where is not prepacked by ORT's convolution, whose other summation order
-    moves an error by about 1e-3 of itself (CoaT: 0.01866 against 0.01853); the layers kept were
-    the same on the eight models compared. Below opset 9 (no Where) every run is rebuilt."""
+    moves an error by about 1e-3 of itself (CoaT: 0.01866 against 0.01853); the layers kept, the
+    flagged tensors and the runs were the same on the ten models compared. Below opset 9 (no
+    Where) every run is rebuilt."""
 
     def __init__(self, prepared: Path, precision: Precision, names: list[str]) -> None:
         self.prepared, self.precision, self.names = prepared, precision, names
