@@ -124,6 +124,26 @@ def kernel_opset(state: PipelineState, current: int) -> int | None:
     return None
 
 
+def rule_opset(state: PipelineState, current: int) -> int | None:
+    """The opset above `current`, inside the target's range, at which the catalog can write a node
+    the target refuses and whose every rule needs a newer default domain than `current` (onnxmltools
+    writes LightGBM's regressors at opset 8; the tree walk needs Where, 9); None when none does."""
+    from deploycc.graph.graphs import all_graphs
+    from deploycc.legality.conversion_target import ConversionTarget
+    from deploycc.rules.catalog import rules_for
+
+    judge = ConversionTarget(state.target)
+    needed = []
+    for graph in all_graphs(state.model.graph):
+        for node in graph:
+            floors = [rule.min_default_opset for rule in rules_for(node.domain, node.op_type)]
+            if floors and min(floors) > current and \
+                    judge.judge(node, state.opsets).status == Legality.ILLEGAL:
+                needed.append(min(floors))
+    wanted = max(needed, default=None)
+    return wanted if wanted is not None and state.target.opset.contains(wanted) else None
+
+
 class OpsetPass(Pass):
     name = "opset"
     summary = "convert the default-domain opset into the target's range"
@@ -165,13 +185,24 @@ class OpsetPass(Pass):
     def _toward_kernels(self, state: PipelineState, current: int) -> PassOutcome:
         lower = kernel_opset(state, current)
         if lower is None:
-            return PassOutcome(False, details={"opset": current})
+            return self._toward_rules(state, current)
         try:
             state.model = self._convert(state.model, current, lower)
         except OpsetConversionError as error:  # stay: the legalizer and the report name the node
             return PassOutcome(False, [f"kept opset {current}: {error}"], {"opset": current})
         return PassOutcome(True, [f"converted opset {current} -> {lower}: the target implements an older "
                                   "version of an op the model uses"], {"from": current, "to": lower})
+
+    def _toward_rules(self, state: PipelineState, current: int) -> PassOutcome:
+        higher = rule_opset(state, current)
+        if higher is None:
+            return PassOutcome(False, details={"opset": current})
+        try:
+            state.model = self._convert(state.model, current, higher)
+        except OpsetConversionError as error:  # stay: the rule's decline names the flag
+            return PassOutcome(False, [f"kept opset {current}: {error}"], {"opset": current})
+        return PassOutcome(True, [f"converted opset {current} -> {higher}: the rules that write what the "
+                                  "target lacks need it"], {"from": current, "to": higher})
 
     @staticmethod
     def _convert(model: ir.Model, current: int, wanted: int) -> ir.Model:

@@ -195,6 +195,9 @@ class Rule:
     domain: ClassVar[str] = ""
     since: ClassVar[int] = 1
     until: ClassVar[int | None] = None
+    # The lowest default-domain opset the replacement can be written at (the opset pass converts
+    # a model inside the target's range up to it where that is what the target needs)
+    min_default_opset: ClassVar[int] = 1
     # Proof tolerances for float32; rules that approximate (none should) would say so here.
     atol: ClassVar[float] = 1e-4
     rtol: ClassVar[float] = 1e-4

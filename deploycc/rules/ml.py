@@ -96,8 +96,11 @@ class _Forest:
         return depth
 
 
+WALK_OPSET = 9  # the walk's Where
+
+
 def _tree_check(site: Site, weights_prefix: str) -> str | None:
-    if site.default_opset is not None and site.default_opset < 9:  # onnxmltools' LightGBM regressors
+    if site.default_opset is not None and site.default_opset < WALK_OPSET:
         return "the walk needs Where (opset 9); `--opset 9` converts the model first"
     dtype = site.dtype(0)
     if site.rank(0) != 2 or dtype is None or dtype.name != "FLOAT":
@@ -166,6 +169,7 @@ class TreeEnsembleRegressorRule(Rule):
     name = "tree-ensemble-regressor"
     family = "ml"
     op_type = "TreeEnsembleRegressor"
+    min_default_opset = WALK_OPSET
     domain = ML
     until = 3
 
@@ -200,6 +204,7 @@ class TreeEnsembleClassifierRule(Rule):
     name = "tree-ensemble-classifier"
     family = "ml"
     op_type = "TreeEnsembleClassifier"
+    min_default_opset = WALK_OPSET
     domain = ML
     until = 3
 

@@ -23,3 +23,30 @@ def test_rules_fired_before_converting_down_are_one_note_with_counts(write_model
     rewrote = [note for note in opset.notes if note.startswith("rewrote before converting down")]
     assert rewrote == ["rewrote before converting down: gelu ×3, mish ×1"], opset.notes
     assert "converted opset 20 -> 17" in opset.notes
+
+
+# onnxmltools writes LightGBM's regressors at opset 8, below the tree walk's Where (opset 9)
+TREES_AT_8 = """
+<ir_version: 8, opset_import: ["" : 8, "ai.onnx.ml" : 1]>
+g (float[4,2] x) => (float[4,1] y) {
+    y = ai.onnx.ml.TreeEnsembleRegressor<nodes_treeids = [0, 0, 0], nodes_nodeids = [0, 1, 2],
+        nodes_featureids = [1, 0, 0], nodes_values = [0.5, 0.0, 0.0],
+        nodes_modes = ["BRANCH_LEQ", "LEAF", "LEAF"], nodes_truenodeids = [1, 0, 0],
+        nodes_falsenodeids = [2, 0, 0], nodes_missing_value_tracks_true = [1, 0, 0],
+        target_treeids = [0, 0], target_nodeids = [1, 2], target_ids = [0, 0],
+        target_weights = [-1.5, 2.25], n_targets = 1>(x)
+}
+"""
+
+
+def test_a_model_inside_the_range_goes_up_to_the_opset_its_rewrite_needs(write_model, tmp_path) -> None:
+    """Inside the Xavier's range (7-17) at opset 8, the tree ensemble the Xavier lacks is written
+    by a walk that needs opset 9: the model goes to 9 and legalizes; ORT, which runs it, keeps 8."""
+    model = write_model(TREES_AT_8)
+    report = api.legalize(model, "jetson-xavier", tmp_path / "xavier.onnx")
+    assert report.success, report.summary
+    opset = next(record for record in report.passes if record.name == "opset")
+    assert any(note.startswith("converted opset 8 -> 9") for note in opset.notes), opset.notes
+    assert [r.rule for r in report.rewrites] == ["tree-ensemble-regressor"]
+    kept = api.legalize(model, "ort-cpu", tmp_path / "ort.onnx")
+    assert kept.success and not any(record.name == "opset" and record.notes for record in kept.passes)
