@@ -4,10 +4,11 @@ A model already inside the range is left alone (unless `--opset N` asks for anot
 where a node's op version at the model's opset has no kernel on the target while an older
 version does (ORT 1.32 implements QuantizeLinear up to an older version than onnx 1.23's): then
 the model goes down to the highest opset at which that node runs and no other node stops
-running, if the converter can take it there. One outside the range is converted to the
-target's preferred opset. Converting up within 18..25 uses
-onnxscript's converter on the IR; everything else uses onnx's converter on the graph without
-its large initializers. Converting down, ops born after the destination opset have no adapter:
+running, if the converter can take it there; and where a node the target refuses can only be
+rewritten at a newer opset (the tree walk's Where, 9), up to that opset. One outside the range is
+converted to the target's preferred opset. Converting up within 18..25 uses onnxscript's
+converter on the IR; everything else uses onnx's converter on the graph without its large
+initializers. Converting down, ops born after the destination opset have no adapter:
 the rule catalog rewrites them first, and an op no rule can rewrite is named with its versions.
 """
 
