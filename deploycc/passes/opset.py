@@ -137,10 +137,9 @@ def rule_opset(state: PipelineState, current: int) -> int | None:
     needed = []
     for graph in all_graphs(state.model.graph):
         for node in graph:
-            floors = [rule.min_default_opset for rule in rules_for(node.domain, node.op_type)]
-            if floors and min(floors) > current and \
-                    judge.judge(node, state.opsets).status == Legality.ILLEGAL:
-                needed.append(min(floors))
+            floor = min((rule.min_default_opset for rule in rules_for(node.domain, node.op_type)), default=1)
+            if floor > current and judge.judge(node, state.opsets).status == Legality.ILLEGAL:
+                needed.append(floor)
     wanted = max(needed, default=None)
     return wanted if wanted is not None and state.target.opset.contains(wanted) else None
 

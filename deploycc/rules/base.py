@@ -27,12 +27,10 @@ class Site:
     """One node as a rule sees it: attributes, inputs (maybe re-homed for a proof), opset."""
 
     def __init__(self, node: ir.Node, inputs: Sequence[ir.Value | None], opset: int,
-                 accepts: Callable[[ir.Node], bool] | None = None, default_opset: int | None = None) -> None:
+                 accepts: Callable[[ir.Node], bool] | None = None) -> None:
         self.node = node
         self.inputs = list(inputs)
-        self.opset = opset  # of the node's own domain
-        # The default domain's, which the replacement is written at (the builder's); None: not known
-        self.default_opset = default_opset
+        self.opset = opset
         # Whether the target runs a node (the legalizer passes its judge): a rule whose
         # replacement is only worth it when the target takes it asks here. None: not known.
         self.accepts = accepts
@@ -222,6 +220,14 @@ class Rule:
         if opset < self.since or (self.until is not None and opset > self.until):
             upper = self.until if self.until is not None else "newest"
             return f"handles {self.op_type} at opsets {self.since}..{upper}, the model has {opset}"
+        return None
+
+    def writes_at(self, default_opset: int) -> str | None:
+        """Why the replacement cannot be written at the model's default-domain opset, if it cannot
+        (the opset pass converts a model up to min_default_opset where the target needs the rule)."""
+        if default_opset < self.min_default_opset:
+            return (f"writes its replacement at opset {self.min_default_opset} or later, the model has "
+                    f"{default_opset}: `--opset {self.min_default_opset}` converts the model first")
         return None
 
 

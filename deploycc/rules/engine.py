@@ -84,10 +84,10 @@ def decide(node: ir.Node, graph: ir.Graph, opsets: dict[str, int], *, apply: boo
             decision.declined.append((rule.name, "set aside (--disable-rule, or blamed for a failed "
                                                  "verification)"))
             continue
-        site = Site(node, node.inputs, site_opset, accepts, default_opset=opsets.get("", 1))
+        site = Site(node, node.inputs, site_opset, accepts)
         builder = Builder(opsets.get("", 1), f"{label}/{rule.name}")
         try:
-            reason = rule.applies_at(site_opset) or rule.check(site)
+            reason = rule.applies_at(site_opset) or rule.writes_at(builder.opset) or rule.check(site)
             if reason is None:
                 used_beyond = [i for i in range(1, len(node.outputs)) if site.output_used(i)]
                 outputs = list(rule.expand(site, builder))

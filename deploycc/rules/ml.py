@@ -100,8 +100,6 @@ WALK_OPSET = 9  # the walk's Where
 
 
 def _tree_check(site: Site, weights_prefix: str) -> str | None:
-    if site.default_opset is not None and site.default_opset < WALK_OPSET:
-        return "the walk needs Where (opset 9); `--opset 9` converts the model first"
     dtype = site.dtype(0)
     if site.rank(0) != 2 or dtype is None or dtype.name != "FLOAT":
         return "handles a float32 input of rank 2 (rows of features)"
