@@ -6,7 +6,10 @@
 2. The model runs again with half emulated between layers (emulate.py). Its outputs are judged
    against the fp32 run at the precision's tolerances, as verification judges an engine.
 3. While they are beyond tolerance, the layer that does the most damage is kept in fp32 and the
-   emulation runs again. A layer's damage is measured, as the INT8 guard ranks its layers: the
+   emulation runs again. Where half made inf of finite values, the search starts from every layer
+   whose fp32 output step 1 measured beyond the half range: each is inf in half for certain, and
+   found one per run, a chain of them used up the runs (EfficientNet, ConvMixer, RepVGG: 13 runs,
+   each model's verdict "not within"). A layer's damage is measured, as the INT8 guard ranks its layers: the
    error of its output less the worst error it was handed (error that arrives from upstream is
    not charged to it). Every layer that turns finite inputs into inf or NaN is kept in one step.
 4. Each kept layer that the others make unnecessary is given back to half (a mask at the float
@@ -30,6 +33,7 @@ from deploycc.fp16.emulate import (
     FP16_MAX,
     HalfEmulation,
     activations,
+    exposed,
     float_layers,
     name_layers,
     rounded_feeds,
@@ -49,6 +53,9 @@ MAX_RUNS = 12  # emulation runs before the search gives up and says so
 STALL_RUNS, STALL_SHARE = 4, 0.5
 MAX_PRUNED = 12  # kept layers each tried back in half; beyond that, the search's choice stands
 MAX_FLAGGED = 50  # flagged tensors listed in the report (the widest first)
+# A value this near float32's limit stands in for infinity (an additive mask at the float minimum):
+# half holds it as inf with the same meaning, so it is no reason to keep its layer in fp32
+INFINITY_STAND_IN = float(np.finfo(np.float32).max) / 2
 
 
 def analyze_half(model_path: Path, feeds: dict[str, np.ndarray], precision: Precision, *, inputs: str,
@@ -68,34 +75,38 @@ def analyze_half(model_path: Path, feeds: dict[str, np.ndarray], precision: Prec
         return report
     with tempfile.TemporaryDirectory(prefix="deploycc-fp16-") as folder:
         prepared = Path(folder) / "prepared.onnx"
-        report = _analyze(prepared, _prepared(model_path, prepared), feeds, precision, inputs, progress,
-                          tolerance)
+        model, written = _prepared(model_path, prepared)
+        report = _analyze(prepared, model, written, feeds, precision, inputs, progress, tolerance)
     report.seconds = round(time.monotonic() - started, 2)
     recalled.keep(found, report)
     return report
 
 
-def _prepared(model_path: Path, path: Path) -> ir.Model:
-    """The model with its tensors typed (onnx's inference) and every node named, written once to
-    `path` for the runs to load."""
+def _prepared(model_path: Path, path: Path) -> tuple[ir.Model, int]:
+    """The model with its tensors typed (onnx's inference), every node named and every layer's
+    activation a graph output too, written once to `path`: the fp32 reference loads that file as
+    it is, the other runs start from it. Returns the model and its own outputs' count (they come
+    first)."""
     from deploycc import io
     from deploycc.graph.shapes import infer_shapes
 
     model = io.load(model_path, check=False).model
     infer_shapes(model)  # a failure leaves the types the model declares
     name_layers(model.graph)
+    written = len(model.graph.outputs)
+    exposed(model, [v.name or "" for node in float_layers(model.graph) for v in activations(node)])
     io.save(model, path)
-    return model
+    return model, written
 
 
-def _analyze(model_path: Path, model: ir.Model, feeds: dict[str, np.ndarray], precision: Precision,
-             inputs: str, progress: Callable[[str], None] | None,
+def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, np.ndarray],
+             precision: Precision, inputs: str, progress: Callable[[str], None] | None,
              tolerance: Precision | None) -> HalfPrecisionReport:
-    """The analysis of the prepared model (`model`, read for its layers; the runs load its file)."""
+    """The analysis of the prepared model (`model`, read for its layers, its first `written`
+    outputs its own; the runs load its file)."""
     from deploycc.verify.verification import tolerance_precision
 
     layers = float_layers(model.graph)
-    names = [v.name or "" for node in layers for v in activations(node)]
     if tolerance is None:
         ops = {node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}": 1
                for node in model.graph}
@@ -104,12 +115,13 @@ def _analyze(model_path: Path, model: ir.Model, feeds: dict[str, np.ndarray], pr
     if not layers:
         report.reason = "no layer computes a float32 tensor"
         return report
-    outputs = [v.name or "" for v in model.graph.outputs]
-    emulation = HalfEmulation(model_path, precision, names)
+    outputs = [v.name or "" for v in model.graph.outputs[:written]]
+    emulation = HalfEmulation(model_path, precision, written)
     reference = emulation.run(feeds, None, every_activation=True)
     judged = [name for name in outputs if name in reference
               and np.issubdtype(reference[name].dtype, np.floating)]
-    report.flagged = flagged_tensors(reference, layers, precision, feeds)
+    flagged = flagged_tensors(reference, layers, precision, feeds)
+    report.flagged = flagged[:MAX_FLAGGED]
     _set_shapes(model.graph, {**feeds, **reference})
     flops = {node.name or "": _flops(node) for node in layers}
     half_feeds = rounded_feeds(feeds, precision)
@@ -126,21 +138,30 @@ def _analyze(model_path: Path, model: ir.Model, feeds: dict[str, np.ndarray], pr
     report.within_all_half, report.error_all_half = _judge(reference, state, judged, report.tolerance)
     report.within_with_kept, report.error_with_kept = report.within_all_half, report.error_all_half
     if not report.within_all_half:
-        _search(report, layers, reference, emulate(set()), judged, emulate, precision)
+        # the layers certain to overflow, where an overflow is what put the outputs off
+        beyond = [flag.node for flag in flagged if flag.why == BEYOND_RANGE and flag.node
+                  and flag.max_abs < INFINITY_STAND_IN] if math.isinf(report.error_all_half) else []
+        seeds = [node.name or "" for node in layers if node.name in set(beyond)]
+        _search(report, layers, reference, seeds, judged, emulate, precision)
     total = sum(flops.values())
     report.kept_flops_share = sum(flops.get(name, 0) for name in report.kept) / total if total else 0.0
     return report
 
 
 def _search(report: HalfPrecisionReport, layers: list[ir.Node],
-            reference: dict[str, np.ndarray], state: dict[str, np.ndarray], judged: list[str],
+            reference: dict[str, np.ndarray], seeds: list[str], judged: list[str],
             emulate: Callable[[set[str]], dict[str, np.ndarray]], precision: Precision) -> None:
     """Keep layers in fp32, most damaging first, until the emulated outputs are within tolerance;
-    then give back to half each that is not needed. `state`: all in half, every activation."""
-    kept: list[str] = []
-    within = False
-    earlier = report.runs - 1  # the runs before `state`'s: not the search's budget
-    while report.runs - earlier < MAX_RUNS:
+    then give back to half each that is not needed. `seeds`: the layers kept from the start (their
+    output is beyond the half range), never given back."""
+    kept: list[str] = list(seeds)
+    earlier = report.runs  # the runs before the first state's: not the search's budget
+    state = emulate(set(kept))
+    within, error = _judge(reference, state, judged, report.tolerance) if seeds else (False, math.inf)
+    # the error a stall is judged against: all in half, or where that was inf, the first finite
+    # one (an inf all-half error never stalled: such a search ran its 12 runs)
+    baseline = report.error_all_half if math.isfinite(report.error_all_half) else error
+    while not within and report.runs - earlier < MAX_RUNS:
         damage = layer_damage(layers, reference, state)
         candidates = sorted(((d, name) for name, d in damage.items() if name not in kept and d > 0),
                             key=lambda item: -item[0])
@@ -150,16 +171,19 @@ def _search(report: HalfPrecisionReport, layers: list[ir.Node],
         kept += sources or [candidates[0][1]]
         state = emulate(set(kept))
         within, error = _judge(reference, state, judged, report.tolerance)
-        if within or (report.runs - earlier >= STALL_RUNS and error > STALL_SHARE * report.error_all_half):
+        baseline = baseline if math.isfinite(baseline) else error
+        if within or (report.runs - earlier >= STALL_RUNS and error > STALL_SHARE * baseline):
             break
     if not within:
+        why = (f"{len(seeds)} beyond the half range and the rest" if seeds
+               else "the error is rounding spread over many layers, not one layer's range")
         report.reason = (f"{len(kept)} layer(s) tried in fp32 did not bring the emulated output within "
-                         f"{precision.value} tolerance in {report.runs} runs: the error is rounding spread "
-                         "over many layers, not one layer's range; build in fp32 where it matters")
+                         f"{precision.value} tolerance in {report.runs} runs: {why}; build in fp32 where "
+                         "it matters")
         report.within_with_kept, report.error_with_kept = False, report.error_all_half
         return
     report.error_with_kept = error
-    for name in list(reversed(kept))[:MAX_PRUNED]:
+    for name in [name for name in reversed(kept) if name not in seeds][:MAX_PRUNED]:
         if len(kept) == 1 or report.runs - earlier >= MAX_RUNS + MAX_PRUNED:
             break
         trial = [k for k in kept if k != name]
@@ -232,7 +256,8 @@ def _judge(reference: dict[str, np.ndarray], state: dict[str, np.ndarray], judge
 
 def flagged_tensors(reference: dict[str, np.ndarray], layers: list[ir.Node], precision: Precision,
                     feeds: dict[str, np.ndarray]) -> list[FlaggedTensor]:
-    """The activations (and float inputs) the half type cannot hold, the widest first."""
+    """The activations (and float inputs) the half type cannot hold, the widest first (all of them;
+    the report lists MAX_FLAGGED)."""
     largest, smallest_normal = LIMITS[precision]
     found = []
     where = [(v.name or "", node.name or "", node.op_type) for node in layers for v in activations(node)]
@@ -255,7 +280,7 @@ def flagged_tensors(reference: dict[str, np.ndarray], layers: list[ir.Node], pre
         elif 0 < top < smallest_normal:
             found.append(FlaggedTensor(name, node, op, BELOW_NORMAL, top, _smallest_nonzero(array)))
     found.sort(key=lambda flag: -flag.max_abs if flag.why == BEYOND_RANGE else flag.max_abs)
-    return found[:MAX_FLAGGED]
+    return found
 
 
 def _smallest_nonzero(array: np.ndarray) -> float:

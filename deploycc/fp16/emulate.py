@@ -98,9 +98,13 @@ def name_layers(graph: ir.Graph) -> bool:
 
 
 def name_nodes_in_file(path: Path) -> None:
-    """Name the nameless nodes of a model file in place (rewritten only when one was)."""
+    """Name the nameless nodes of a model file in place (rewritten only when one was). Asked of
+    the model `peek` holds, which the build reads next anyway: loaded for itself only to be
+    changed (a file read whole, 354 MB for a ConvNeXt-B, to find every node named)."""
     from deploycc import io
 
+    if all(node.name for node in io.peek(path).model.graph):
+        return
     model = io.load(path, check=False).model
     if name_layers(model.graph):
         io.save(model, path)
@@ -184,12 +188,14 @@ class HalfEmulation:
     A weight read through Where is not prepacked by ORT's convolution, whose other summation order
     moves an error by about 1e-3 of itself (CoaT: 0.01866 against 0.01853); the layers kept, the
     flagged tensors and the runs were the same on the ten models compared. Below opset 9 (no
-    Where) every run is rebuilt."""
+    Where) every run is rebuilt.
 
-    def __init__(self, prepared: Path, precision: Precision, names: list[str]) -> None:
-        self.prepared, self.precision, self.names = prepared, precision, names
+    `prepared`: the model with every activation a graph output after its own `written` outputs,
+    as the reference runs it: that run loads the file as it is."""
+
+    def __init__(self, prepared: Path, precision: Precision, written: int) -> None:
+        self.prepared, self.precision, self.written = prepared, precision, written
         self.switched: Any = None  # the search's session, made on its first run
-        self._plain: ir.Model | None = None  # the file as read, until a run rounds it
         self.layer_flags: dict[str, str] = {}
         self.weight_readers: dict[str, list[str]] = {}
 
@@ -198,17 +204,14 @@ class HalfEmulation:
         """The outputs (and with `every_activation` each layer's activation) with every layer but
         those in `kept` rounded through half; `kept` None: nothing rounded, the fp32 reference.
         `feeds` as given (the caller rounds them for an emulation)."""
-        from deploycc.verify.runner import run_session
-
+        if kept is None and every_activation:  # the reference: the prepared file as it is
+            return _ran(_as_written(self.prepared), feeds)
         if kept is None or not every_activation or not self._switch():
             return self._rebuilt(feeds, kept, every_activation)
         flags = {flag: np.array(layer in kept) for layer, flag in self.layer_flags.items()}
         flags.update({flag: np.array(any(reader in kept for reader in readers))
                       for flag, readers in self.weight_readers.items()})
-        try:
-            return run_session(self.switched, {**feeds, **flags})
-        except Exception as error:  # ORT raises its own types: the analysis says why in one line
-            raise _run_error(error) from None
+        return _ran(self.switched, {**feeds, **flags})
 
     def _switch(self) -> bool:
         """The search's session, every activation a graph output (made once; False below opset
@@ -221,48 +224,48 @@ class HalfEmulation:
         if model.opset_imports.get("", 1) < SWITCHED_FROM_OPSET:
             return False
         self.layer_flags, self.weight_readers = _switch_rounding(model, self.precision)
-        exposed(model, self.names)
-        self.switched = _as_written(model)
+        self.switched = _as_written(model)  # every activation an output, as prepared
         return True
 
     def _rebuilt(self, feeds: dict[str, np.ndarray], kept: set[str] | None,
                  every_activation: bool) -> dict[str, np.ndarray]:
-        """A model of its own for this run. The file is read once for the reference and the
-        all-half run, which rounds it in place (the last run to want it as written); a search
-        below opset 9 reads it again for each of its runs."""
+        """A model of its own for this run, read from the prepared file and rounded (the all-half
+        run, and each run of a search below opset 9)."""
         from deploycc import io
-        from deploycc.verify.runner import run_session
 
-        model = self._plain or io.load(self.prepared, check=False).model
-        self._plain = model if kept is None else None
+        model = io.load(self.prepared, check=False).model
+        if not every_activation:
+            del model.graph.outputs[self.written:]
         if kept is not None:
             round_between_layers(model, kept, self.precision)
-        written = len(model.graph.outputs)
-        if every_activation:
-            exposed(model, self.names)
-        try:
-            loaded = _as_written(model)
-        finally:
-            del model.graph.outputs[written:]
-        try:
-            return run_session(loaded, feeds)
-        except Exception as error:  # ORT raises its own types: the analysis says why in one line
-            raise _run_error(error) from None
+        return _ran(_as_written(model), feeds)
 
 
-def _as_written(model: ir.Model) -> Any:
-    """An ORT CPU session of the model as written (graph optimizations off: ORT would take a Cast
-    pair out). Through a file: ORT took serialized bytes slower (ConvNeXt-B: 11 s against 7)."""
+def _ran(loaded: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from deploycc.verify.runner import run_session
+
+    try:
+        return run_session(loaded, feeds)
+    except Exception as error:  # ORT raises its own types: the analysis says why in one line
+        raise _run_error(error) from None
+
+
+def _as_written(model: ir.Model | Path) -> Any:
+    """An ORT CPU session of the model (or model file) as written (graph optimizations off: ORT
+    would take a Cast pair out). Through a file: ORT took serialized bytes slower (ConvNeXt-B:
+    11 s against 7)."""
     from deploycc import io
     from deploycc.verify.runner import session
 
+    if isinstance(model, Path):
+        try:
+            return session(model, optimize=False, threads=0)
+        except Exception as error:
+            raise _run_error(error) from None
     with tempfile.TemporaryDirectory(prefix="deploycc-fp16-") as folder:
         path = Path(folder) / "model.onnx"
         io.save(model, path)
-        try:
-            return session(path, optimize=False, threads=0)
-        except Exception as error:
-            raise _run_error(error) from None
+        return _as_written(path)
 
 
 def _switch_rounding(model: ir.Model, precision: Precision) -> tuple[dict[str, str], dict[str, list[str]]]:

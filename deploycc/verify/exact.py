@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,22 @@ def exact_integers(on: bool) -> Iterator[None]:
         EXACT.reset(token)
 
 
+def _names_an_integer_op(source: bytes | Path) -> bool:
+    """Whether the model's bytes hold the name of an op in INTEGER_OPS. A file is searched where
+    it is mapped, not read into memory: every session of a proof asks, and reading a 350 MB model
+    to find none took 0.5 s, twice the search."""
+    import mmap
+
+    names = [op.encode() for _, op in INTEGER_OPS]
+    if isinstance(source, bytes):
+        return any(name in source for name in names)
+    with open(source, "rb") as file:
+        if not os.fstat(file.fileno()).st_size:
+            return False
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return any(mapped.find(name) >= 0 for name in names)
+
+
 def with_exact_integers(source: bytes | Path) -> bytes | Path:
     """The model with each constant int8 weight of MatMulInteger/ConvInteger read as uint8 + 128
     (zero point too); the model itself when it has none."""
@@ -50,9 +67,9 @@ def with_exact_integers(source: bytes | Path) -> bytes | Path:
     import onnx
     from onnx import numpy_helper
 
-    data = source if isinstance(source, bytes) else Path(source).read_bytes()
-    if not any(op.encode() in data for _, op in INTEGER_OPS):
+    if not _names_an_integer_op(source):
         return source
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
     model = onnx.load_from_string(data)
     graph = model.graph
     if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in graph.initializer):

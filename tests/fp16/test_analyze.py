@@ -150,10 +150,10 @@ def test_the_search_s_runs_round_as_a_model_rebuilt_for_each_kept_set(tmp_path: 
     proto = onnx.load(source)
     proto.opset_import[0].version = opset
     onnx.save(proto, source)
-    model = _prepared(source, tmp_path / "prepared.onnx")
+    model, written = _prepared(source, tmp_path / "prepared.onnx")
     names = [v.name or "" for node in float_layers(model.graph) for v in activations(node)]
     x = (RNG.standard_normal((2, 32)) * 3).astype(np.float32)
-    emulation = HalfEmulation(tmp_path / "prepared.onnx", Precision.FP16, names)
+    emulation = HalfEmulation(tmp_path / "prepared.onnx", Precision.FP16, written)
     for kept in (set(), {"wide_matmul"}, {"scale", "tanh"}, {"wide_matmul", "scale", "tanh"}):
         rebuilt = io.load(tmp_path / "prepared.onnx", check=False).model
         round_between_layers(rebuilt, kept, Precision.FP16)
@@ -167,3 +167,23 @@ def test_the_search_s_runs_round_as_a_model_rebuilt_for_each_kept_set(tmp_path: 
     h = emulation.run({"x": x}, {"scale"}, every_activation=True)["h"]
     assert np.isinf(h).any()  # the MatMul not kept: its output beyond fp16 saturates to inf
     assert not np.isinf(emulation.run({"x": x}, {"wide_matmul"}, every_activation=True)["h"]).any()
+
+
+def test_a_chain_of_layers_beyond_fp16_is_kept_in_one_run_not_one_layer_per_run(tmp_path: Path) -> None:
+    """Three layers in a row write values near 1e6: in half each is inf, and keeping one in fp32
+    hands its inf to the next. The search keeps all three from the start (the fp32 run measured
+    them beyond range) and is within tolerance on its first run."""
+    model = _save(tmp_path / "chain.onnx", [
+        helper.make_node("MatMul", ["x", "W"], ["h"], name="wide_matmul"),
+        helper.make_node("Add", ["h", "bias"], ["b"], name="wide_add"),
+        helper.make_node("Relu", ["b"], ["r"], name="wide_relu"),
+        helper.make_node("Mul", ["r", "scale"], ["y"], name="scale"),
+    ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])],
+        {"W": (RNG.standard_normal((32, 16)) * 2e4).astype(np.float32),
+         "bias": np.full(16, 1e6, np.float32), "scale": np.array(1e-5, np.float32)})
+    x = RNG.standard_normal((2, 32)).astype(np.float32)
+    report = analyze_half(model, {"x": x}, Precision.FP16, inputs="random")
+    assert report.error_all_half == np.inf
+    assert sorted(report.kept) == ["wide_add", "wide_matmul", "wide_relu"]
+    assert report.within_with_kept and report.runs == 2  # all in half, then the three kept
