@@ -154,12 +154,12 @@ FOLD_ROUNDS = 8
 SMALL_GROWTH_ELEMENTS = 4096  # Swin-T's shifted-window mask is built on a 56 x 56 ConstantOfShape
 
 
-def read_static_dims(model: ir.Model) -> int:
+def read_static_dims(model: ir.Model, *, infer: bool = True) -> int:
     """Shape(x) and Gather(Shape(x), i) whose dims are static, however dynamic the rest of x is,
     become constants (onnxscript's folder does this for a 1-D index only; TorchScript writes
-    x.shape[1] with a scalar one). Shapes are inferred first: a Pad whose pads just folded has a
-    static width only then, which a Swin window partition reads in turn, so the fold pass
-    alternates the two until nothing more is read. Returns how many reads were replaced."""
+    x.shape[1] with a scalar one). Shapes are inferred first (`infer`): a Pad whose pads just
+    folded has a static width only then, which a Swin window partition reads in turn, so the fold
+    pass alternates the two until nothing more is read. Returns how many reads were replaced."""
     import numpy as np
     import onnx_ir as ir
 
@@ -185,7 +185,8 @@ def read_static_dims(model: ir.Model) -> int:
     nodes = nodes_and_branches(graph)
     if not any(node.op_type == "Shape" for node in nodes):
         return 0  # nothing to read: spare the shape inference (a full serialization)
-    infer_shapes(model)
+    if infer:
+        infer_shapes(model)
     replaced = 0
     # A constant read in a branch goes to the main graph, whose initializers every branch sees.
     for node in nodes:
@@ -366,14 +367,19 @@ class FoldPass(Pass):
         shape_before = structure(state.model)
         try:
             with held_back(state.model, held):
-                for _ in range(FOLD_ROUNDS):
+                # The first round reads the shapes onnx infers for the whole model; later ones
+                # those the folder infers node by node as it goes (onnx_shape_inference), so that
+                # a chain of blocks each reading its input's dims is read in one round, not one
+                # block a round (DaViT: 13 whole-model inferences and 8 s, now 3 and 4 s).
+                for round_ in range(FOLD_ROUNDS):
                     folded = fold_constants(state.model, input_size_limit=limit_elements,
                                             output_size_limit=limit_elements,
-                                            should_fold=size_guard(limit_elements))
+                                            should_fold=size_guard(limit_elements),
+                                            onnx_shape_inference=round_ > 0)
                     modified = modified or folded.modified or bool(branch_notes)
                     splits = split_constants(state.model, limit_elements)
                     gathers = gather_elements_constants(state.model, limit_elements)
-                    reading = read_static_dims(state.model)
+                    reading = read_static_dims(state.model, infer=round_ == 0)
                     read += reading
                     split += splits
                     gathered += gathers
