@@ -9,7 +9,6 @@ run_on_device.py, which builds, verifies and times the engine with the board's o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import shutil
@@ -74,11 +73,13 @@ def layer_precision_flags(version: tuple[int, ...]) -> dict[str, str]:
 def copy_model(model: Path, folder: Path, name: str) -> list[str]:
     """`model` as `folder/name`, with its external data file beside it under the name the model
     gives it (the legalized model names its data file after itself); the bundle's paths."""
-    shutil.copyfile(model, folder / name)
+    from deploycc.io import copy_file
+
+    copy_file(model, folder / name)
     files = [f"{BUNDLE_DIR}/{name}"]
     data = model.with_name(model.name + ".data")
     if data.exists():
-        shutil.copyfile(data, folder / data.name)
+        copy_file(data, folder / data.name)
         files.append(f"{BUNDLE_DIR}/{data.name}")
     return files
 
@@ -109,7 +110,9 @@ def binding_dtype(dtype: np.dtype, tensorrt_version: str) -> np.dtype:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    from deploycc.io import sha256_file
+
+    return sha256_file(path)
 
 
 def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],

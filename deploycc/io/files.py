@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,14 +136,41 @@ def trim_cache(folder: Path, keep_bytes: int) -> int:
     return freed
 
 
+# Digests already taken, by the file's identity (device, inode, size, mtime): a build hashed its
+# legalized model for the fp16 analysis' key and again for the manifest, and the bundle's copy for
+# its reference and again for the manifest (a 354 MB ConvNeXt: 1.4 GB read to hash two files).
+# deploycc writes by rename, a new inode, so a rewritten file is never taken for the old one.
+_digests: OrderedDict[tuple[int, int, int, int], str] = OrderedDict()
+KEPT_DIGESTS = 64
+
+
 def sha256_file(path: Path) -> str:
     import hashlib
 
-    digest = hashlib.sha256()
     with path.open("rb") as stream:
+        stat = os.fstat(stream.fileno())
+        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if key in _digests:
+            return _digests[key]
+        digest = hashlib.sha256()
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+    _digests[key] = digest.hexdigest()
+    while len(_digests) > KEPT_DIGESTS:
+        _digests.popitem(last=False)
+    return _digests[key]
+
+
+def copy_file(source: Path, copy: Path) -> None:
+    """shutil.copyfile, the source's digest (when taken) known for the copy too."""
+    import shutil
+
+    shutil.copyfile(source, copy)
+    stat = source.stat()
+    known = _digests.get((stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    if known is not None:
+        made = copy.stat()
+        _digests[(made.st_dev, made.st_ino, made.st_size, made.st_mtime_ns)] = known
 
 
 def tar_folder(folder: Path) -> bytes:
