@@ -64,7 +64,8 @@ def audit(
     per_target: dict[str, float] = {}
     for cell in report["cells"]:
         per_target[cell["target"]] = per_target.get(cell["target"], 0.0) + cell["seconds"]
-    statuses = {f"{Path(c['model']).name}@{c['target']}": c["status"] for c in report["cells"]}
+    statuses = {f"{Path(c['model']).name}@{c['target']}": f"{c['status']}: {c.get('message') or ''}"[:300]
+                for c in report["cells"]}
     return seconds, statuses, {target: round(total, 1) for target, total in per_target.items()}
 
 
@@ -108,7 +109,11 @@ def main() -> None:
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
-    differ = sorted(k for k, v in runs["before"]["statuses"].items() if runs["after"]["statuses"].get(k) != v)
+    def status(label: str, cell: str) -> str:
+        return str(runs[label]["statuses"].get(cell, "missing")).split(":")[0]
+
+    differ = sorted(cell for cell in runs["before"]["statuses"]
+                    if status("after", cell) != status("before", cell))
     ratio = runs["after"]["cells_per_hour"] / max(runs["before"]["cells_per_hour"], 1)
     print(
         f"after / before: {ratio:.2f}x cells per hour; "
@@ -125,7 +130,8 @@ def main() -> None:
                 "zoo": str(args.zoo),
                 "jobs": args.jobs,
                 "ratio": round(ratio, 2),
-                "differ": differ,
+                "differ": {cell: {label: runs[label]["statuses"].get(cell) for label in runs}
+                           for cell in differ},
                 **{k: {kk: vv for kk, vv in v.items() if kk != "statuses"} for k, v in runs.items()},
             },
             indent=1,
