@@ -817,7 +817,6 @@ def _tv_flow(builder: str) -> Any:
 
 # Families the issue names that this zoo does not make yet, and why.
 NOT_MADE = {
-    "open_clip": "not made yet",
     # pip's resolver, 2026-12-03: paddle2onnx 2.1.0 requires onnx==1.17.0; deploycc runs on onnx 1.23
     "paddle/paddle2onnx": "paddle2onnx 2.1.0 pins onnx 1.17.0, older than deploycc's environment "
                           "(onnx 1.23): it needs an environment of its own",
@@ -843,10 +842,11 @@ FAMILIES: dict[str, Callable[[], list[ZooModel]]] = {
     "segmentation-models-pytorch": _more("smp_models"),
     "trees": _more("tree_models"),
     "keras": _more("keras_models"),
+    "open_clip": _more("open_clip_models"),
 }
 PREFIXES = {"timm_": "timm", "hf_": "transformers", "tv_": "torchvision", "yolo_": "ultralytics",
             "smp_": "segmentation-models-pytorch", "lgb_": "trees", "xgb_": "trees",
-            "keras_": "keras"}
+            "keras_": "keras", "clip_": "open_clip"}
 
 
 @functools.cache

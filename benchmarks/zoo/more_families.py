@@ -8,6 +8,8 @@
                                   data with missing values, converted by onnxmltools
     keras                         keras.applications image models, exported by Keras 3's own
                                   Model.export(format="onnx") (tf2onnx)
+    open_clip                     CLIP-style image and text towers, each exported on its own
+                                  (encode_image / encode_text, normalized embeddings)
 
 Random weights with a signal, nothing downloaded (ultralytics builds from the yaml files in its
 wheel). Exports spread over both exporters and opsets as the other families'.
@@ -298,3 +300,80 @@ def _export_keras(size: int, model: Any, opset: int, path: Any) -> str:
 
 def _predict_keras(model: Any, inputs: tuple[Any, ...]) -> list[Any]:
     return [model(inputs[0], training=False).numpy()]
+
+
+# --------------------------------------------------------------------------- open_clip towers
+
+# model config, tower: the image tower (encode_image) and the text tower (encode_text), each
+# exported on its own as a retrieval service deploys them, embeddings normalized
+OPEN_CLIP = [
+    ("RN50", "image"),
+    ("RN50", "text"),
+    ("ViT-B-32", "image"),
+    ("ViT-B-32", "text"),
+    ("convnext_tiny", "image"),
+    ("ViT-B-16-SigLIP", "image"),
+    ("ViT-B-16-SigLIP", "text"),
+    ("EVA02-B-16", "image"),
+    ("coca_ViT-B-32", "image"),
+    ("MobileCLIP-S1", "image"),
+]
+
+
+def open_clip_models() -> list[ZooModel]:
+    import open_clip
+
+    made = []
+    for index, (config, tower) in enumerate(OPEN_CLIP):
+        name = f"clip_{config.lower().replace('-', '_')}_{tower}"
+        if tower == "image":
+            size = open_clip.get_model_config(config)["vision_cfg"].get("image_size", 224)
+            shape = [1, 3, size, size] if isinstance(size, int) else [1, 3, *size]
+            inputs, names, axes = functools.partial(_image, shape), ["image"], {"image": {0: "batch"}}
+        else:
+            length = open_clip.get_model_config(config)["text_cfg"].get("context_length", 77)
+            vocab = open_clip.get_model_config(config)["text_cfg"].get("vocab_size", 49408)
+            shape = [1, length]
+            inputs = functools.partial(_tokens, length, vocab)
+            names, axes = ["text"], {"text": {0: "batch"}}
+        made.append(ZooModel(
+            name, "open_clip", tower, functools.partial(_clip_tower, config, tower, shape), inputs,
+            names, ["embedding"], axes, spread(index),
+            f"open_clip {open_clip.__version__} {config} {tower} tower (random weights with signal)"))
+    return made
+
+
+def _tokens(length: int, vocab: int, batch: int) -> tuple[Any, ...]:
+    """Token ids as a tokenizer gives them: a start token, words, the end token (the largest id,
+    where CLIP's text tower pools), padding."""
+    import torch
+
+    ids = torch.zeros(batch, length, dtype=torch.int64)
+    words = torch.randint(1, vocab - 2, (batch, 12), generator=torch.Generator().manual_seed(0))
+    ids[:, 0], ids[:, 1:13], ids[:, 13] = vocab - 2, words, vocab - 1
+    return (ids,)
+
+
+def _clip_tower(config: str, tower: str, shape: list[int]) -> Any:
+    import open_clip
+    import torch
+
+    model = open_clip.create_model(config, pretrained=None)
+    if tower == "image":  # the text tower's modules go: the export holds one tower, as deployed
+        model.visual = with_signal(model.visual, shape)
+        for part in ("text", "text_decoder", "transformer", "token_embedding", "ln_final"):
+            if isinstance(getattr(model, part, None), torch.nn.Module):
+                setattr(model, part, None)
+    else:
+        model.visual = None
+
+    class Tower(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.clip = model
+
+        def forward(self, x: Any) -> Any:
+            encode = self.clip.encode_image if tower == "image" else self.clip.encode_text
+            return encode(x, normalize=True)
+
+    return Tower().eval()

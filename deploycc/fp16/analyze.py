@@ -175,8 +175,9 @@ def _search(report: HalfPrecisionReport, layers: list[ir.Node],
         if within or (report.runs - earlier >= STALL_RUNS and error > STALL_SHARE * baseline):
             break
     if not within:
-        why = (f"{len(seeds)} beyond the half range and the rest" if seeds
-               else "the error is rounding spread over many layers, not one layer's range")
+        spread = "the error is rounding spread over many layers, not one layer's range"
+        why = f"{len(seeds)} of them write values beyond the half range; beyond those, {spread}" \
+            if seeds else spread
         report.reason = (f"{len(kept)} layer(s) tried in fp32 did not bring the emulated output within "
                          f"{precision.value} tolerance in {report.runs} runs: {why}; build in fp32 where "
                          "it matters")
