@@ -1,17 +1,18 @@
 """`deploycc` entry point: the command group, lazy subcommands, errors and exit codes.
 
 Exit codes: 0 success; 1 findings (illegal nodes, failed verification); 2 unusable input or
-options; 3 an internal error (a bug: rerun with --debug and report it).
+options, or a full disk; 3 an internal error (a bug: rerun with --debug and report it).
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -59,7 +60,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
-             epilog="Exit codes: 0 ok, 1 findings (illegal/failed), 2 bad input or options, "
+             epilog="Exit codes: 0 ok, 1 findings (illegal/failed), 2 bad input or options (or a full disk), "
                     "3 internal error.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.version_option(package_name="deploycc")
@@ -114,11 +115,29 @@ def main(argv: list[str] | None = None) -> Any:
         reason = str(interrupt) or "interrupted"
         click.echo(f"deploycc: {reason}; nothing was written", err=True)
         sys.exit(130)
+    except OSError as error:
+        if debug:
+            raise
+        if error.errno not in FULL_DISK:
+            _internal(error)
+        # the machine's, not deploycc's: an audit that filled the disk said "internal error"
+        where = f" writing {error.filename}" if error.filename else ""
+        click.echo(f"deploycc: error: {error.strerror}{where}: free some space or write elsewhere "
+                   "(--output); what was staged was removed", err=True)
+        sys.exit(EXIT_USAGE)
     except Exception as error:
         if debug:
             raise
-        first = str(error).splitlines()[0] if str(error) else ""
-        click.echo(f"deploycc: internal error: {type(error).__name__}: {first} "
-                   "(rerun with --debug and report it)", err=True)
-        sys.exit(EXIT_INTERNAL)
+        _internal(error)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# errnos of a full disk or quota
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _internal(error: Exception) -> NoReturn:
+    first = str(error).splitlines()[0] if str(error) else ""
+    click.echo(f"deploycc: internal error: {type(error).__name__}: {first} "
+               "(rerun with --debug and report it)", err=True)
+    sys.exit(EXIT_INTERNAL)

@@ -202,3 +202,33 @@ def test_a_target_whose_mode_is_partition_builds_with_host_segments(tmp_path: Pa
                "--json")
     assert done.returncode == 0, done.stderr
     assert [s["placement"] for s in json.loads(done.stdout)["segments"]] == ["device", "host", "device"]
+
+
+def test_a_full_disk_is_one_line_and_exit_2_not_an_internal_error(tmp_path: Path, monkeypatch, capsys):
+    """The disk filling up under an audit said "internal error" (exit 3): it is the machine's
+    condition, named with the file being written."""
+    import errno
+
+    from deploycc import api
+    from deploycc.cli.main import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "out" / "model.legalized.onnx"))
+
+    monkeypatch.setattr(api, "build_onnx", full)
+    model = tmp_path / "m.onnx"
+    onnx.save(onnx.parser.parse_model(GOOD), model)
+    with pytest.raises(SystemExit) as exited:
+        main(["build", str(model), "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("deploycc: error: No space left on device writing ")
+    assert "model.legalized.onnx" in err
+
+    def broken(*args, **kwargs):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(api, "build_onnx", broken)
+    with pytest.raises(SystemExit) as exited:
+        main(["build", str(model), "-o", str(tmp_path / "out2")])
+    assert exited.value.code == 3  # another OSError is still a bug to report
