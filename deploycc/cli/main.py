@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> Any:
         # the machine's, not deploycc's: an audit that filled the disk said "internal error"
         where = f" writing {error.filename}" if error.filename else ""
         click.echo(f"deploycc: error: {error.strerror}{where}: free some space or write elsewhere "
-                   "(--output); what was staged was removed", err=True)
+                   "(--output)", err=True)
         sys.exit(EXIT_USAGE)
     except Exception as error:
         if debug:
