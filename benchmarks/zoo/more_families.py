@@ -326,13 +326,14 @@ def open_clip_models() -> list[ZooModel]:
     made = []
     for index, (config, tower) in enumerate(OPEN_CLIP):
         name = f"clip_{config.lower().replace('-', '_')}_{tower}"
+        settings = open_clip.get_model_config(config)
         if tower == "image":
-            size = open_clip.get_model_config(config)["vision_cfg"].get("image_size", 224)
+            size = settings["vision_cfg"].get("image_size", 224)
             shape = [1, 3, size, size] if isinstance(size, int) else [1, 3, *size]
             inputs, names, axes = functools.partial(_image, shape), ["image"], {"image": {0: "batch"}}
         else:
-            length = open_clip.get_model_config(config)["text_cfg"].get("context_length", 77)
-            vocab = open_clip.get_model_config(config)["text_cfg"].get("vocab_size", 49408)
+            length = settings["text_cfg"].get("context_length", 77)
+            vocab = settings["text_cfg"].get("vocab_size", 49408)
             shape = [1, length]
             inputs = functools.partial(_tokens, length, vocab)
             names, axes = ["text"], {"text": {0: "batch"}}

@@ -109,18 +109,13 @@ def binding_dtype(dtype: np.dtype, tensorrt_version: str) -> np.dtype:
     return np.dtype(dtype)
 
 
-def _sha256(path: Path) -> str:
-    from deploycc.io import sha256_file
-
-    return sha256_file(path)
-
-
 def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
                     precision: Precision, tensorrt_version: str, described: str,
                     trtexec: bool = True) -> list[str]:
     """The board's reference: each array as raw little-endian bytes in its binding dtype (the
     same files work as `trtexec --loadInputs=name:file`), and an index with names, shapes,
     dtypes, files and sha256s, the tolerances of the precision and the model they belong to."""
+    from deploycc.io import sha256_file
     from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, judged_as
 
     reference = folder / REFERENCE_DIR
@@ -135,11 +130,11 @@ def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[s
             (reference / kind).mkdir(exist_ok=True)
             (reference / file).write_bytes(data.tobytes())
             entries.append({"name": name, "shape": list(data.shape), "dtype": dtype.name, "file": file,
-                            "sha256": _sha256(reference / file)})
+                            "sha256": sha256_file(reference / file)})
             files.append(f"{BUNDLE_DIR}/{REFERENCE_DIR}/{file}")
         index[kind] = entries
     atol, rtol, min_cosine = TOLERANCES[judged_as(precision)]
-    document = {"schema": REFERENCE_SCHEMA, "model_sha256": _sha256(folder / MODEL_NAME),
+    document = {"schema": REFERENCE_SCHEMA, "model_sha256": sha256_file(folder / MODEL_NAME),
                 "precision": precision, "tensorrt": tensorrt_version, "inputs_described": described,
                 "reference": "the original model on ONNX Runtime CPU",
                 "tolerances": {"atol": atol, "rtol": rtol, "min_cosine": min_cosine,

@@ -139,9 +139,9 @@ def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, n
     report.within_with_kept, report.error_with_kept = report.within_all_half, report.error_all_half
     if not report.within_all_half:
         # the layers certain to overflow, where an overflow is what put the outputs off
-        beyond = [flag.node for flag in flagged if flag.why == BEYOND_RANGE and flag.node
-                  and flag.max_abs < INFINITY_STAND_IN] if math.isinf(report.error_all_half) else []
-        seeds = [node.name or "" for node in layers if node.name in set(beyond)]
+        beyond = {flag.node for flag in flagged if flag.why == BEYOND_RANGE and flag.node
+                  and flag.max_abs < INFINITY_STAND_IN} if math.isinf(report.error_all_half) else set()
+        seeds = [node.name or "" for node in layers if node.name in beyond]
         _search(report, layers, reference, seeds, judged, emulate, precision)
     total = sum(flops.values())
     report.kept_flops_share = sum(flops.get(name, 0) for name in report.kept) / total if total else 0.0
