@@ -16,7 +16,14 @@ is changed on its own module (`deploycc.io.write.STREAM_TENSOR_BYTES`), where it
 """
 
 from deploycc.io.checker import LARGE_TENSOR_BYTES, check_proto, onnxruntime_loads
-from deploycc.io.files import PARTIAL_MARK, StagedDirectory, copy_file, sha256_file, tar_folder
+from deploycc.io.files import (
+    PARTIAL_MARK,
+    StagedDirectory,
+    copy_file,
+    scratch_folder,
+    sha256_file,
+    tar_folder,
+)
 from deploycc.io.map_types import MAP_TYPES, restore_map_types, strip_map_types
 from deploycc.io.node_order import sort_topologically
 from deploycc.io.read import (
@@ -65,6 +72,7 @@ __all__ = [
     "restore_map_types",
     "safe_location",
     "save",
+    "scratch_folder",
     "sha256_file",
     "sort_topologically",
     "strip_map_types",

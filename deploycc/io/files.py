@@ -108,6 +108,62 @@ class StagedDirectory:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
+# Scratch files (a model rewritten for one ORT session, arrays handed to a child process) go to
+# memory where there is room. On disk, a write waited on the kernel's writeback of the other files
+# an audit writes: 500 MB took 0.1 s alone and 4.7 s beside an audit; in /dev/shm, 0.2 s always.
+RAM_FOLDER = Path("/dev/shm")
+SCRATCH_MARK = "deploycc-scratch-"
+RAM_SPARE = 2 << 30  # memory left to the runs that read the files
+SCRATCH_MARGIN = 3  # a scratch folder may hold this many copies of the size asked for
+
+
+def scratch_folder(prefix: str, size: int = 0) -> Any:
+    """A temporary folder (a TemporaryDirectory) for files of about `size` bytes that live only
+    while this process runs: in memory when /dev/shm and the machine's free memory both have room
+    for SCRATCH_MARGIN times that and RAM_SPARE beside, else in the system's temporary folder.
+    A process killed before it cleans up leaves its folder in memory, so each folder made there
+    first removes those whose process is gone."""
+    import tempfile
+
+    if _ram_has_room(SCRATCH_MARGIN * size + RAM_SPARE):
+        _remove_stale_scratch()
+        with contextlib.suppress(OSError):
+            return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_MARK}{os.getpid()}-{prefix}", dir=RAM_FOLDER)
+    return tempfile.TemporaryDirectory(prefix=prefix)
+
+
+def _ram_has_room(needed: int) -> bool:
+    import shutil
+
+    try:
+        if not os.access(RAM_FOLDER, os.W_OK) or shutil.disk_usage(RAM_FOLDER).free < needed:
+            return False
+        with open("/proc/meminfo") as info:
+            available = next((int(line.split()[1]) * 1024 for line in info
+                              if line.startswith("MemAvailable:")), 0)
+    except (OSError, ValueError):
+        return False
+    return available >= needed
+
+
+def _remove_stale_scratch() -> None:
+    import shutil
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(RAM_FOLDER):
+            if not entry.name.startswith(SCRATCH_MARK):
+                continue
+            pid_text = entry.name[len(SCRATCH_MARK):].split("-")[0]
+            if not pid_text.isdigit():
+                continue
+            try:
+                os.kill(int(pid_text), 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry.path, ignore_errors=True)
+            except PermissionError:
+                continue
+
+
 def user_cache_dir(*parts: str) -> Path:
     """~/.cache/deploycc/PARTS (or under $XDG_CACHE_HOME): what is costly to make and the same on
     every run of this machine, never an output."""

@@ -326,11 +326,13 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
     malformed-but-checker-valid models, found by tests/hostile/test_fuzz.py) fails this call
     with RunError instead of killing deploycc."""
     import json
-    import tempfile
 
     import numpy as np
 
-    with tempfile.TemporaryDirectory(prefix="deploycc-ort-") as folder:
+    from deploycc import io
+
+    size = sum(array.nbytes for array in feeds.values()) + (len(source) if isinstance(source, bytes) else 0)
+    with io.scratch_folder("deploycc-ort-", size) as folder:
         work = Path(folder)
         model = work / "model.onnx"
         if isinstance(source, bytes):
@@ -360,11 +362,13 @@ def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_a
     ...", "no signal: ..."). With `stop_at_first` the list ends at the first good set. A model
     ORT cannot load, or a crash, is a RunError (stage "load" or "crash")."""
     import json
-    import tempfile
 
     import numpy as np
 
-    with tempfile.TemporaryDirectory(prefix="deploycc-probe-") as folder:
+    from deploycc import io
+
+    size = sum(array.nbytes for feeds in feed_sets for array in feeds.values())
+    with io.scratch_folder("deploycc-probe-", size) as folder:
         work = Path(folder)
         files = []
         for index, feeds in enumerate(feed_sets):
