@@ -1,8 +1,9 @@
 """Which layers half precision breaks, found on the host before the board does.
 
-1. The model runs once on ORT CPU in fp32 with every layer's activation as an output: each
-   tensor's range. A tensor beyond the half range, or all below its smallest normal number, is
-   flagged.
+1. The model runs once on ORT CPU in fp32, each layer's activation reduced to its largest and
+   smallest value inside the run: each tensor's range. A tensor beyond the half range, or all
+   below its smallest normal number, is flagged (and only those are fetched, to describe them;
+   the search, step 3, fetches every activation).
 2. The model runs again with half emulated between layers (emulate.py). Its outputs are judged
    against the fp32 run at the precision's tolerances, as verification judges an engine.
 3. While they are beyond tolerance, the layer that does the most damage is kept in fp32 and the
@@ -64,8 +65,7 @@ def analyze_half(model_path: Path, feeds: dict[str, np.ndarray], precision: Prec
     """The half-precision analysis of a model on these inputs, judged at the tolerances of
     `tolerance` (None: as verification judges this model built in `precision`: a quantized one
     at int8's). Raises RunError when ORT cannot run the model on them."""
-    import tempfile
-
+    from deploycc import io
     from deploycc.fp16 import recalled
 
     started = time.monotonic()
@@ -73,13 +73,20 @@ def analyze_half(model_path: Path, feeds: dict[str, np.ndarray], precision: Prec
     report = recalled.recall(found, inputs)
     if report is not None:
         return report
-    with tempfile.TemporaryDirectory(prefix="deploycc-fp16-") as folder:
+    with io.scratch_folder("deploycc-fp16-", _file_bytes(model_path)) as folder:
         prepared = Path(folder) / "prepared.onnx"
         model, written = _prepared(model_path, prepared)
         report = _analyze(prepared, model, written, feeds, precision, inputs, progress, tolerance)
     report.seconds = round(time.monotonic() - started, 2)
     recalled.keep(found, report)
     return report
+
+
+def _file_bytes(model_path: Path) -> int:
+    """The model's size on disk, its external data included."""
+    from deploycc import io
+
+    return model_path.stat().st_size + sum(f.size_bytes for f in io.peek(model_path).external_files)
 
 
 def _prepared(model_path: Path, path: Path) -> tuple[ir.Model, int]:
@@ -117,13 +124,10 @@ def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, n
         return report
     outputs = [v.name or "" for v in model.graph.outputs[:written]]
     emulation = HalfEmulation(model_path, precision, written)
-    reference = emulation.run(feeds, None, every_activation=True)
+    reference, flagged, every_activation = _measured(emulation, layers, precision, feeds)
     judged = [name for name in outputs if name in reference
               and np.issubdtype(reference[name].dtype, np.floating)]
-    flagged = flagged_tensors(reference, layers, precision, feeds)
     report.flagged = flagged[:MAX_FLAGGED]
-    _set_shapes(model.graph, {**feeds, **reference})
-    flops = {node.name or "": _flops(node) for node in layers}
     half_feeds = rounded_feeds(feeds, precision)
 
     def emulate(kept: set[str], expose: bool = True) -> dict[str, np.ndarray]:
@@ -142,10 +146,39 @@ def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, n
         beyond = {flag.node for flag in flagged if flag.why == BEYOND_RANGE and flag.node
                   and flag.max_abs < INFINITY_STAND_IN} if math.isinf(report.error_all_half) else set()
         seeds = [node.name or "" for node in layers if node.name in beyond]
+        if not every_activation:
+            reference = emulation.run(feeds, None, every_activation=True)
         _search(report, layers, reference, seeds, judged, emulate, precision)
+    if not report.kept:
+        return report
+    _set_shapes(model.graph, {**feeds, **reference})
+    flops = {node.name or "": _flops(node) for node in layers}
     total = sum(flops.values())
     report.kept_flops_share = sum(flops.get(name, 0) for name in report.kept) / total if total else 0.0
     return report
+
+
+def _measured(emulation: HalfEmulation, layers: list[ir.Node], precision: Precision,
+              feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[FlaggedTensor], bool]:
+    """The fp32 run: its outputs (with every activation, where it had to fetch them all), the
+    tensors half cannot hold, and whether every activation is there. Each activation's range is
+    measured inside the run; only those half cannot hold are fetched, to describe them."""
+    from deploycc.verify.runner import RunError
+
+    try:
+        own, ranges = emulation.ranges(feeds)
+    except RunError:  # a reduction ORT refuses (an empty activation): every activation fetched
+        reference = emulation.run(feeds, None, every_activation=True)
+        return reference, flagged_tensors(reference, layers, precision, feeds), True
+    largest, smallest_normal = LIMITS[precision]
+
+    def held(high: float, low: float) -> bool:
+        top = max(abs(high), abs(low))
+        return math.isfinite(top) and top <= largest and not 0 < top < smallest_normal
+
+    described = [name for name, (high, low) in ranges.items() if not held(high, low)]
+    reference = {**own, **emulation.activations_named(feeds, described)} if described else own
+    return reference, flagged_tensors(reference, layers, precision, feeds), False
 
 
 def _search(report: HalfPrecisionReport, layers: list[ir.Node],
@@ -258,7 +291,7 @@ def _judge(reference: dict[str, np.ndarray], state: dict[str, np.ndarray], judge
 def flagged_tensors(reference: dict[str, np.ndarray], layers: list[ir.Node], precision: Precision,
                     feeds: dict[str, np.ndarray]) -> list[FlaggedTensor]:
     """The activations (and float inputs) the half type cannot hold, the widest first (all of them;
-    the report lists MAX_FLAGGED)."""
+    the report lists MAX_FLAGGED). An activation `reference` lacks is not looked at."""
     largest, smallest_normal = LIMITS[precision]
     found = []
     where = [(v.name or "", node.name or "", node.op_type) for node in layers for v in activations(node)]

@@ -187,3 +187,38 @@ def test_a_chain_of_layers_beyond_fp16_is_kept_in_one_run_not_one_layer_per_run(
     assert report.error_all_half == np.inf
     assert sorted(report.kept) == ["wide_add", "wide_matmul", "wide_relu"]
     assert report.within_with_kept and report.runs == 2  # all in half, then the three kept
+
+
+def test_ranges_measured_inside_the_run_flag_what_the_fetched_activations_flag(tmp_path: Path) -> None:
+    """The fp32 run reduces each activation to its extremes inside ORT instead of fetching them
+    all: the tensors flagged (an overflow, values all below fp16's smallest normal, an inf a
+    division makes, and an empty slice) are those the fetched activations give."""
+    from deploycc.fp16.analyze import _measured, _prepared, flagged_tensors
+    from deploycc.fp16.emulate import HalfEmulation, float_layers
+
+    model = _save(tmp_path / "ranges.onnx", [
+        helper.make_node("MatMul", ["x", "W"], ["h"], name="wide_matmul"),
+        helper.make_node("Mul", ["h", "tiny"], ["t"], name="tiny_scale"),
+        helper.make_node("Div", ["x", "zeros"], ["d"], name="divide"),  # inf, NaN (0/0) and finite
+        helper.make_node("Slice", ["x", "start", "end", "axis"], ["empty"], name="empty_slice"),
+        helper.make_node("Tanh", ["t"], ["y"], name="tanh"),
+    ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16]),
+         helper.make_tensor_value_info("d", TensorProto.FLOAT, [2, 32]),
+         helper.make_tensor_value_info("empty", TensorProto.FLOAT, [2, 0])],
+        {"W": (RNG.standard_normal((32, 16)) * 2e4).astype(np.float32), "tiny": np.array(1e-12, np.float32),
+         "zeros": np.repeat(np.array([0, 1], np.float32), 16), "start": np.array([3], np.int64),
+         "end": np.array([3], np.int64), "axis": np.array([1], np.int64)})
+    x = RNG.standard_normal((2, 32)).astype(np.float32)
+    x[0, 0] = 0.0
+    prepared, written = _prepared(model, tmp_path / "prepared.onnx")
+    layers = float_layers(prepared.graph)
+    emulation = HalfEmulation(tmp_path / "prepared.onnx", Precision.FP16, written)
+    reference, flagged, every_activation = _measured(emulation, layers, Precision.FP16, {"x": x})
+    fetched = emulation.run({"x": x}, None, every_activation=True)
+    described = [(f.name, f.why, f.max_abs, f.min_abs_nonzero) for f in flagged]
+    expected = flagged_tensors(fetched, layers, Precision.FP16, {"x": x})
+    assert described == [(f.name, f.why, f.max_abs, f.min_abs_nonzero) for f in expected]
+    assert {f.name for f in flagged} == {"h", "t", "y"}  # d's finite values and the empty slice: held
+    assert not every_activation and "h" in reference  # fetched to be described, as flagged
+    np.testing.assert_array_equal(reference["y"], fetched["y"])
