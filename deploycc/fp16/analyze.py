@@ -34,10 +34,11 @@ from deploycc.fp16.emulate import (
     FP16_MAX,
     HalfEmulation,
     activations,
-    exposed,
+    add_range_reducers,
     float_layers,
     name_layers,
     rounded_feeds,
+    without_range_reducers,
 )
 from deploycc.fp16.record import BELOW_NORMAL, BEYOND_RANGE, FlaggedTensor, HalfPrecisionReport
 from deploycc.taxonomy import Precision
@@ -90,10 +91,10 @@ def _file_bytes(model_path: Path) -> int:
 
 
 def _prepared(model_path: Path, path: Path) -> tuple[ir.Model, int]:
-    """The model with its tensors typed (onnx's inference), every node named and every layer's
-    activation a graph output too, written once to `path`: the fp32 reference loads that file as
-    it is, the other runs start from it. Returns the model and its own outputs' count (they come
-    first)."""
+    """The model with its tensors typed (onnx's inference), every node named and each layer's
+    activation reduced to its extremes (add_range_reducers), written once to `path`: the fp32
+    run that measures the ranges loads that file as it is, the other runs start from it. Returns
+    the model (without the reducers) and its own outputs' count (they come first)."""
     from deploycc import io
     from deploycc.graph.shapes import infer_shapes
 
@@ -101,16 +102,26 @@ def _prepared(model_path: Path, path: Path) -> tuple[ir.Model, int]:
     infer_shapes(model)  # a failure leaves the types the model declares
     name_layers(model.graph)
     written = len(model.graph.outputs)
-    exposed(model, [v.name or "" for node in float_layers(model.graph) for v in activations(node)])
+    add_range_reducers(model)
     io.save(model, path)
-    return model, written
+    return without_range_reducers(model, written), written
+
+
+def _reread(path: Path, written: int) -> tuple[ir.Model, list[ir.Node]]:
+    """The prepared model read again, without its reducers, and its layers: the one in memory
+    was rounded by the all-half run."""
+    from deploycc import io
+
+    model = without_range_reducers(io.load(path, check=False).model, written)
+    return model, float_layers(model.graph)
 
 
 def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, np.ndarray],
              precision: Precision, inputs: str, progress: Callable[[str], None] | None,
              tolerance: Precision | None) -> HalfPrecisionReport:
     """The analysis of the prepared model (`model`, read for its layers, its first `written`
-    outputs its own; the runs load its file)."""
+    outputs its own, then handed to the emulation, whose first rebuilt run rounds it; the
+    others load its file)."""
     from deploycc.verify.verification import tolerance_precision
 
     layers = float_layers(model.graph)
@@ -123,7 +134,7 @@ def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, n
         report.reason = "no layer computes a float32 tensor"
         return report
     outputs = [v.name or "" for v in model.graph.outputs[:written]]
-    emulation = HalfEmulation(model_path, precision, written)
+    emulation = HalfEmulation(model_path, precision, written, model)
     reference, flagged, every_activation = _measured(emulation, layers, precision, feeds)
     judged = [name for name in outputs if name in reference
               and np.issubdtype(reference[name].dtype, np.floating)]
@@ -142,6 +153,7 @@ def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, n
     report.within_all_half, report.error_all_half = _judge(reference, state, judged, report.tolerance)
     report.within_with_kept, report.error_with_kept = report.within_all_half, report.error_all_half
     if not report.within_all_half:
+        model, layers = _reread(model_path, written)
         # the layers certain to overflow, where an overflow is what put the outputs off
         beyond = {flag.node for flag in flagged if flag.why == BEYOND_RANGE and flag.node
                   and flag.max_abs < INFINITY_STAND_IN} if math.isinf(report.error_all_half) else set()

@@ -10,6 +10,7 @@ overflows (T5's feed-forward outputs, an unnormalised variance).
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -49,7 +50,15 @@ def round_array(array: np.ndarray, precision: Precision, *, clamp: bool) -> np.n
     if clamp:
         values = np.clip(values, -FP16_MAX, FP16_MAX)
     with np.errstate(over="ignore"):
-        return values.astype(np.float16).astype(np.float32)
+        return np.asarray(_half_to_float()[values.astype(np.float16).view(np.uint16)])
+
+
+@functools.cache
+def _half_to_float() -> np.ndarray:
+    """Every float16 bit pattern's float32 value. NumPy's float16 -> float32 conversion takes
+    a slow path (88 M weights of a ConvNeXt-B: 2.1 s); reading this table gives the same bits in
+    0.17 s."""
+    return np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 
 
 def _is_float32(value: ir.Value | None) -> bool:
@@ -178,6 +187,37 @@ def _round_value(graph: ir.Graph, node: ir.Node, value: ir.Value, half: ir.DataT
 SWITCHED_FROM_OPSET = 9
 
 
+def add_range_reducers(model: ir.Model) -> None:
+    """A ReduceMax and a ReduceMin right after each layer's activation, their scalars graph
+    outputs after the model's own (in place): each activation's range measured inside the run,
+    so ORT frees the activation once its readers are done. Fetching every activation instead held
+    them all to the end and copied them out (HaloNet: 2 GB, 10.7 s against 2.6 s)."""
+    import onnx_ir as ir
+
+    graph = model.graph
+    for node in float_layers(graph):
+        added = []
+        for value in activations(node):
+            for op in ("ReduceMax", "ReduceMin"):
+                reduced = ir.Node("", op, [value], attributes=[ir.AttrInt64("keepdims", 0)],
+                                  name=f"{value.name}__{op}")
+                out = reduced.outputs[0]
+                out.name, out.shape = f"{value.name}{RANGE_SUFFIX}{op}", ir.Shape([])
+                out.type = ir.TensorType(ir.DataType.FLOAT)
+                graph.outputs.append(out)
+                added.append(reduced)
+        if added:
+            graph.insert_after(node, added)
+
+
+def without_range_reducers(model: ir.Model, written: int) -> ir.Model:
+    """The model as it was before add_range_reducers (in place): its own `written` outputs."""
+    graph = model.graph
+    del graph.outputs[written:]
+    graph.remove([node for node in graph if any(RANGE_SUFFIX in (v.name or "") for v in node.outputs)])
+    return model
+
+
 class HalfEmulation:
     """The runs of an analysis. The reference and the all-half run are models of their own, as
     written or rounded whole. The search's runs (each keeps other layers in fp32) share one ORT
@@ -192,12 +232,17 @@ class HalfEmulation:
     flagged tensors and the runs were the same on the ten models compared. Below opset 9 (no
     Where) every run is rebuilt.
 
-    `prepared`: the model with every activation a graph output after its own `written` outputs,
-    as the reference runs it: that run loads the file as it is."""
+    `prepared`: the model file with its range reducers (add_range_reducers) after its own
+    `written` outputs: the fp32 run that measures the ranges loads it as it is. `model`: that
+    model in memory, which the first run rebuilt (the all-half one) rounds in place rather than
+    read the file again; the caller reads it no more once it has run."""
 
-    def __init__(self, prepared: Path, precision: Precision, written: int) -> None:
+    def __init__(self, prepared: Path, precision: Precision, written: int,
+                 model: ir.Model | None = None) -> None:
         self.prepared, self.precision, self.written = prepared, precision, written
+        self.model = model
         self.switched: Any = None  # the search's session, made on its first run
+        self.unswitched = False  # below opset 9: every run rebuilt
         self.layer_flags: dict[str, str] = {}
         self.weight_readers: dict[str, list[str]] = {}
 
@@ -206,90 +251,58 @@ class HalfEmulation:
         """The outputs (and with `every_activation` each layer's activation) with every layer but
         those in `kept` rounded through half; `kept` None: nothing rounded, the fp32 reference.
         `feeds` as given (the caller rounds them for an emulation)."""
-        if kept is None and every_activation:  # the reference: the prepared file as it is
-            return _ran(_as_written(self.prepared), feeds)
-        if kept is None or not every_activation or not self._switch():
-            return self._rebuilt(feeds, kept, every_activation)
-        flags = {flag: np.array(layer in kept) for layer, flag in self.layer_flags.items()}
-        flags.update({flag: np.array(any(reader in kept for reader in readers))
-                      for flag, readers in self.weight_readers.items()})
-        return _ran(self.switched, {**feeds, **flags})
+        if kept is not None and every_activation and self._switch():
+            flags = {flag: np.array(layer in kept) for layer, flag in self.layer_flags.items()}
+            flags.update({flag: np.array(any(reader in kept for reader in readers))
+                          for flag, readers in self.weight_readers.items()})
+            return _ran(self.switched, {**feeds, **flags})
+        model = self._fresh(every_activation)
+        if kept is not None:
+            round_between_layers(model, kept, self.precision)
+        return _ran(_as_written(model, self.prepared.parent), feeds)
 
     def ranges(self, feeds: dict[str, np.ndarray]
                ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float]]]:
         """The fp32 model's own outputs, and each layer's activation as its largest and smallest
-        value, measured inside the run: a ReduceMax and a ReduceMin right after each layer, so
-        ORT frees the activation once its readers are done. Fetching every activation instead
-        held them all to the end and copied them out (HaloNet: 2 GB, 10.7 s against 2.6 s); that
-        is left to a search, the one step that needs the tensors themselves."""
-        import onnx_ir as ir
-
-        from deploycc import io
-
-        model = io.load(self.prepared, check=False).model
-        graph = model.graph
-        del graph.outputs[self.written:]
-        measured: dict[str, tuple[str, str]] = {}
-        for node in float_layers(graph):
-            added = []
-            for value in activations(node):
-                name = value.name or ""
-                pair = []
-                for op in ("ReduceMax", "ReduceMin"):
-                    reduced = ir.Node("", op, [value], attributes=[ir.AttrInt64("keepdims", 0)],
-                                      name=f"{name}__{op}")
-                    out = reduced.outputs[0]
-                    out.name, out.shape = f"{name}{RANGE_SUFFIX}{op}", ir.Shape([])
-                    out.type = ir.TensorType(ir.DataType.FLOAT)
-                    graph.outputs.append(out)
-                    added.append(reduced)
-                    pair.append(out.name)
-                measured[name] = (pair[0], pair[1])
-            if added:
-                graph.insert_after(node, added)
-        found = _ran(_as_written(model, self.prepared.parent), feeds)
-        ranges = {name: (float(found[high]), float(found[low])) for name, (high, low) in measured.items()}
+        value (the prepared file as it is)."""
+        found = _ran(_as_written(self.prepared), feeds)
         own = {name: array for name, array in found.items() if RANGE_SUFFIX not in name}
-        return own, ranges
+        ranges: dict[str, list[float]] = {}
+        for name, array in found.items():
+            if RANGE_SUFFIX in name:
+                activation, op = name.split(RANGE_SUFFIX)
+                ranges.setdefault(activation, [0.0, 0.0])[op == "ReduceMin"] = float(array)
+        return own, {name: (high, low) for name, (high, low) in ranges.items()}
 
     def activations_named(self, feeds: dict[str, np.ndarray], names: Iterable[str]) -> dict[str, np.ndarray]:
         """The fp32 model's own outputs and the named activations (a few, not all)."""
+        model = self._fresh(False)
+        exposed(model, names)
+        return _ran(_as_written(model, self.prepared.parent), feeds)
+
+    def _fresh(self, every_activation: bool) -> ir.Model:
+        """The prepared model without its range reducers, every activation a graph output with
+        `every_activation`: the one in memory the first time, read from the file after."""
         from deploycc import io
 
-        model = io.load(self.prepared, check=False).model
-        wanted = set(names)
-        graph = model.graph
-        for index in reversed(range(self.written, len(graph.outputs))):
-            if graph.outputs[index].name not in wanted:
-                del graph.outputs[index]
-        return _ran(_as_written(model, self.prepared.parent), feeds)
+        model, self.model = self.model or io.load(self.prepared, check=False).model, None
+        without_range_reducers(model, self.written)
+        if every_activation:
+            exposed(model, [v.name or "" for node in float_layers(model.graph) for v in activations(node)])
+        return model
 
     def _switch(self) -> bool:
         """The search's session, every activation a graph output (made once; False below opset
         9)."""
-        from deploycc import io
-
-        if self.switched is not None:
-            return True
-        model = io.load(self.prepared, check=False).model
+        if self.switched is not None or self.unswitched:
+            return not self.unswitched
+        model = self._fresh(True)
         if model.opset_imports.get("", 1) < SWITCHED_FROM_OPSET:
+            self.unswitched = True
             return False
         self.layer_flags, self.weight_readers = _switch_rounding(model, self.precision)
-        self.switched = _as_written(model, self.prepared.parent)  # every activation an output, as prepared
+        self.switched = _as_written(model, self.prepared.parent)
         return True
-
-    def _rebuilt(self, feeds: dict[str, np.ndarray], kept: set[str] | None,
-                 every_activation: bool) -> dict[str, np.ndarray]:
-        """A model of its own for this run, read from the prepared file and rounded (the all-half
-        run, and each run of a search below opset 9)."""
-        from deploycc import io
-
-        model = io.load(self.prepared, check=False).model
-        if not every_activation:
-            del model.graph.outputs[self.written:]
-        if kept is not None:
-            round_between_layers(model, kept, self.precision)
-        return _ran(_as_written(model, self.prepared.parent), feeds)
 
 
 def _ran(loaded: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
