@@ -82,7 +82,7 @@ def _input_names(model: str) -> set[str]:
     """The names of a model's graph inputs (initializers excluded)."""
     from deploycc import io
 
-    graph = io.peek(model).model.graph
+    graph = io.peek(model, check=True).model.graph  # vetted, as the shape plan reads it next
     return {v.name or "" for v in graph.inputs if v.name not in graph.initializers}
 
 

@@ -153,29 +153,35 @@ def load(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
     return to_loaded(read_checked(path, check=check))
 
 
-# The models `peek` handed out last, by (path, size, mtime): a build reads its legalized file's
-# inputs, weights' types and external files seven times over (0.1-0.2 s each on a real model).
-_peeked: OrderedDict[tuple[str, int, int], LoadedModel] = OrderedDict()
-KEPT_PEEKED = 2
+# The models `peek` handed out last, by (path, size, mtime), and whether each was vetted: a build
+# reads its legalized file's inputs, weights' types and external files seven times over (0.1-0.2 s
+# each on a real model), and an audit's cell read its original five times (the check, its input
+# names, the shape plan, the pipeline, the verification's float16 test).
+_peeked: OrderedDict[tuple[str, int, int], tuple[LoadedModel, bool]] = OrderedDict()
+KEPT_PEEKED = 4
 # A larger file is read again each time: its weights are not held on to. A cell of a 244 MB AlexNet
-# read it 9 times (0.3-0.5 s each); held, a cell keeps at most KEPT_PEEKED such models in memory.
+# read it 9 times (0.3-0.5 s each). The files held add up to PEEKED_BYTES at most.
 PEEK_KEPT_BYTES = 512 << 20
+PEEKED_BYTES = 1 << 30
 
 
-def peek(path: str | os.PathLike[str]) -> LoadedModel:
-    """load(path, check=False) for a caller that only reads the model: the same object is
+def peek(path: str | os.PathLike[str], *, check: bool = False) -> LoadedModel:
+    """load(path, check=check) for a caller that only reads the model: the same object is
     handed to the next caller that peeks at the same, unchanged file (up to PEEK_KEPT_BYTES), so
-    it must not be changed."""
+    it must not be changed. A model peeked at unvetted is read again for a caller that asks
+    `check`."""
     file = Path(path)
     stat = file.stat()
     key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
-    kept = _peeked.get(key)
-    if kept is None:
-        kept = load(file, check=False)
+    kept, vetted = _peeked.get(key, (None, False))
+    if kept is None or (check and not vetted):
+        kept, vetted = load(file, check=check), check
         if stat.st_size <= PEEK_KEPT_BYTES:
-            _peeked[key] = kept
-        while len(_peeked) > KEPT_PEEKED:
-            _peeked.popitem(last=False)
+            _peeked[key] = (kept, vetted)
+    if key in _peeked:
+        _peeked.move_to_end(key)  # the least recently used go first
+    while len(_peeked) > KEPT_PEEKED or (len(_peeked) > 1 and sum(k[1] for k in _peeked) > PEEKED_BYTES):
+        _peeked.popitem(last=False)
     return kept
 
 

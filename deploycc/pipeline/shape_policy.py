@@ -54,7 +54,7 @@ def plan_shapes(source: Path, target: Target, options: BuildOptions) -> tuple[Sh
     from deploycc.backends.registry import get_backend
     from deploycc.graph.graphs import dims_of
 
-    model = io.load(source).model  # vetted: a malformed model is one line here, as in legalize
+    model = io.peek(source, check=True).model  # vetted: a malformed model is one line here, as in legalize
     graph = model.graph
     values = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
     declared = {name: dims_of(value) for name, value in values.items()}
