@@ -74,6 +74,10 @@ def _child(request: dict[str, Any], closing: list[int]) -> None:
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", closefd=False)
         sys.stderr = open(2, "w", closefd=False)
+        with contextlib.suppress(Exception):  # else the cell starts its ORT process when it needs one
+            from deploycc.verify import runner
+
+            runner.start_forked_ort_process()
         from deploycc.audit import worker
 
         worker.main()

@@ -68,3 +68,39 @@ def test_a_run_that_hangs_is_a_crash_and_the_next_run_works(tmp_path: Path) -> N
         assert error.stage == "crash" and "did not finish" in str(error)
     small = _matmuls(tmp_path, 8, 1)
     assert run_ort_isolated(small, {"x": np.ones((8, 8), np.float32)})["y0"].shape == (8, 8)
+
+
+FORKED_CELL = """
+import sys
+import numpy as np
+from pathlib import Path
+from deploycc.verify import runner
+
+runner.start_forked_ort_process()  # as an audit's cell does, before any thread
+forked = runner._idle[0]
+assert isinstance(forked.process, runner._Forked)
+feeds = {"x": np.arange(64, dtype=np.float32).reshape(8, 8)}
+first = runner.run_ort_isolated(Path(sys.argv[1]), feeds)["y2"]
+assert runner._idle == [forked]  # it ran the model and is kept
+forked.process.kill()
+assert forked.process.wait() == -9
+again = runner.run_ort_isolated(Path(sys.argv[1]), feeds)["y2"]  # a Python of its own now
+assert not isinstance(runner._idle[0].process, runner._Forked)
+np.save(sys.argv[2], np.stack([first, again]))
+"""
+
+
+def test_a_cell_s_forked_ort_process_runs_the_model_and_a_started_one_replaces_it(tmp_path: Path) -> None:
+    """An audit's cell forks its ORT process while it has no thread (this test's own process has
+    pytest's): the fork runs the model as a started process does, and once it is gone the next
+    run starts a Python of its own."""
+    import subprocess
+    import sys
+
+    model = _matmuls(tmp_path, 8, 3)
+    expected = run_ort(model, {"x": np.arange(64, dtype=np.float32).reshape(8, 8)})["y2"]
+    child = subprocess.run([sys.executable, "-c", FORKED_CELL, str(model), str(tmp_path / "out.npy")],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    first, again = np.load(tmp_path / "out.npy")
+    assert np.array_equal(first, expected) and np.array_equal(again, expected)
