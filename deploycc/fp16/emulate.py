@@ -239,8 +239,11 @@ class HalfEmulation:
 
     def __init__(self, prepared: Path, precision: Precision, written: int,
                  model: ir.Model | None = None) -> None:
+        from deploycc.verify.exact import has_integer_ops
+
         self.prepared, self.precision, self.written = prepared, precision, written
         self.model = model
+        self.integer_ops = model is None or has_integer_ops(model)  # else no session searches its file
         self.switched: Any = None  # the search's session, made on its first run
         self.unswitched = False  # below opset 9: every run rebuilt
         self.layer_flags: dict[str, str] = {}
@@ -259,13 +262,13 @@ class HalfEmulation:
         model = self._fresh(every_activation)
         if kept is not None:
             round_between_layers(model, kept, self.precision)
-        return _ran(_as_written(model, self.prepared.parent), feeds)
+        return _ran(_as_written(model, self.prepared.parent, self.integer_ops), feeds)
 
     def ranges(self, feeds: dict[str, np.ndarray]
                ) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float]]]:
         """The fp32 model's own outputs, and each layer's activation as its largest and smallest
         value (the prepared file as it is)."""
-        found = _ran(_as_written(self.prepared), feeds)
+        found = _ran(_as_written(self.prepared, integer_ops=self.integer_ops), feeds)
         own = {name: array for name, array in found.items() if RANGE_SUFFIX not in name}
         ranges: dict[str, list[float]] = {}
         for name, array in found.items():
@@ -278,7 +281,7 @@ class HalfEmulation:
         """The fp32 model's own outputs and the named activations (a few, not all)."""
         model = self._fresh(False)
         exposed(model, names)
-        return _ran(_as_written(model, self.prepared.parent), feeds)
+        return _ran(_as_written(model, self.prepared.parent, self.integer_ops), feeds)
 
     def _fresh(self, every_activation: bool) -> ir.Model:
         """The prepared model without its range reducers, every activation a graph output with
@@ -301,7 +304,7 @@ class HalfEmulation:
             self.unswitched = True
             return False
         self.layer_flags, self.weight_readers = _switch_rounding(model, self.precision)
-        self.switched = _as_written(model, self.prepared.parent)
+        self.switched = _as_written(model, self.prepared.parent, self.integer_ops)
         return True
 
 
@@ -314,26 +317,24 @@ def _ran(loaded: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         raise _run_error(error) from None
 
 
-def _as_written(model: ir.Model | Path, folder: Path | None = None) -> Any:
+def _as_written(model: ir.Model | Path, folder: Path | None = None, integer_ops: bool = True) -> Any:
     """An ORT CPU session of the model (or model file) as written (graph optimizations off: ORT
     would take a Cast pair out). Through a file: ORT took serialized bytes slower (ConvNeXt-B:
     11 s against 7); written in `folder` (the analysis' scratch folder, in memory where it fits),
-    else in a temporary one, and gone once the session has read it."""
+    and gone once the session has read it. `integer_ops` False: the model has none that
+    verify.exact rewrites, and its file is not searched for one."""
     from deploycc import io
     from deploycc.verify.runner import session
 
     if isinstance(model, Path):
         try:
-            return session(model, optimize=False, threads=0)
+            return session(model, optimize=False, threads=0, integer_ops=integer_ops)
         except Exception as error:
             raise _run_error(error) from None
-    if folder is None:
-        with tempfile.TemporaryDirectory(prefix="deploycc-fp16-") as temporary:
-            return _as_written(model, Path(temporary))
     path = Path(tempfile.mkdtemp(prefix="run-", dir=folder)) / "model.onnx"
     try:
         io.save(model, path)
-        return _as_written(path)
+        return _as_written(path, integer_ops=integer_ops)
     finally:
         shutil.rmtree(path.parent, ignore_errors=True)
 

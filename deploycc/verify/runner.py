@@ -80,11 +80,12 @@ THREADS_ENV = "DEPLOYCC_SESSION_THREADS"
 
 
 def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1,
-            exact: bool | None = None) -> Any:
+            exact: bool | None = None, integer_ops: bool = True) -> Any:
     """An ORT CPU session. Proofs (`optimize` off) run the ops as written, not ORT's fused versions
     of them, and integer ops as the spec defines them (exact.py); so does every run inside
     `exact_integers(True)` (a model bound for a GPU), optimized short of the Q/DQ fusion.
-    `threads` 0: ORT's default, all cores (or THREADS_ENV's share of them)."""
+    `threads` 0: ORT's default, all cores (or THREADS_ENV's share of them). `integer_ops` False:
+    the caller knows the model has no op exact.py rewrites (exact.has_integer_ops)."""
     import onnxruntime as ort
 
     exact = EXACT.get() if exact is None else exact
@@ -96,7 +97,7 @@ def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1,
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     elif exact:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    if exact or not optimize:
+    if (exact or not optimize) and integer_ops:
         source = with_exact_integers(source)
     model = source if isinstance(source, bytes) else str(source)
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])

@@ -125,3 +125,27 @@ def test_a_dynamically_quantized_lstm_s_recurrent_products_do_not_saturate() -> 
     exact = with_exact_integers(quantized)
     assert isinstance(exact, bytes)
     assert np.abs(_run(exact, x) - _run(reference, x)).max() < 0.05
+
+
+def test_an_integer_op_is_found_in_a_model_in_memory_subgraphs_included() -> None:
+    """exact.has_integer_ops spares a session the search of its file only where the model has none
+    of the ops with_exact_integers rewrites, one inside an If's branch included."""
+    import onnx_ir as ir
+
+    from deploycc.verify.exact import has_integer_ops
+
+    def model(op: str) -> ir.Model:
+        branch = helper.make_graph([helper.make_node(op, ["a", "b"], ["c"])], "branch", [],
+                                   [helper.make_tensor_value_info("c", TensorProto.INT32, None)])
+        plain = helper.make_graph([helper.make_node("Identity", ["a"], ["d"])], "plain", [],
+                                  [helper.make_tensor_value_info("d", TensorProto.UINT8, None)])
+        node = helper.make_node("If", ["cond"], ["out"], then_branch=branch, else_branch=plain)
+        graph = helper.make_graph([node], "g", [
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 2]),
+            helper.make_tensor_value_info("b", TensorProto.INT8, [2, 2])],
+            [helper.make_tensor_value_info("out", TensorProto.INT32, None)])
+        return ir.serde.deserialize_model(helper.make_model(graph))
+
+    assert has_integer_ops(model("MatMulInteger"))
+    assert not has_integer_ops(model("MatMul"))
