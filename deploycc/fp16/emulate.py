@@ -270,12 +270,12 @@ class HalfEmulation:
         value (the prepared file as it is)."""
         found = _ran(_as_written(self.prepared, integer_ops=self.integer_ops), feeds)
         own = {name: array for name, array in found.items() if RANGE_SUFFIX not in name}
-        ranges: dict[str, list[float]] = {}
+        reduced: dict[str, dict[str, float]] = {}
         for name, array in found.items():
             if RANGE_SUFFIX in name:
                 activation, op = name.split(RANGE_SUFFIX)
-                ranges.setdefault(activation, [0.0, 0.0])[op == "ReduceMin"] = float(array)
-        return own, {name: (high, low) for name, (high, low) in ranges.items()}
+                reduced.setdefault(activation, {})[op] = float(array)
+        return own, {name: (pair["ReduceMax"], pair["ReduceMin"]) for name, pair in reduced.items()}
 
     def activations_named(self, feeds: dict[str, np.ndarray], names: Iterable[str]) -> dict[str, np.ndarray]:
         """The fp32 model's own outputs and the named activations (a few, not all)."""
@@ -288,7 +288,8 @@ class HalfEmulation:
         `every_activation`: the one in memory the first time, read from the file after."""
         from deploycc import io
 
-        model, self.model = self.model or io.load(self.prepared, check=False).model, None
+        model = self.model if self.model is not None else io.load(self.prepared, check=False).model
+        self.model = None
         without_range_reducers(model, self.written)
         if every_activation:
             exposed(model, [v.name or "" for node in float_layers(model.graph) for v in activations(node)])
