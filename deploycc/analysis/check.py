@@ -160,13 +160,13 @@ def judge_model(model: ir.Model, target: Target, *, dla: bool = False,
 def check_model(path: str | Path, targets: list[Target], *, dla: bool = False,
                 explain: bool = False, capabilities: dict[str, dict[str, str]] | None = None) -> CheckReport:
     """`capabilities`: probed tables by target name (`deploycc probe -o FILE`), laid over the declared."""
-    from deploycc.graph.shapes import load_inferred
+    from deploycc.graph.shapes import hand_over, load_inferred
 
     loaded = load_inferred(path)
     model = loaded.model
     notes = list(loaded.notes)
     node_count = sum(len(g) for g in all_graphs(model.graph))
-    return CheckReport(
+    report = CheckReport(
         path=str(loaded.path),
         node_count=node_count,
         opset_imports={(k or "ai.onnx"): v for k, v in sorted(model.opset_imports.items())},
@@ -174,6 +174,8 @@ def check_model(path: str | Path, targets: list[Target], *, dla: bool = False,
         targets=[_verdict(model, target, dla, explain, (capabilities or {}).get(target.name))
                  for target in targets],
     )
+    hand_over(loaded)  # the verdicts only read it: legalize, next, takes it as read
+    return report
 
 
 def _verdict(model: ir.Model, target: Target, dla: bool, explain: bool,

@@ -112,14 +112,34 @@ _inferred: OrderedDict[tuple[str, int, int, bool], ReadProto] = OrderedDict()
 KEPT_INFERRED = 2
 
 
+# A model that was only read (check's verdicts), handed to the next load_inferred of the same
+# unchanged file, once: an audit's cell checks its original and then legalizes it, and the second
+# read and inference was 0.2-0.5 s of a real export's cell. Up to LENT_BYTES: a larger one is not
+# held while the cell reads other models.
+_lent: dict[tuple[str, int, int, bool], LoadedModel] = {}
+LENT_BYTES = 512 << 20
+
+
+def hand_over(loaded: LoadedModel, *, check: bool = True) -> None:
+    """Offer `loaded` (read by load_inferred with `check`, and not changed since) to the next
+    load_inferred of its file, which takes it instead of reading the file again."""
+    _lent.clear()
+    stat = loaded.path.stat() if loaded.path.is_file() else None
+    if stat is not None and stat.st_size <= LENT_BYTES:
+        _lent[(str(loaded.path.resolve()), stat.st_size, stat.st_mtime_ns, check)] = loaded
+
+
 def load_inferred(path: str | os.PathLike[str], *, check: bool = True) -> LoadedModel:
     """io.load, with shapes and types inferred: on the protobuf already in hand when it is small
     (one IR round trip saved, and the result kept for the next read of the same file), else on
-    the IR with its large tensors stripped."""
+    the IR with its large tensors stripped. A model handed over (hand_over) is taken as it is."""
     from deploycc import io
 
     stat = Path(path).stat() if Path(path).is_file() else None
     key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, check) if stat else None
+    lent = _lent.pop(key, None) if key else None
+    if lent is not None:
+        return lent
     kept = _inferred.get(key) if key else None
     if kept is not None:
         return io.to_loaded(_copy(kept))  # to_loaded changes the protobuf it is given
