@@ -28,7 +28,10 @@ WORKER = (sys.executable, "-m", "deploycc.audit.worker")
 
 def _limit_memory(limit_bytes: int | None):
     def apply() -> None:
+        from deploycc.verify.runner import die_with_parent
+
         os.setsid()  # its own process group: a timeout kills the worker and anything it started
+        die_with_parent()  # and an audit killed takes it along (its group is not the audit's)
         if limit_bytes:
             import resource
 

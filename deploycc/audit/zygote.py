@@ -54,6 +54,10 @@ def _child(request: dict[str, Any], closing: list[int]) -> None:
         for fd in closing:
             os.close(fd)
         os.setsid()
+        with contextlib.suppress(Exception):  # a zygote gone (its audit killed) takes its cells along
+            from deploycc.verify.runner import die_with_parent
+
+            die_with_parent()
         if request.get("memory"):
             import resource
 

@@ -225,8 +225,9 @@ def serve() -> None:
         replies.flush()
 
 
-def _die_with_parent() -> None:
-    """Linux: the ORT child is killed when deploycc dies, so none is left behind by a SIGKILL."""
+def die_with_parent() -> None:
+    """Linux: this process (a child, called in it) is killed when its parent dies: an ORT process
+    or an audit's cell is not left behind by a deploycc killed, SIGKILL included."""
     import ctypes
     import signal
 
@@ -251,7 +252,7 @@ class _OrtProcess:
         self.process: Any = _Forked() if forked else subprocess.Popen(
             [sys.executable, "-c", "from deploycc.verify.runner import serve; serve()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            preexec_fn=_die_with_parent)
+            preexec_fn=die_with_parent)
 
     def ask(self, job: str, args: list[Any], timeout: float) -> tuple[int, str]:
         """(code, error line): 0 done, 3 load, 4 run, 5 bad request, ENDED; a negative code, the
@@ -309,7 +310,7 @@ class _Forked:
                 os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
                 for fd in (to_child, from_parent, to_parent, from_child):
                     os.close(fd)
-                _die_with_parent()
+                die_with_parent()
                 sys.stdin = open(0, closefd=False)  # a fresh stream: the parent's may hold a buffer
                 serve()
                 code = 0
