@@ -74,46 +74,31 @@ def analyze_half(model_path: Path, feeds: dict[str, np.ndarray], precision: Prec
     report = recalled.recall(found, inputs)
     if report is not None:
         return report
-    with io.scratch_folder("deploycc-fp16-", _file_bytes(model_path)) as folder:
+    loaded = io.load(model_path, check=False)
+    size = loaded.file_size + sum(f.size_bytes for f in loaded.external_files)
+    with io.scratch_folder("deploycc-fp16-", size) as folder:
         prepared = Path(folder) / "prepared.onnx"
-        model, written = _prepared(model_path, prepared)
+        model, written = _prepared(loaded.model, prepared)
         report = _analyze(prepared, model, written, feeds, precision, inputs, progress, tolerance)
     report.seconds = round(time.monotonic() - started, 2)
     recalled.keep(found, report)
     return report
 
 
-def _file_bytes(model_path: Path) -> int:
-    """The model's size on disk, its external data included."""
-    from deploycc import io
-
-    return model_path.stat().st_size + sum(f.size_bytes for f in io.peek(model_path).external_files)
-
-
-def _prepared(model_path: Path, path: Path) -> tuple[ir.Model, int]:
-    """The model with its tensors typed (onnx's inference), every node named and each layer's
-    activation reduced to its extremes (add_range_reducers), written once to `path`: the fp32
-    run that measures the ranges loads that file as it is, the other runs start from it. Returns
-    the model (without the reducers) and its own outputs' count (they come first)."""
+def _prepared(model: ir.Model, path: Path) -> tuple[ir.Model, int]:
+    """The model (in place) with its tensors typed (onnx's inference), every node named and each
+    layer's activation reduced to its extremes (add_range_reducers), written once to `path`: the
+    fp32 run that measures the ranges loads that file as it is, the other runs start from it.
+    Returns the model (without the reducers) and its own outputs' count (they come first)."""
     from deploycc import io
     from deploycc.graph.shapes import infer_shapes
 
-    model = io.load(model_path, check=False).model
     infer_shapes(model)  # a failure leaves the types the model declares
     name_layers(model.graph)
     written = len(model.graph.outputs)
     add_range_reducers(model)
     io.save(model, path)
     return without_range_reducers(model, written), written
-
-
-def _reread(path: Path, written: int) -> tuple[ir.Model, list[ir.Node]]:
-    """The prepared model read again, without its reducers, and its layers: the one in memory
-    was rounded by the all-half run."""
-    from deploycc import io
-
-    model = without_range_reducers(io.load(path, check=False).model, written)
-    return model, float_layers(model.graph)
 
 
 def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, np.ndarray],
@@ -153,7 +138,8 @@ def _analyze(model_path: Path, model: ir.Model, written: int, feeds: dict[str, n
     report.within_all_half, report.error_all_half = _judge(reference, state, judged, report.tolerance)
     report.within_with_kept, report.error_with_kept = report.within_all_half, report.error_all_half
     if not report.within_all_half:
-        model, layers = _reread(model_path, written)
+        model = emulation.prepared_model(every_activation=False)  # the one in memory was rounded
+        layers = float_layers(model.graph)
         # the layers certain to overflow, where an overflow is what put the outputs off
         beyond = {flag.node for flag in flagged if flag.why == BEYOND_RANGE and flag.node
                   and flag.max_abs < INFINITY_STAND_IN} if math.isinf(report.error_all_half) else set()

@@ -259,7 +259,7 @@ class HalfEmulation:
             flags.update({flag: np.array(any(reader in kept for reader in readers))
                           for flag, readers in self.weight_readers.items()})
             return _ran(self.switched, {**feeds, **flags})
-        model = self._fresh(every_activation)
+        model = self.prepared_model(every_activation)
         if kept is not None:
             round_between_layers(model, kept, self.precision)
         return _ran(_as_written(model, self.prepared.parent, self.integer_ops), feeds)
@@ -279,11 +279,11 @@ class HalfEmulation:
 
     def activations_named(self, feeds: dict[str, np.ndarray], names: Iterable[str]) -> dict[str, np.ndarray]:
         """The fp32 model's own outputs and the named activations (a few, not all)."""
-        model = self._fresh(False)
+        model = self.prepared_model(False)
         exposed(model, names)
         return _ran(_as_written(model, self.prepared.parent, self.integer_ops), feeds)
 
-    def _fresh(self, every_activation: bool) -> ir.Model:
+    def prepared_model(self, every_activation: bool) -> ir.Model:
         """The prepared model without its range reducers, every activation a graph output with
         `every_activation`: the one in memory the first time, read from the file after."""
         from deploycc import io
@@ -300,7 +300,7 @@ class HalfEmulation:
         9)."""
         if self.switched is not None or self.unswitched:
             return not self.unswitched
-        model = self._fresh(True)
+        model = self.prepared_model(True)
         if model.opset_imports.get("", 1) < SWITCHED_FROM_OPSET:
             self.unswitched = True
             return False

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from deploycc import io
 from deploycc.fp16 import analyze_half
 from deploycc.fp16.analyze import tensor_error
 from deploycc.fp16.emulate import round_array
@@ -145,7 +146,6 @@ def test_the_search_s_runs_round_as_a_model_rebuilt_for_each_kept_set(tmp_path: 
     """The search's runs share one session whose layers are switched by inputs (opset 9 and up,
     Where): each set of kept layers gives what the model rounded for that set alone gives, a
     weight read by a kept layer staying wide. Below opset 9 each run is a model of its own."""
-    from deploycc import io
     from deploycc.fp16.analyze import _prepared
     from deploycc.fp16.emulate import HalfEmulation, activations, exposed, float_layers, round_between_layers
     from deploycc.verify.runner import run_ort
@@ -154,7 +154,7 @@ def test_the_search_s_runs_round_as_a_model_rebuilt_for_each_kept_set(tmp_path: 
     proto = onnx.load(source)
     proto.opset_import[0].version = opset
     onnx.save(proto, source)
-    model, written = _prepared(source, tmp_path / "prepared.onnx")
+    model, written = _prepared(io.load(source, check=False).model, tmp_path / "prepared.onnx")
     names = [v.name or "" for node in float_layers(model.graph) for v in activations(node)]
     x = (RNG.standard_normal((2, 32)) * 3).astype(np.float32)
     emulation = HalfEmulation(tmp_path / "prepared.onnx", Precision.FP16, written)
@@ -215,7 +215,7 @@ def test_ranges_measured_inside_the_run_flag_what_the_fetched_activations_flag(t
          "end": np.array([3], np.int64), "axis": np.array([1], np.int64)})
     x = RNG.standard_normal((2, 32)).astype(np.float32)
     x[0, 0] = 0.0
-    prepared, written = _prepared(model, tmp_path / "prepared.onnx")
+    prepared, written = _prepared(io.load(model, check=False).model, tmp_path / "prepared.onnx")
     layers = float_layers(prepared.graph)
     emulation = HalfEmulation(tmp_path / "prepared.onnx", Precision.FP16, written)
     reference, flagged, every_activation = _measured(emulation, layers, Precision.FP16, {"x": x})
