@@ -91,15 +91,22 @@ heldout: $(BENCH_VENV)/.installed
 int8: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/int8_suite.py
 
-# The zoo (benchmarks/zoo/): 300 torch models from timm, transformers, torchvision, ultralytics and
-# segmentation-models-pytorch, and LightGBM/XGBoost (onnxmltools) and Keras (tf2onnx) models, made from
-# code or small configs (random weights, nothing downloaded), exported as users export them, then
-# audited on every target, as ONNX files and from the module through the front end. Hours on two
-# cores; resumable. Not part of CI.
-zoo: $(BENCH_VENV)/.installed
+# The zoo (benchmarks/zoo/): 300 torch models from timm, transformers, torchvision, ultralytics,
+# segmentation-models-pytorch and open_clip, and LightGBM/XGBoost (onnxmltools), Keras (tf2onnx) and
+# PaddlePaddle (paddle2onnx) models, made from code or small configs (random weights, nothing
+# downloaded), exported as users export them, then audited on every target, as ONNX files and from
+# the module through the front end. Hours on two cores; resumable. Not part of CI.
+# Paddle in an environment of its own: paddle2onnx pins an older onnx than deploycc's.
+PADDLE_VENV ?= .venv-paddle
+$(PADDLE_VENV)/.installed:
+	$(PYTHON) -m venv $(PADDLE_VENV)
+	$(PADDLE_VENV)/bin/python -m pip install -q paddlepaddle==3.3.1 paddle2onnx==2.1.0 packaging
+	touch $@
+
+zoo: $(BENCH_VENV)/.installed $(PADDLE_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/zoo/make.py
 	$(BENCH_VENV)/bin/python benchmarks/zoo/audit.py --kind onnx
 	$(BENCH_VENV)/bin/python benchmarks/zoo/audit.py --kind torch
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(PADDLE_VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

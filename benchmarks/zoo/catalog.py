@@ -8,7 +8,7 @@ to deploycc's PyTorch front end (`benchmarks/zoo/factories.py:NAME`).
     transformers  encoders, decoder-only models (with present key values out, and without), encoder-
                   decoders, vision and audio models, each from a small config of its own type
     torchvision   every builder: classification, detection, segmentation, video, optical flow
-    ultralytics, segmentation-models-pytorch   in more_families.py
+    ultralytics, segmentation-models-pytorch, trees, keras, open_clip, paddle   in more_families.py
 
 Opsets are spread over 11-20: TorchScript exports take 11-17 in turn, dynamo 18-20 (it writes 18 at
 least), and the exporter alternates, so that each family meets both where both work.
@@ -815,12 +815,9 @@ def _tv_flow(builder: str) -> Any:
 
 # --------------------------------------------------------------------------- all
 
-# Families the issue names that this zoo does not make yet, and why.
-NOT_MADE = {
-    # pip's resolver, 2026-12-03: paddle2onnx 2.1.0 requires onnx==1.17.0; deploycc runs on onnx 1.23
-    "paddle/paddle2onnx": "paddle2onnx 2.1.0 pins onnx 1.17.0, older than deploycc's environment "
-                          "(onnx 1.23): it needs an environment of its own",
-}
+# Families or exporters the zoo cannot make here, with why (paddle2onnx, which pins an older onnx than
+# deploycc's, runs in an environment of its own: more_families.paddle_models)
+NOT_MADE: dict[str, str] = {}
 
 
 def _more(function: str) -> Callable[[], list[ZooModel]]:
@@ -843,10 +840,11 @@ FAMILIES: dict[str, Callable[[], list[ZooModel]]] = {
     "trees": _more("tree_models"),
     "keras": _more("keras_models"),
     "open_clip": _more("open_clip_models"),
+    "paddle": _more("paddle_models"),
 }
 PREFIXES = {"timm_": "timm", "hf_": "transformers", "tv_": "torchvision", "yolo_": "ultralytics",
             "smp_": "segmentation-models-pytorch", "lgb_": "trees", "xgb_": "trees",
-            "keras_": "keras", "clip_": "open_clip"}
+            "keras_": "keras", "clip_": "open_clip", "pd_": "paddle"}
 
 
 @functools.cache

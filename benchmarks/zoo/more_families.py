@@ -10,6 +10,9 @@
                                   Model.export(format="onnx") (tf2onnx)
     open_clip                     CLIP-style image and text towers, each exported on its own
                                   (encode_image / encode_text, normalized embeddings)
+    paddle                        paddle.vision models and text classifiers (Transformer, LSTM,
+                                  GRU), exported by paddle.onnx.export (paddle2onnx) in an
+                                  environment of their own (paddle_worker.py)
 
 Random weights with a signal, nothing downloaded (ultralytics builds from the yaml files in its
 wheel). Exports spread over both exporters and opsets as the other families'.
@@ -18,9 +21,15 @@ wheel). Exports spread over both exporters and opsets as the other families'.
 from __future__ import annotations
 
 import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from catalog import ZooModel, spread, with_signal
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 
 # yaml (the scale letter picks the size), task
 YOLO = [
@@ -378,3 +387,75 @@ def _clip_tower(config: str, tower: str, shape: list[int]) -> Any:
             return encode(x, normalize=True)
 
     return Tower().eval()
+
+
+# --------------------------------------------------------------------------- PaddlePaddle (paddle2onnx)
+
+PADDLE_OPSETS = (11, 13, 15, 17, 19)
+# paddle2onnx pins an older onnx than deploycc's: Paddle runs in an environment of its own
+# (`make zoo` makes it), each step in a process of paddle_worker.py there
+PADDLE_PYTHON = Path(os.environ.get("ZOO_PADDLE_PYTHON", REPO / ".venv-paddle" / "bin" / "python"))
+
+
+@dataclass(frozen=True)
+class PaddleModel:
+    """A Paddle model as the zoo's worker sees it: its builder, built in the Paddle environment at
+    each step (the same weights each time: seed 0)."""
+
+    builder: str
+
+    def step(self, *arguments: str) -> str:
+        import subprocess
+
+        done = subprocess.run([str(PADDLE_PYTHON), str(HERE / "paddle_worker.py"), *arguments],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            lines = [line for line in done.stderr.splitlines() if line.strip()] or [f"exit {done.returncode}"]
+            raise RuntimeError(f"paddle_worker {' '.join(arguments)}: {lines[-1]}")
+        return done.stdout
+
+
+def paddle_models() -> list[ZooModel]:
+    from paddle_worker import BUILDERS, TOKENS
+
+    made = []
+    for index, (builder, (kind, _)) in enumerate(BUILDERS.items()):
+        made.append(ZooModel(
+            f"pd_{builder}", "paddle", "text" if kind == TOKENS else "vision",
+            functools.partial(_paddle, builder), functools.partial(_paddle_inputs, builder), ["input"],
+            ["logits"], {"input": {0: "batch"}}, [("paddle2onnx", PADDLE_OPSETS[index % len(PADDLE_OPSETS)])],
+            f"paddle {builder} (random weights, BatchNorm statistics from a batch), exported by "
+            "paddle.onnx.export (paddle2onnx) with a dynamic batch",
+            convert=_export_paddle, predict=_predict_paddle,
+            count=lambda model: int(model.step("count", model.builder).split()[-1])))
+    return made
+
+
+def _paddle(builder: str) -> PaddleModel:
+    if not PADDLE_PYTHON.exists():
+        raise FileNotFoundError(f"no Paddle environment at {PADDLE_PYTHON}: `make zoo` makes it "
+                                "(or set ZOO_PADDLE_PYTHON)")
+    return PaddleModel(builder)
+
+
+def _paddle_inputs(builder: str, batch: int) -> tuple[Any, ...]:
+    from paddle_worker import inputs
+
+    return (inputs(builder, batch),)
+
+
+def _export_paddle(model: PaddleModel, opset: int, path: Any) -> str:
+    model.step("export", model.builder, str(opset), str(path))
+    return "dynamic {'input': {0: 'batch'}}"
+
+
+def _predict_paddle(model: PaddleModel, inputs: tuple[Any, ...]) -> list[Any]:
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as folder:
+        given, wanted = Path(folder) / "inputs.npz", Path(folder) / "outputs.npz"
+        np.savez(given, input=inputs[0])
+        model.step("predict", model.builder, str(given), str(wanted))
+        return [np.load(wanted)["logits"]]
