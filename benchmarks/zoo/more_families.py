@@ -458,4 +458,5 @@ def _predict_paddle(model: PaddleModel, inputs: tuple[Any, ...]) -> list[Any]:
         given, wanted = Path(folder) / "inputs.npz", Path(folder) / "outputs.npz"
         np.savez(given, input=inputs[0])
         model.step("predict", model.builder, str(given), str(wanted))
-        return [np.load(wanted)["logits"]]
+        with np.load(wanted) as saved:  # arr_0, arr_1, ...: the outputs in order
+            return [saved[f"arr_{index}"] for index in range(len(saved.files))]

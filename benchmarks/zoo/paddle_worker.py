@@ -110,7 +110,8 @@ def predict(builder: str, given: str, wanted: str) -> None:
     model = build(builder)
     with paddle.no_grad():
         output = model(paddle.to_tensor(np.load(given)["input"]))
-    np.savez(wanted, logits=output.numpy())
+    outputs = output if isinstance(output, (list, tuple)) else [output]  # GoogLeNet: logits and two aux heads
+    np.savez(wanted, *[tensor.numpy() for tensor in outputs])
 
 
 def main(argv: list[str]) -> int:
