@@ -238,7 +238,8 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
                             target_hash=target.spec_hash, stages=tuple(options.stages), jetpack=jetpack,
                             partition=options.partition, precision=options.precision,
                             max_drop=options.max_drop, metric=options.metric,
-                            exporters=tuple(options.exporters), **{**axes, **hints})
+                            exporters=tuple(options.exporters), half_analysis=options.half_analysis,
+                            **{**axes, **hints})
             # On Ray, a TensorRT cell's engine (an onnxruntime-gpu cell's session) is built, verified
             # and timed by the runner on a node offering the target; the user's --device-engine
             # replaces the target's own engine only when it is not the default (onnxruntime stands in).

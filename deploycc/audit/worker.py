@@ -168,6 +168,7 @@ def _build_options(spec: CellSpec, options: LegalizeOptions) -> BuildOptions:
     return BuildOptions(
         legalize=options, bench=Stage.BENCH in spec.stages, force=True,
         bundle_only=spec.device_engine is not None, precision=spec.precision, quantize=quantize,
+        half_analysis=spec.half_analysis,
         batch_range=tuple(spec.batch_range) if spec.batch_range else None,  # type: ignore[arg-type]
         shape_ranges={name: (list(low), list(opt), list(high))
                       for name, (low, opt, high) in spec.shape_ranges.items()})

@@ -54,6 +54,9 @@ def parse_exporters(text: str | None) -> tuple[str, ...]:
 @click.option("--max-drop", type=float, default=0.01, show_default=True, help="int8: the accuracy budget.")
 @click.option("--metric", default="auto", show_default=True,
               help="int8: top1, cosine, sqnr or module:function.")
+@click.option("--no-fp16-analysis", "no_half_analysis", is_flag=True,
+              help="fp16/bf16 targets: skip finding what half breaks, as build's flag does (conversion "
+                   "success alone).")
 @click.option("--exporters", metavar="NAME[,NAME]",
               help="PyTorch models: the exporters to try, in this order, on every target (dynamo, "
                    "torchscript; default: each target's own order).")
@@ -70,7 +73,7 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
                   batch_range: str | None, shapes: tuple[str, ...], shape_range: tuple[str, ...],
                   partition: bool, reports_only: bool, stored_only: bool, jetpack: str | None,
                   precision: str | None,
-                  max_drop: float, metric: str, exporters: str | None,
+                  max_drop: float, metric: str, no_half_analysis: bool, exporters: str | None,
                   executor: str, ray_address: str | None,
                   device_engine: str, device_python: str | None, as_json: bool) -> None:
     """Which models deploy on which targets, and what blocks the rest. Exit 0 when the audit ran.
@@ -93,7 +96,7 @@ def audit_command(paths: tuple[str, ...], targets: tuple[str, ...], outdir: str,
                            device_engine=device_engine, device_python=device_python,
                            precision=as_precision(precision),
                            max_drop=max_drop, metric=metric,
-                           exporters=parse_exporters(exporters),
+                           exporters=parse_exporters(exporters), half_analysis=not no_half_analysis,
                            batch_range=parse_batch_range(batch_range) if batch_range else None,
                            shapes=dict(parse_shape(text) for text in shapes),
                            shape_ranges=dict(parse_shape_range(text) for text in shape_range))

@@ -63,6 +63,9 @@ class AuditOptions:
     # A torch model's exporters in this order on every target (empty: each target's own order):
     # how the order a target keeps is measured against the other
     exporters: tuple[str, ...] = ()
+    # fp16/bf16 builds find what half breaks (build's --no-fp16-analysis turns it off): an audit of
+    # conversion success alone may skip it, as `build` may
+    half_analysis: bool = True
     # Ray executor, TensorRT cells: the runner on the board (one of device.RUNNER_ENGINES:
     # "onnxruntime" stands ONNX Runtime in for TensorRT, so a node without TensorRT checks the
     # loop); python: the board's interpreter for the runner when not the Ray worker's own (the
@@ -101,6 +104,7 @@ class CellSpec:
     max_drop: float = 0.01
     metric: str = "auto"
     exporters: tuple[str, ...] = ()  # a torch model's exporters in this order (empty: the target's)
+    half_analysis: bool = True  # fp16/bf16: find what half breaks (build's --no-fp16-analysis)
     # The hardware stages run on a board (Ray executor) with this engine ("tensorrt", or
     # "onnxruntime" standing in): this cell writes the device bundle even where TensorRT is
     # importable, and the board's runner builds, verifies and times it.
@@ -122,7 +126,8 @@ class CellSpec:
                          + ([f"on-device:{self.device_engine}"] if self.device_engine else [])
                          + ([f"precision:{self.precision}:{self.max_drop}:{self.metric}"]
                             if self.precision else [])
-                         + ([f"exporters:{','.join(self.exporters)}"] if self.exporters else []))
+                         + ([f"exporters:{','.join(self.exporters)}"] if self.exporters else [])
+                         + ([] if self.half_analysis else ["no-fp16-analysis"]))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def needs_hardware(self, target: Target) -> str | None:

@@ -7,6 +7,7 @@ import html
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -336,3 +337,21 @@ def test_the_page_groups_by_exporter_and_sorts_failures_first(tmp_path: Path) ->
     ranks = {text: int(rank) for rank, text in re.findall(r'<td data-key="(\d+) ([^"]*)"', page)}
     assert ranks.keys() == {"failed: invalid-model", "legal-as-exported"}, ranks
     assert ranks["failed: invalid-model"] < ranks["legal-as-exported"]
+
+
+def test_no_fp16_analysis_reaches_each_cells_build_and_keys_it_apart(corpus: Path, tmp_path: Path) -> None:
+    """As `build --no-fp16-analysis`: the Xavier's fp16 build analyses half by default, not with
+    the flag, and the two are stored apart (a rerun without the flag does not reuse its cell)."""
+    out = tmp_path / "audit"
+    flags = ("audit", str(corpus / "cnn.onnx"), "-t", "jetson-xavier", "-o", str(out), "--json")
+
+    def half(result: subprocess.CompletedProcess[str]) -> dict | None:
+        assert result.returncode == 0, result.stderr
+        (cell,) = json.loads(result.stdout)["cells"]
+        assert cell["status"] == "legalized"
+        return json.loads((out / cell["details"]["report"]).with_name("report.json").read_text())["half"]
+
+    assert half(run(*flags, "--no-fp16-analysis")) is None
+    analysed = run(*flags)
+    assert half(analysed)["runs"] >= 1
+    assert json.loads(analysed.stdout)["reused"] == 0
