@@ -4,9 +4,12 @@ first on PYTHONPATH, cells included) and once with the working tree, each into a
 
     .venv-bench/bin/python benchmarks/zoo/throughput.py --rev 458fd94 [--models 50] [--target T ...]
                                                        [--zoo FOLDER] [--name throughput]
+                                                       [--same-work]
 
 Reports cells per hour of each, their ratio, the cells' seconds per target, and whether both
 audits reached the same status in every cell; writes benchmarks/zoo/results/NAME.json.
+--same-work runs the working tree a third time with --no-fp16-analysis: the work REV's cells did
+where REV had no half-precision analysis (458fd94's TensorRT cells had none), a ratio of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+SAME_WORK = "after-no-fp16-analysis"
 
 
 def pick(models: Path, count: int) -> list[str]:
@@ -38,7 +42,7 @@ def pick(models: Path, count: int) -> list[str]:
 
 
 def audit(
-    code: Path, listing: Path, targets: list[str], out: Path, jobs: int
+    code: Path, listing: Path, targets: list[str], out: Path, jobs: int, flags: tuple[str, ...] = ()
 ) -> tuple[float, dict[str, str], dict[str, float]]:
     """The audit's wall time, each cell's status, and the seconds its cells took per target."""
     env = {**os.environ, "PYTHONPATH": str(code)}
@@ -54,6 +58,7 @@ def audit(
         str(jobs),
         "--json",
         *[arg for target in targets for arg in ("--target", target)],
+        *flags,
     ]
     started = time.perf_counter()
     child = subprocess.run(command, env=env, capture_output=True, text=True, cwd=code)
@@ -79,6 +84,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--zoo", type=Path, default=HERE / "models")
     parser.add_argument("--name", default="throughput", help="results/NAME.json")
+    parser.add_argument("--same-work", action="store_true",
+                        help="also the working tree with --no-fp16-analysis (REV had no half analysis)")
     args = parser.parse_args()
     targets = args.targets or ["ort-cpu", "jetson-xavier"]
     work = Path(tempfile.mkdtemp(prefix="deploycc-throughput-"))
@@ -93,8 +100,12 @@ def main() -> None:
     )
     try:
         runs = {}
-        for label, code in (("before", before), ("after", REPO)):
-            seconds, statuses, per_target = audit(code, listing, targets, work / f"audit-{label}", args.jobs)
+        plan: list[tuple[str, Path, tuple[str, ...]]] = [("before", before, ()), ("after", REPO, ())]
+        if args.same_work:
+            plan.append((SAME_WORK, REPO, ("--no-fp16-analysis",)))
+        for label, code, flags in plan:
+            seconds, statuses, per_target = audit(code, listing, targets, work / f"audit-{label}", args.jobs,
+                                                  flags)
             runs[label] = {
                 "seconds": round(seconds, 1),
                 "cells": len(statuses),
@@ -119,6 +130,14 @@ def main() -> None:
         f"after / before: {ratio:.2f}x cells per hour; "
         f"cells whose status differs: {len(differ)} {differ[:10]}"
     )
+    same_work = {}
+    if SAME_WORK in runs:
+        same_work = {"ratio_same_work": round(runs[SAME_WORK]["cells_per_hour"]
+                                              / max(runs["before"]["cells_per_hour"], 1), 2),
+                     "differ_same_work": sorted(cell for cell in runs["before"]["statuses"]
+                                                if status(SAME_WORK, cell) != status("before", cell))}
+        print(f"{SAME_WORK} / before: {same_work['ratio_same_work']:.2f}x cells per hour; cells whose "
+              f"status differs: {len(same_work['differ_same_work'])}")
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     (results / f"{args.name}.json").write_text(
@@ -130,6 +149,7 @@ def main() -> None:
                 "zoo": str(args.zoo),
                 "jobs": args.jobs,
                 "ratio": round(ratio, 2),
+                **same_work,
                 "differ": {cell: {label: runs[label]["statuses"].get(cell) for label in runs}
                            for cell in differ},
                 **{k: {kk: vv for kk, vv in v.items() if kk != "statuses"} for k, v in runs.items()},
