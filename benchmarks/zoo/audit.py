@@ -162,8 +162,8 @@ def tables(report: Any, about: dict[str, dict], kind: str) -> tuple[str, dict]:
     unmade = sorted({(stem(c.model), c.message[:160]) for c in report.cells if not torch_runs(c)})
     goals = GOALS[kind]
     rows = [
-        "| target | models | legal as exported | after deploycc | goal | with host segments | regressed | "
-        "failure classes |",
+        "| target | models | legal as exported | after deploycc | goal | after, host segments counted | "
+        "regressed | failure classes |",
         "|---|---|---|---|---|---|---|---|",
     ]
     summary: dict[str, Any] = {}
