@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc.errors import ModelInputError
 from deploycc.io.checker import check_proto, onnxruntime_loads
 from deploycc.io.map_types import MAP_TYPES, restore_map_types, strip_map_types
-from deploycc.io.node_order import sort_topologically
+from deploycc.io.node_order import rename_redefinitions, sort_topologically
 from deploycc.io.validate import (
     ExternalFile,
     model_error,
@@ -119,6 +119,12 @@ def read_checked(path: str | os.PathLike[str], *, check: bool = True) -> ReadPro
     external_files = validate_external_data(proto, model_path)
     validate_inline_tensors(proto, model_path)
     notes = validate_declared_dims(proto, model_path)
+    split = rename_redefinitions(proto.graph)  # before the sort: it reads each name's writer
+    if split:
+        notes.append(f"{', '.join(repr(n) for n in split[:5])}{' and more' if len(split) > 5 else ''}: "
+                     f"written by more than one node (torch's dynamo exporter names a graph output as "
+                     f"output_names says even where a node has that name); each reader now reads the "
+                     f"last writer before it, the graph's outputs the last one")
     moved = sort_topologically(proto.graph)
     if moved:
         notes.append(f"the graph was not topologically sorted: {moved} node(s) put in order")

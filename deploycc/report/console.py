@@ -332,6 +332,8 @@ def render_build(report: BuildReport) -> None:
         out.print(f"  legalize: opset {legalized.opset['before']} -> {legalized.opset['after']}, nodes "
                   f"{legalized.nodes['before']} -> {legalized.nodes['after']}, "
                   f"{len(legalized.rewrites)} rewrite(s) proven")
+        for note in legalized.notes:  # what reading or legalizing the model had to do about it
+            out.print(f"  [yellow]{escape(note)}[/yellow]")
         for change in legalized.signature_changes:
             out.print(f"  [yellow]interface changed[/yellow]: {change}")
         for item in legalized.unresolved:

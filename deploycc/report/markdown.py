@@ -44,6 +44,7 @@ def build_markdown(report: BuildReport) -> str:
                              f"{_ops(record.ops_removed)} | {_ops(record.ops_added)} | "
                              f"{'; '.join(record.notes)} |")
         lines.append("")
+        lines += [f"- {note}" for note in legalized.notes] + ([""] if legalized.notes else [])
         if legalized.signature_changes:
             lines += ["## Interface changed", ""] + [f"- {c}" for c in legalized.signature_changes] + [""]
         if legalized.rewrites:
