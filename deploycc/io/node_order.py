@@ -69,7 +69,6 @@ def sort_topologically(graph: onnx.GraphProto) -> int:
     return moved + sum(1 for position, index in enumerate(order) if position != index)
 
 
-
 def rename_redefinitions(graph: onnx.GraphProto) -> list[str]:
     """Give each value that more than one node of a graph writes a name per writer, each reader
     reading the last writer before it in node order and the graph's outputs the last writer;
