@@ -192,6 +192,15 @@ def tables(report: Any, about: dict[str, dict], kind: str) -> tuple[str, dict]:
             + " |"
         )
     lines = [*rows, ""]
+    refused = sorted({stem(c.model) for c in report.cells
+                      if not about.get(stem(c.model), {}).get("runs", True)})
+    if refused:
+        outcome = {name: Counter(str(c.category or c.status) for c in report.cells if stem(c.model) == name)
+                   for name in refused}
+        lines += ["Not counted, ONNX Runtime refuses them as exported (what deploycc made of them, cells "
+                  "per outcome): " + "; ".join(
+                      f"{name} ({', '.join(f'{k} {v}' for k, v in outcome[name].most_common())})"
+                      for name in refused), ""]
     if unmade:
         lines += ["Not counted, torch itself does not build or run them: "
                   + "; ".join(f"{name} ({why.replace('|', '/')})" for name, why in unmade), ""]
@@ -233,6 +242,29 @@ def tables(report: Any, about: dict[str, dict], kind: str) -> tuple[str, dict]:
     return "\n".join(lines), summary
 
 
+def kept_from_earlier(path: Path, about: dict[str, dict], cells: list[Any]) -> list[Any]:
+    """The cells of an earlier results file for the (entry, target) pairs this run's `cells` have
+    not, marked cached: measured then, by the code of then; their entries are added to `about`. A
+    results file without its entries (before they were written there) cannot say which models ORT
+    runs."""
+    from deploycc.records.audit import CellResult
+
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    if "entries" not in earlier:
+        sys.exit(f"{path} does not list its entries (family, exporter, whether ORT runs each): "
+                 "it cannot be kept")
+    ran_now = {(stem(cell.model), cell.target) for cell in cells}
+    kept = []
+    for row in earlier["cells"]:
+        name = stem(row["model"])
+        if (name, row["target"]) not in ran_now:
+            about.setdefault(name, earlier["entries"][name])
+            kept.append(CellResult(**{**row, "cached": True}))
+    return kept
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -245,6 +277,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--keep-earlier", action="store_true",
+                        help="keep the cells of the results file this run rewrites for the entries it "
+                        "does not run (an earlier run's, on a machine whose model files are gone), "
+                        "each as measured then; the tables cover both")
     parser.add_argument("--stored-only", action="store_true",
                         help="run nothing: tables of the models whose every target's cell is stored "
                         "(what an audit still running has so far)")
@@ -286,16 +322,24 @@ def main() -> None:
             progress=progress,
             finished=finished,
         )
-    text, summary = tables(report, about, args.kind)
     results = HERE / "results"
     results.mkdir(exist_ok=True)
+    earlier = (kept_from_earlier(results / f"{args.kind}.json", about, report.cells)
+               if args.keep_earlier else [])
+    if earlier:
+        report.cells = [*report.cells, *earlier]
+        report.models = sorted({cell.model for cell in report.cells})
+        report.targets = [*report.targets, *sorted({c.target for c in earlier} - set(report.targets))]
+    text, summary = tables(report, about, args.kind)
     seconds = sum(c.seconds for c in report.cells if not c.cached)
     (results / f"{args.kind}.json").write_text(
         json.dumps(
             {
                 "summary": summary,
                 "cells": [c.__dict__ for c in report.cells],
+                "entries": about,
                 "seconds_run": round(seconds, 1),
+                "kept_from_earlier": len(earlier),
             },
             indent=1,
             default=str,
@@ -313,7 +357,11 @@ def main() -> None:
         "check, legalize, build, verify with the hints' static shapes on TensorRT targets (built on the "
         'device: "after deploycc" there is legal and verified on ORT); a model refused whole is tried '
         f"with host segments, counted apart. Each cell in a process of its own, under a "
-        f"{MEMORY_LIMIT_MB // 1024} GiB memory limit (on what it adds to the forked zoo process).\n\n"
+        f"{MEMORY_LIMIT_MB // 1024} GiB memory limit (on what it adds to the forked zoo process)."
+        + (f" {len(earlier)} cells of {len({c.model for c in earlier})} entries are kept from an earlier "
+           "run, as its code measured them (`--keep-earlier`: their model files were not on this machine)."
+           if earlier else "")
+        + "\n\n"
     )
     (results / f"{args.kind}.md").write_text(heading + text + "\n")
     from results_page import put_block

@@ -20,6 +20,7 @@ wheel). Exports spread over both exporters and opsets as the other families'.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -258,6 +259,11 @@ def keras_models() -> list[ZooModel]:
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # torchvision (timm and open_clip import it) imported after tensorflow ends the process with a
+    # segfault (tensorflow-cpu 2.21 beside torchvision 0.29): a zoo run that lists keras before a torch
+    # family, or a worker given a keras model then a torch one, would die there
+    with contextlib.suppress(ImportError):
+        import torchvision  # noqa: F401
     import keras
     import tf2onnx
 
