@@ -38,6 +38,13 @@ MOVING_OPS: dict[str, tuple[int, ...] | None] = {
 # count a mask): float32 holds every integer below 2**24 exactly, so sums of counts, positions
 # and masks come out the same; the proof checks the node.
 FLOAT_ONLY_OPS = {"CumSum": (0,)}
+# Integer ops some targets run only in float whose result is exact only where float32 holds every
+# value: TensorRT 8.5's ArgMax, with which CLIP's text tower finds the end-of-text token as the
+# largest token id. Widened only where the values are proven below 2**24 in magnitude: the same
+# tensor indexes a Gather whose axis is no longer (an input out of that range makes the model
+# itself fail, so none reaches the node).
+FLOAT_WHERE_BOUNDED = {"ArgMax": (0,), "ArgMin": (0,)}
+FLOAT_EXACT_BELOW = 2**24
 INTEGERS_IN_FLOAT = {"INT32", "INT64", "INT16", "INT8", "UINT8", "UINT16"}
 # The element type is the point of these ops.
 TYPE_OPS = {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "BitCast",
@@ -57,12 +64,35 @@ def _wider(site: Site, index: int) -> str | None:
         return WIDER_INTEGERS[dtype.name]
     if dtype.name in INTEGERS_IN_FLOAT and index in FLOAT_ONLY_OPS.get(site.op_type, ()):
         return "FLOAT"
+    if (dtype.name in INTEGERS_IN_FLOAT and index in FLOAT_WHERE_BOUNDED.get(site.op_type, ())
+            and _indexes_a_short_axis(site.node, index)):
+        return "FLOAT"
     if dtype.name == "BOOL" and site.op_type in MOVING_OPS:
         carriers = MOVING_OPS[site.op_type]
         if carriers is not None and index not in carriers:
             return None
         return "FLOAT" if site.op_type == "NonZero" else "INT32"  # TensorRT's NonZero: floats only
     return None
+
+
+def _indexes_a_short_axis(node: ir.Node, index: int) -> bool:
+    """Whether the node's input `index` is also the indices of a Gather, in the node's own graph,
+    along a static axis shorter than FLOAT_EXACT_BELOW: every value the model runs with then lies in
+    [-axis, axis) (ONNX Runtime refuses any other), exactly representable in float32."""
+    value = node.inputs[index] if index < len(node.inputs) else None
+    if value is None:
+        return False
+    for user, position in value.uses():
+        if user.op_type != "Gather" or user.domain not in ("", "ai.onnx") or position != 1:
+            continue
+        if user.graph is not node.graph or user.inputs[0] is None or user.inputs[0].shape is None:
+            continue
+        shape = user.inputs[0].shape
+        axis = user.attributes.get_int("axis", 0)
+        dim = shape[axis] if -len(shape) <= axis < len(shape) else None
+        if isinstance(dim, int) and dim <= FLOAT_EXACT_BELOW:
+            return True
+    return False
 
 
 @register

@@ -94,3 +94,51 @@ def test_integer_cumsum_runs_in_float() -> None:
     assert decision.rewrite is not None and decision.rewrite.rule == "compute-wider", decision.explain()
     feeds = {"mask": np.random.default_rng(0).integers(0, 2, (2, 9)).astype(np.int64)}
     np.testing.assert_array_equal(run_ort(serialize(model), feeds)["y"], run_ort(before, feeds)["y"])
+
+
+CLIP_END_OF_TEXT = """
+    <ir_version: 10, opset_import: ["" : 17]>
+    g (int64[2,7] text, float[50,4] table) => (float[2,7,4] embedded, int64[2] last) {
+        embedded = Gather <axis = 0> (table, text)
+        last = ArgMax <axis = 1, keepdims = 0> (text)
+    }
+"""
+
+
+def test_integer_argmax_runs_in_float_where_a_gather_bounds_its_values() -> None:
+    """CLIP's text tower: the end-of-text token is the largest token id (ArgMax on int64), on a target
+    whose ArgMax is float only (TensorRT 8.5). The ids also index the embedding table, so each is
+    below its 50 rows, exact in float32."""
+    from deploycc.graph.graphs import opset_map
+    from deploycc.rules.engine import decide
+    from deploycc.verify.runner import run_ort, serialize
+
+    model = load(CLIP_END_OF_TEXT)
+    before = serialize(model)
+    node = next(n for n in model.graph if n.op_type == "ArgMax")
+    decision = decide(node, model.graph, opset_map(model),
+                      accepts=lambda candidate: candidate.op_type != "ArgMax"
+                      or candidate.inputs[0].dtype.name == "FLOAT")
+    assert decision.rewrite is not None and decision.rewrite.rule == "compute-wider", decision.explain()
+    rng = np.random.default_rng(0)
+    text = rng.integers(0, 50, (2, 7)).astype(np.int64)
+    text[0, 2] = text[0, 5] = 49  # a tie: the first index wins in both
+    feeds = {"text": text, "table": rng.standard_normal((50, 4)).astype(np.float32)}
+    after = run_ort(serialize(model), feeds)
+    np.testing.assert_array_equal(after["last"], run_ort(before, feeds)["last"])
+    assert after["last"][0] == 2
+
+
+def test_integer_argmax_stays_where_nothing_bounds_its_values() -> None:
+    """Without the Gather nothing says the values fit float32 (2**24 + 1 rounds to 2**24): declined."""
+    from deploycc.graph.graphs import opset_map
+    from deploycc.rules.engine import decide
+
+    model = load("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (int64[2,7] text) => (int64[2] last) { last = ArgMax <axis = 1, keepdims = 0> (text) }
+    """)
+    node = next(iter(model.graph))
+    decision = decide(node, model.graph, opset_map(model),
+                      accepts=lambda candidate: candidate.inputs[0].dtype.name == "FLOAT")
+    assert decision.rewrite is None or decision.rewrite.rule != "compute-wider", decision.explain()
