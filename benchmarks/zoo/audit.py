@@ -195,7 +195,8 @@ def tables(report: Any, about: dict[str, dict], kind: str) -> tuple[str, dict]:
     refused = sorted({stem(c.model) for c in report.cells
                       if not about.get(stem(c.model), {}).get("runs", True)})
     if refused:
-        outcome = {name: Counter(str(c.category or c.status) for c in report.cells if stem(c.model) == name)
+        outcome = {name: Counter(str(c.category if c.status == "failed" else c.status)
+                                 for c in report.cells if stem(c.model) == name)
                    for name in refused}
         lines += ["Not counted, ONNX Runtime refuses them as exported (what deploycc made of them, cells "
                   "per outcome): " + "; ".join(
