@@ -424,8 +424,9 @@ def drop_stale_attributes(model: ir.Model, source: int, version: int) -> None:
             schema = schemas.get_schema(node.op_type, "", version)
             if schema is None:
                 continue
+            said = attributes_said(node, source, version)
             for name in [n for n in node.attributes if n not in schema.attributes]:
-                said_nothing = name not in non_default(node, source) or (
+                said_nothing = (said is not None and name not in said) or (
                     name == "noop_with_empty_axes" and bool(node.attributes.get("axes")))
                 if said_nothing:
                     del node.attributes[name]
@@ -435,8 +436,42 @@ def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
     """The node, as it is set, means the same at both opsets (schemas.valid_at_both)."""
     from deploycc.legality import onnx_schemas as schemas
 
-    return schemas.valid_at_both(node.op_type, "", current, version, non_default(node, current),
-                                 len(node.inputs), len(node.outputs))
+    said = attributes_said(node, current, version)
+    return said is not None and schemas.valid_at_both(node.op_type, "", current, version, said,
+                                                      len(node.inputs), len(node.outputs))
+
+
+# Attributes an op gained with a default that computes otherwise than the op did before: below
+# `since` the op computed what the value `before` asks for. RoiAlign 16's default, half_pixel,
+# shifts every box by half a pixel; RoiAlign 10 computes output_half_pixel, which torchvision's
+# roi_align(aligned=False) writes at opset 16 (its Faster, Mask and Keypoint R-CNN exports).
+CHANGED_DEFAULTS: dict[tuple[str, str], tuple[int, str]] = {
+    ("RoiAlign", "coordinate_transformation_mode"): (16, "output_half_pixel"),
+}
+
+
+def attributes_said(node: ir.Node, current: int, version: int) -> frozenset[str] | None:
+    """The attributes whose value the node at `current` says (non_default), less those set to what
+    the op computed at `version` before they existed; None where the node relies on a default whose
+    meaning changed between the two (a RoiAlign 16 at half_pixel going below 16, any RoiAlign
+    going up across 16: onnx's converter has the adapter that says what it meant)."""
+    from deploycc.legality import onnx_schemas as schemas
+
+    said = set(non_default(node, current))
+    for (op, name), (since, before) in CHANGED_DEFAULTS.items():
+        if node.op_type != op or not min(current, version) < since <= max(current, version):
+            continue
+        if current < version:
+            return None
+        attr = node.attributes.get(name)
+        schema = schemas.get_schema(op, "", current)
+        formal = schema.attributes.get(name) if schema is not None else None
+        value = attr.value if attr is not None else (
+            formal.default_value.s.decode() if formal is not None else None)
+        if value != before:
+            return None
+        said.discard(name)
+    return frozenset(said)
 
 
 def non_default(node: ir.Node, opset: int) -> frozenset[str]:

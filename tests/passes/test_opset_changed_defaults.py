@@ -1,0 +1,57 @@
+"""Attributes an op gained with a default that computes otherwise than before: RoiAlign 16's
+coordinate_transformation_mode. A node set to what the op computed below 16 (output_half_pixel,
+torchvision's Faster R-CNN at opset 16) goes down unchanged, the attribute dropped; one left at the
+new default (half_pixel) is not carried down as if nothing changed."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+
+from deploycc.passes.opset import OpsetConversionError, OpsetPass, convert_opset
+
+
+def roi_align(mode: str) -> str:
+    setting = f', coordinate_transformation_mode = "{mode}"' if mode else ""
+    return f"""
+    <ir_version: 8, opset_import: ["" : 16]>
+    g (float[1,2,8,8] x, float[3,4] rois, int64[3] batch) => (float[3,2,3,3] y) {{
+        y = RoiAlign <output_height = 3, output_width = 3, sampling_ratio = 2,
+                      spatial_scale = 0.5{setting}> (x, rois, batch)
+    }}
+    """
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+FEEDS = {
+    "x": np.random.default_rng(0).standard_normal((1, 2, 8, 8)).astype(np.float32),
+    "rois": np.array([[1.0, 2.0, 9.5, 13.0], [0.0, 0.0, 15.0, 15.0], [3.2, 1.1, 4.0, 2.5]], np.float32),
+    "batch": np.zeros(3, np.int64),
+}
+
+
+def test_roi_align_at_output_half_pixel_goes_below_16_unchanged() -> None:
+    original = onnx.parser.parse_model(roi_align("output_half_pixel"))
+    converted = ir.serde.serialize_model(convert_opset(ir.serde.deserialize_model(original), 13))
+    onnx.checker.check_model(converted, full_check=True)
+    node = converted.graph.node[0]
+    assert node.op_type == "RoiAlign" and not any(a.name == "coordinate_transformation_mode"
+                                                  for a in node.attribute)
+    np.testing.assert_array_equal(run(converted, FEEDS), run(original, FEEDS))
+
+
+def test_roi_align_at_the_half_pixel_default_is_not_carried_below_16() -> None:
+    """RoiAlign 10 would shift every box by half a pixel: refused, not computed otherwise."""
+    original = onnx.parser.parse_model(roi_align(""))
+    shifted = run(onnx.parser.parse_model(roi_align("output_half_pixel")), FEEDS)
+    assert not np.allclose(run(original, FEEDS), shifted)  # the two modes do differ
+    with pytest.raises(OpsetConversionError, match="no adapter for RoiAlign from version 16"):
+        OpsetPass._convert(ir.serde.deserialize_model(original), 16, 13)
