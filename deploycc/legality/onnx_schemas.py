@@ -97,7 +97,7 @@ def _default(attr: Any) -> bytes:
 
 
 def valid_at_both(op: str, domain: str, opset_a: int, opset_b: int, set_attributes: frozenset[str],
-                  inputs: int, outputs: int) -> bool:
+                  inputs: int, outputs: int, respelled: frozenset[str] = frozenset()) -> bool:
     """True when a node of `op` with `inputs`/`outputs` values, setting `set_attributes`, means
     the same at both opsets.
 
@@ -106,6 +106,7 @@ def valid_at_both(op: str, domain: str, opset_a: int, opset_b: int, set_attribut
     the same default: the version change only widened types, added optional outputs, or added an
     attribute the node leaves at its default (Reshape's allowzero, BatchNormalization's
     training_mode). onnx's converter lacks adapters for many of these (Sub 14 -> 13, BN 15 -> 14).
+    Attributes in `respelled` differ only in how their values are spelled (the caller renames them).
     """
     a, b = get_schema(op, domain, opset_a), get_schema(op, domain, opset_b)
     if a is None or b is None:
@@ -130,6 +131,8 @@ def valid_at_both(op: str, domain: str, opset_a: int, opset_b: int, set_attribut
     for name in set(a.attributes) | set(b.attributes):
         in_a, in_b = name in a.attributes, name in b.attributes
         if in_a and in_b:
+            if name in respelled:
+                continue
             if _default(a.attributes[name]) != _default(b.attributes[name]) or \
                     a.attributes[name].type != b.attributes[name].type:
                 return False

@@ -286,6 +286,7 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
         if node.domain == HOLD_DOMAIN:
             node.domain = ""
     drop_stale_attributes(result, current, version)
+    respell_values(result, current, version)
     new_graph = result.graph
     for value in list(new_graph.inputs):
         if value.name in tensors:
@@ -437,8 +438,59 @@ def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
     from deploycc.legality import onnx_schemas as schemas
 
     said = attributes_said(node, current, version)
-    return said is not None and schemas.valid_at_both(node.op_type, "", current, version, said,
-                                                      len(node.inputs), len(node.outputs))
+    if said is None:
+        return False
+    respelled = frozenset(name for (op, name), (since, _, rank) in RESPELLED_VALUES.items()
+                          if op == node.op_type and version < since <= current
+                          and _respellable(node, name, current, rank))
+    return schemas.valid_at_both(node.op_type, "", current, version, said - respelled,
+                                 len(node.inputs), len(node.outputs), respelled)
+
+
+# Attribute values an op spells otherwise from `since` on, and the input rank the op took before:
+# GridSample 20 calls bilinear and bicubic linear and cubic, and takes N-D inputs where 16 took 4-D
+# (RAFT's dynamo export at opset 20). Going below `since`, a node is the same op spelled the old way.
+RESPELLED_VALUES: dict[tuple[str, str], tuple[int, dict[str, str], int]] = {
+    ("GridSample", "mode"): (20, {"linear": "bilinear", "cubic": "bicubic", "nearest": "nearest"}, 4),
+}
+
+
+def _respellable(node: ir.Node, name: str, current: int, rank: int) -> bool:
+    """Whether the node's value of `name` (set or default at `current`) has an old spelling, and
+    its first input the rank the op took before."""
+    shape = node.inputs[0].shape if node.inputs and node.inputs[0] is not None else None
+    spelling = RESPELLED_VALUES[(node.op_type, name)][1]
+    return shape is not None and len(shape) == rank and _value(node, name, current) in spelling
+
+
+def _value(node: ir.Node, name: str, opset: int) -> object:
+    """The node's attribute `name`, or its schema default at `opset` (strings decoded)."""
+    from deploycc.legality import onnx_schemas as schemas
+
+    attr = node.attributes.get(name)
+    if attr is not None:
+        return attr.value
+    schema = schemas.get_schema(node.op_type, "", opset)
+    formal = schema.attributes.get(name) if schema is not None else None
+    return formal.default_value.s.decode() if formal is not None else None
+
+
+def respell_values(model: ir.Model, source: int, version: int) -> None:
+    """Write RESPELLED_VALUES the way `version` spells them, on the nodes converted from `source`."""
+    import onnx_ir as ir
+
+    from deploycc.graph.graphs import all_graphs
+
+    for graph in all_graphs(model.graph):
+        for node in graph:
+            entry = next(((name, spec) for (op, name), spec in RESPELLED_VALUES.items()
+                          if op == node.op_type and node.domain in ("", "ai.onnx")), None)
+            if entry is None or not version < entry[1][0] <= source:
+                continue
+            name, (_, spelling, _) = entry
+            value = _value(node, name, source)
+            if value in spelling:
+                node.attributes[name] = ir.AttrString(name, spelling[str(value)])
 
 
 # Attributes an op gained with a default that computes otherwise than the op did before: below
@@ -455,7 +507,6 @@ def attributes_said(node: ir.Node, current: int, version: int) -> frozenset[str]
     the op computed at `version` before they existed; None where the node relies on a default whose
     meaning changed between the two (a RoiAlign 16 at half_pixel going below 16, any RoiAlign
     going up across 16: onnx's converter has the adapter that says what it meant)."""
-    from deploycc.legality import onnx_schemas as schemas
 
     said = set(non_default(node, current))
     for (op, name), (since, before) in CHANGED_DEFAULTS.items():
@@ -463,12 +514,7 @@ def attributes_said(node: ir.Node, current: int, version: int) -> frozenset[str]
             continue
         if current < version:
             return None
-        attr = node.attributes.get(name)
-        schema = schemas.get_schema(op, "", current)
-        formal = schema.attributes.get(name) if schema is not None else None
-        value = attr.value if attr is not None else (
-            formal.default_value.s.decode() if formal is not None else None)
-        if value != before:
+        if _value(node, name, current) != before:
             return None
         said.discard(name)
     return frozenset(said)

@@ -55,3 +55,34 @@ def test_roi_align_at_the_half_pixel_default_is_not_carried_below_16() -> None:
     assert not np.allclose(run(original, FEEDS), shifted)  # the two modes do differ
     with pytest.raises(OpsetConversionError, match="no adapter for RoiAlign from version 16"):
         OpsetPass._convert(ir.serde.deserialize_model(original), 16, 13)
+
+
+def grid_sample(rank: int, mode: str) -> str:
+    spatial = ",".join(["5"] * (rank - 2))
+    grid = ",".join(["3"] * (rank - 2))
+    return f"""
+    <ir_version: 10, opset_import: ["" : 20]>
+    g (float[1,2,{spatial}] x, float[1,{grid},{rank - 2}] grid) => (float[1,2,{grid}] y) {{
+        y = GridSample <mode = "{mode}", align_corners = 0> (x, grid)
+    }}
+    """
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+def test_grid_sample_20_goes_below_20_with_its_mode_spelled_the_old_way(mode: str) -> None:
+    """RAFT's dynamo export at opset 20: GridSample 16 is the same op on 4-D inputs, its modes
+    spelled bilinear, nearest and bicubic (onnx's converter has no adapter)."""
+    original = onnx.parser.parse_model(grid_sample(4, mode))
+    converted = ir.serde.serialize_model(convert_opset(ir.serde.deserialize_model(original), 16))
+    onnx.checker.check_model(converted, full_check=True)
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((1, 2, 5, 5)).astype(np.float32),
+             "grid": rng.uniform(-1.1, 1.1, (1, 3, 3, 2)).astype(np.float32)}
+    np.testing.assert_allclose(run(converted, feeds), run(original, feeds), rtol=0, atol=1e-6)
+
+
+def test_grid_sample_20_on_a_volume_stays_above_16() -> None:
+    """GridSample 16 takes 4-D inputs only: a 5-D one is not carried down."""
+    original = onnx.parser.parse_model(grid_sample(5, "linear"))
+    with pytest.raises(OpsetConversionError, match="GridSample"):
+        OpsetPass._convert(ir.serde.deserialize_model(original), 20, 16)
