@@ -132,6 +132,13 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
         if perm is not None and list(perm) == list(range(len(perm))):
             return x
         return x if perm is not None and _only_moves_unit_dims_into_reshapes(node, list(perm)) else None
+    if op in ("ScatterND", "ScatterElements") and len(node.inputs) > 1:
+        # No index, no update: folding Swin3D's shifted-window mask (torchvision, TorchScript) leaves
+        # ScatterNDs with indices of shape [0, 49, 49, 3], which OpenVINO 2026.4 reads as a scalar
+        # and refuses ("Indices rank ... expected to be at least 1").
+        indices = _static(node.inputs[1])
+        indexed = indices[:-1] if op == "ScatterND" else indices
+        return x if indices is not None and 0 in indexed else None
     shape = _static(x)
     if op == "Reshape":
         wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None

@@ -787,3 +787,21 @@ def test_adjacent_dims_of_one_shape_are_read_as_one_slice_and_dims_out_of_order_
     assert [producer[i].op_type for i in producer[first.input[1]].input if i in producer] == ["Slice"]
     assert ops["Gather"] == 2 and ops["Unsqueeze"] == 2, ops  # the swapped pair stays
     _same(model, cleaned, [{"x": (1, 2, 3, 4), "x2": (1, 1, 3, 4)}, {"x": (3, 2, 5, 2), "x2": (2, 1, 4, 5)}])
+
+
+def test_a_scatter_with_no_index_is_removed_and_openvino_reads_the_result(tmp_path: Path) -> None:
+    """Swin3D's folded shifted-window mask: ScatterNDs whose indices have no row ([0, 4, 3]) update
+    nothing. OpenVINO 2026.4 reads such an empty constant as a scalar and refuses the ScatterND; the
+    model it converted as exported must convert after deploycc too."""
+    import openvino as ov
+
+    indices = numpy_helper.from_array(np.zeros((0, 4, 3), np.int64), "indices")
+    updates = numpy_helper.from_array(np.zeros((0, 4), np.float32), "updates")
+    nodes = [helper.make_node("ScatterND", ["x", "indices", "updates"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    model = _model(tmp_path, nodes, [helper.make_tensor_value_info("x", FLOAT, [2, 4, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, [2, 4, 4])], [indices, updates])
+    cleaned, ops = _clean(tmp_path, model, "openvino-cpu")
+    assert ops["ScatterND"] == 0, ops
+    _same(model, cleaned, [{"x": (2, 4, 4)}])
+    ov.Core().compile_model(str(cleaned), "CPU")
