@@ -44,6 +44,32 @@ def destination(state: PipelineState) -> tuple[int | None, int]:
     return current, target.opset.preferred
 
 
+def _fold_changed_constants(state: PipelineState, current: int, version: int) -> dict[str, int]:
+    """Evaluate, before converting down, the nodes of the main graph whose form changed since
+    `version` and whose inputs are all constants: their value is all the older opset needs. NaFlexViT
+    resizes its position embedding (an initializer) with Resize 18's antialias, which onnx's
+    converter cannot take below 18. Returns the ops folded, with counts."""
+    from onnxscript.optimizer import fold_constants
+
+    from deploycc.legality import onnx_schemas as schemas
+    from deploycc.legality.predicates import is_constant
+
+    chosen = [node for node in state.model.graph if node.domain in ("", "ai.onnx")
+              and (schemas.first_version(node.op_type, "") or version + 1) <= version
+              and not unchanged_between(node, current, version)
+              and all(value is None or is_constant(value) for value in node.inputs)]
+    if not chosen:
+        return {}
+    fold_constants(state.model, input_size_limit=1 << 24, output_size_limit=1 << 24,
+                   should_fold=lambda node: node in chosen)
+    counts: dict[str, int] = {}
+    remaining = set(state.model.graph)
+    for node in chosen:
+        if node not in remaining:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
 def _rewrite_unborn(state: PipelineState, version: int) -> tuple[list[str], list[str]]:
     """Rewrite, with the catalog, every node whose op does not exist at `version`, to a fixed
     point: a replacement may hold ops born after `version` too (Gelu's ONNX body has CastLike).
@@ -167,6 +193,10 @@ class OpsetPass(Pass):
                 f"opset {wanted} is outside {target.name}'s range {target.opset.min}..{target.opset.max}")
         notes: list[str] = []
         if wanted < current:
+            folded = _fold_changed_constants(state, current, wanted)
+            if folded:
+                notes.append("folded before converting down (constant inputs, a form the older opset "
+                             "lacks): " + ", ".join(f"{op} ×{count}" for op, count in folded.items()))
             fired, blocked = _rewrite_unborn(state, wanted)
             if fired:  # one note, not one per node: "gelu ×3, mish ×1" (each item is "node: rule")
                 counts: dict[str, int] = {}

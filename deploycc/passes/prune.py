@@ -137,8 +137,10 @@ def passthrough_input(node: ir.Node) -> ir.Value | None:
         # ScatterNDs with indices of shape [0, 49, 49, 3], which OpenVINO 2026.4 reads as a scalar
         # and refuses ("Indices rank ... expected to be at least 1").
         indices = _static(node.inputs[1])
+        if indices is None:
+            return None
         indexed = indices[:-1] if op == "ScatterND" else indices
-        return x if indices is not None and 0 in indexed else None
+        return x if 0 in indexed else None
     shape = _static(x)
     if op == "Reshape":
         wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
