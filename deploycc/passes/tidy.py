@@ -283,7 +283,7 @@ class TidyPass(Pass):
 
         from deploycc.backends.registry import get_backend
         from deploycc.graph.graphs import structure
-        from deploycc.passes.opset import drop_stale_attributes
+        from deploycc.passes.opset_meaning import drop_stale_attributes
 
         model = state.model
         before, shape_before = len(model.graph), structure(model)

@@ -53,17 +53,14 @@ def test_a_model_inside_the_range_goes_up_to_the_opset_its_rewrite_needs(write_m
 
 
 # NaFlexViT resizes its position embedding (an initializer) with Resize 18's antialias
-ANTIALIASED_CONSTANT = """
+ANTIALIASED_CONSTANT = f"""
 <ir_version: 10, opset_import: ["" : 18]>
 g (float[1,2,4,4] x) => (float[1,2,4,4] y)
-<float[1,2,6,6] table = {0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
-    16.0, 17.0, 18.0, 19.0, 20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0, 28.0, 29.0, 30.0, 31.0, 32.0, 33.0,
-    34.0, 35.0, 36.0, 37.0, 38.0, 39.0, 40.0, 41.0, 42.0, 43.0, 44.0, 45.0, 46.0, 47.0, 48.0, 49.0, 50.0, 51.0,
-    52.0, 53.0, 54.0, 55.0, 56.0, 57.0, 58.0, 59.0, 60.0, 61.0, 62.0, 63.0, 64.0, 65.0, 66.0, 67.0, 68.0, 69.0,
-    70.0, 71.0}, int64[4] sizes = {1, 2, 4, 4}> {
-    resized = Resize <mode = "cubic", antialias = 1, cubic_coeff_a = -0.5, exclude_outside = 1> (table, , , sizes)
+<float[1,2,6,6] table = {{{", ".join(f"{v}.0" for v in range(72))}}}, int64[4] sizes = {{1, 2, 4, 4}}> {{
+    resized = Resize <mode = "cubic", antialias = 1, cubic_coeff_a = -0.5, exclude_outside = 1>
+                     (table, , , sizes)
     y = Add(x, resized)
-}
+}}
 """
 
 
