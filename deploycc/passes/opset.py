@@ -55,10 +55,10 @@ def _fold_changed_constants(state: PipelineState, current: int, version: int) ->
     from deploycc.legality import onnx_schemas as schemas
     from deploycc.legality.predicates import is_constant
 
-    chosen = [node for node in state.model.graph if node.domain in ("", "ai.onnx")
+    chosen = {node for node in state.model.graph if node.domain in ("", "ai.onnx")
               and (schemas.first_version(node.op_type, "") or version + 1) <= version
               and not unchanged_between(node, current, version)
-              and all(value is None or is_constant(value) for value in node.inputs)]
+              and all(value is None or is_constant(value) for value in node.inputs)}
     if not chosen:
         return {}
     fold_constants(state.model, input_size_limit=1 << 24, output_size_limit=1 << 24,

@@ -45,9 +45,9 @@ def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
     said = attributes_said(node, current, version)
     if said is None:
         return False
-    respelled = frozenset(name for (op, name), (since, _, rank) in RESPELLED_VALUES.items()
+    respelled = frozenset(name for (op, name), (since, spelling, rank) in RESPELLED_VALUES.items()
                           if op == node.op_type and version < since <= current
-                          and _respellable(node, name, current, rank))
+                          and _respellable(node, name, current, spelling, rank))
     return schemas.valid_at_both(node.op_type, "", current, version, said - respelled,
                                  len(node.inputs), len(node.outputs), respelled)
 
@@ -60,11 +60,10 @@ RESPELLED_VALUES: dict[tuple[str, str], tuple[int, dict[str, str], int]] = {
 }
 
 
-def _respellable(node: ir.Node, name: str, current: int, rank: int) -> bool:
+def _respellable(node: ir.Node, name: str, current: int, spelling: dict[str, str], rank: int) -> bool:
     """Whether the node's value of `name` (set or default at `current`) has an old spelling, and
     its first input the rank the op took before."""
     shape = node.inputs[0].shape if node.inputs and node.inputs[0] is not None else None
-    spelling = RESPELLED_VALUES[(node.op_type, name)][1]
     return shape is not None and len(shape) == rank and _value(node, name, current) in spelling
 
 
@@ -88,14 +87,12 @@ def respell_values(model: ir.Model, source: int, version: int) -> None:
 
     for graph in all_graphs(model.graph):
         for node in graph:
-            entry = next(((name, spec) for (op, name), spec in RESPELLED_VALUES.items()
-                          if op == node.op_type and node.domain in ("", "ai.onnx")), None)
-            if entry is None or not version < entry[1][0] <= source:
-                continue
-            name, (_, spelling, _) = entry
-            value = _value(node, name, source)
-            if value in spelling:
-                node.attributes[name] = ir.AttrString(name, spelling[str(value)])
+            for (op, name), (since, spelling, _) in RESPELLED_VALUES.items():
+                if node.op_type != op or node.domain not in ("", "ai.onnx") or not version < since <= source:
+                    continue
+                value = _value(node, name, source)
+                if value in spelling:
+                    node.attributes[name] = ir.AttrString(name, spelling[str(value)])
 
 
 # Attributes an op gained with a default that computes otherwise than the op did before: below
@@ -112,7 +109,6 @@ def attributes_said(node: ir.Node, current: int, version: int) -> frozenset[str]
     the op computed at `version` before they existed; None where the node relies on a default whose
     meaning changed between the two (a RoiAlign 16 at half_pixel going below 16, any RoiAlign
     going up across 16: onnx's converter has the adapter that says what it meant)."""
-
     said = set(non_default(node, current))
     for (op, name), (since, before) in CHANGED_DEFAULTS.items():
         if node.op_type != op or not min(current, version) < since <= max(current, version):
