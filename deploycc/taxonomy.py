@@ -54,7 +54,7 @@ class Failure(Name):
     OUT_OF_MEMORY = "out-of-memory"
     INVALID_MODEL = "invalid-model"
     UNSCHEDULABLE = "unschedulable"
-    REGRESSED = "regressed"  # legal as exported yet refused after deploycc: always a deploycc bug
+    REGRESSED = "regressed"  # worse than as exported (refused, or not run by the backend): a deploycc bug
 
 
 # What a process or an exception says when memory ran out, matched without case: MemoryError,

@@ -85,9 +85,15 @@ def markdown(report: AuditReport) -> str:
                      f"{s.succeeded} ({s.rate_after_deploycc:.0%}) | {_with_host(s)} | {s.regressed} |")
     regressions = [c for c in report.cells if c.regressed]
     if regressions:
-        lines += ["", f"**{len(regressions)} cell(s) legal as exported were refused after deploycc "
+        lines += ["", f"**{len(regressions)} cell(s) worse after deploycc than as exported "
                       "(a deploycc bug each):** " + ", ".join(f"{_label(c.model)} @ {c.target}"
                                                              for c in regressions)]
+    set_aside = [c for c in report.cells
+                 if c.details.get("backend_failed_on_deploycc_model") and not c.regressed]
+    if set_aside:
+        lines += ["", f"**{len(set_aside)} cell(s) built as exported: the backend failed on deploycc's model "
+                      "(a deploycc bug each):** " + ", ".join(f"{_label(c.model)} @ {c.target}"
+                                                             for c in set_aside)]
     lines += ["", "## Matrix", "", "| model | " + " | ".join(report.targets) + " |",
               "|---" * (len(report.targets) + 1) + "|"]
     grid = {(c.model, c.target): c for c in report.cells}

@@ -203,6 +203,8 @@ def _from_build(result: CellResult, report: BuildReport, spec: CellSpec, target:
     result.details = {"build_status": report.status, "summary": report.summary}
     if report.shapes is not None and report.shapes.inputs:
         result.details["shapes"] = report.shapes.line()
+    if report.original_on_backend:  # a deploycc bug, set aside by building the model as exported
+        result.details["backend_failed_on_deploycc_model"] = True
     if report.quantization is not None:
         quantized = report.quantization
         result.details["int8"] = {
@@ -231,9 +233,11 @@ def _from_build(result: CellResult, report: BuildReport, spec: CellSpec, target:
         result.message = report.summary
     else:
         result.message = _cause(report.summary, legalized)
-        # Regressed: refused after deploycc while the model as exported (axes as asked) is not.
-        result.regressed = bool(result.legal_as_exported) and report.stage == Stage.LEGALIZE and \
+        # Regressed: refused after deploycc while the model as exported (axes as asked) is not, or
+        # failed on the backend, which runs the model as exported.
+        refused = bool(result.legal_as_exported) and report.stage == Stage.LEGALIZE and \
             not (legalized is not None and legalized.as_exported)
+        result.regressed = refused or bool(report.original_on_backend)
         if (spec.partition or target.mode == "partition") and report.stage == Stage.LEGALIZE:
             _with_host_segments(spec, target, options, result, exported)
 

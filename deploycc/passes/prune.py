@@ -52,6 +52,8 @@ def _const(value: ir.Value | None) -> np.ndarray | None:
 
 
 def _static(value: ir.Value | None) -> list[int] | None:
+    if value is not None and value.const_value is not None:  # a folded constant may carry no shape
+        return [int(d) for d in value.const_value.shape.numpy()]
     if value is None or value.shape is None or not value.shape.is_static():
         return None
     return [int(d) for d in value.shape.numpy()]

@@ -88,6 +88,18 @@ def _build(model: str | Path, target: Target, outdir: str | Path, options: Build
             options = static
             shapes, _ = plan_shapes(source, target, options)
             done = _stages(source, target, options, staging, backend, step, precision, samples, notes)
+        if done.original_on_backend and options.legalize.only_passes != ("axes",):
+            # Never worse than doing nothing: the backend runs the model as exported and not
+            # deploycc's (a deploycc bug), so the result is the one it was given, axes as asked.
+            from deploycc.pipeline.legalize import as_exported_options
+
+            _empty(staging)
+            failed = f"{target.backend.kind} failed on deploycc's model ({done.message})"
+            notes.append(f"{failed} and runs the model as exported: built that one, axes as asked "
+                         "(a deploycc bug: please report it)")
+            options = dataclasses.replace(options, legalize=as_exported_options(options.legalize))
+            done = _stages(source, target, options, staging, backend, step, precision, samples, notes)
+            done.original_on_backend = True
         legalized, artifact, verification = done.legalized, done.artifact, done.verification
         _keep_inputs(source, staging, options, done)
         step("manifest")
@@ -110,7 +122,8 @@ def _build(model: str | Path, target: Target, outdir: str | Path, options: Build
             precision=done.precision, legalize=legalized, artifact=artifact, verification=verification,
             benchmark=done.benchmark, build_hash=manifest["build_hash"],
             failure_category=done.failure_category, files=listing(staging), seconds=seconds,
-            quantization=done.quantization, notes=notes, shapes=shapes, half=done.half)
+            quantization=done.quantization, notes=notes, shapes=shapes, half=done.half,
+            original_on_backend=done.original_on_backend)
         step.stop()
         write_reports(staging, report)
         staged.commit()
@@ -133,6 +146,7 @@ class _Done:
     benchmark: LatencyStats | None = None
     failure_category: Failure | None = None
     feeds: dict[str, Any] | None = None  # the inputs the engine was verified on
+    original_on_backend: bool | None = None  # BuildReport.original_on_backend
 
 
 def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, backend: Any, step: Clock,
@@ -202,6 +216,8 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
         elif getattr(error, "stage", None) == "run":  # it loaded and refused the inputs: not a mismatch
             done.failure_category = done.failure_category or Failure.BACKEND_ERROR
             done.message = f"{RUN_REFUSED}: {error}"
+        done.original_on_backend = _original_runs_on_backend(backend, request, source, staging, legalized,
+                                                             options)
     except RunError as error:  # the reference run, when legalize did not verify
         done.status, done.message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
     for judged in (legalized.verification, done.verification):
@@ -427,6 +443,25 @@ def _backend_on_original(backend: Any, request: BuildRequest, source: Path, stag
         return None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _original_runs_on_backend(backend: Any, request: BuildRequest, source: Path, staging: Path,
+                              legalized: LegalizeReport, options: BuildOptions) -> bool | None:
+    """Whether the backend builds and runs the model as exported, on the inputs verification drew,
+    asked where it failed on deploycc's model: True is worse than doing nothing. None where it cannot
+    be asked here (_backend_on_original's exceptions) or the inputs cannot be drawn."""
+    from deploycc.verify.verification import drawn_content, signature_feeds
+
+    if request.precision == Precision.INT8 or request.fp32_model is not None or request.bundle_only:
+        return None
+    drawn = legalized.verification
+    try:
+        _, original_feeds, _ = signature_feeds(staging / LEGALIZED, options.legalize, legalized.fed_layouts,
+                                               drawn.shapes if drawn and drawn.shapes else None, source,
+                                               drawn_content(drawn))
+    except Exception:  # no inputs to ask with: not asked
+        return None
+    return _backend_on_original(backend, request, source, staging, original_feeds) is not None
 
 
 def verification_precision(legalized: LegalizeReport, precision: Precision) -> Precision:

@@ -101,7 +101,7 @@ def _attempt(path: str | Path, target: Target, options: LegalizeOptions,
 MAX_SET_ASIDE = 3  # passes or rules blamed and set aside before the model as exported is kept
 
 
-def _as_exported(options: LegalizeOptions) -> LegalizeOptions:
+def as_exported_options(options: LegalizeOptions) -> LegalizeOptions:
     """The model as exported, with only what the user asked of its axes: the fallback when
     deploycc's own rewrites leave a worse model than the one it was given."""
     from dataclasses import replace
@@ -132,7 +132,7 @@ def _legalize(path: str | Path, target: Target, options: LegalizeOptions | None 
     if output is not None:  # fail fast on the obvious case; the input's own data files below
         source = Path(path)
         io.refuse_overwrite(Path(output), (source, source.with_name(source.name + ".data")))
-    fallback = None if options.only_passes == ("axes",) else _as_exported(options)
+    fallback = None if options.only_passes == ("axes",) else as_exported_options(options)
     if output is not None:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".deploycc-", dir=Path(output).parent if output else None))

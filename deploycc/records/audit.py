@@ -9,7 +9,8 @@ The status taxonomy is fixed so audits can be compared across runs and corpora:
              needs-inputs (the original fails on drawn inputs: give --inputs; or no int8 samples),
              precision (the target has no such precision), backend-error,
              backend-crash, timeout, out-of-memory, invalid-model, unschedulable, regressed (legal
-             as exported yet refused after deploycc: always a deploycc bug)
+             as exported yet refused after deploycc, or run by the backend as exported and not
+             after: always a deploycc bug)
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class CellResult:
     seconds: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
     cached: bool = False
-    # Legal as exported, refused after deploycc: worse than doing nothing, always a deploycc bug.
+    # Legal as exported and refused after deploycc, or run by the backend as exported and not after:
+    # worse than doing nothing, always a deploycc bug.
     regressed: bool = False
 
     @property

@@ -47,6 +47,9 @@ class BuildReport(Result):
     device: DeviceResult | None = None  # the board's result, once `deploycc device import` read it
     export: ExportReport | None = None  # a torch model's export: both exporters' attempts and proofs
     half: HalfPrecisionReport | None = None  # fp16/bf16: what half breaks, and the layers kept in fp32
+    # Asked only where the backend failed on deploycc's model: whether it builds and runs the model
+    # as exported (True: deploycc made it worse than doing nothing, a deploycc bug; None: not asked)
+    original_on_backend: bool | None = None
 
     @property
     def exit_code(self) -> int:

@@ -490,7 +490,7 @@ def render_audit(report: AuditReport) -> None:
                       f"[bold red]{s.regressed}[/bold red]" if s.regressed else "0")
     out.print(table)
     for cell in [c for c in report.cells if c.regressed]:
-        out.print(escape(f"  regressed (legal as exported, refused after deploycc; a deploycc bug): "
+        out.print(escape(f"  regressed (worse than as exported; a deploycc bug): "
                          f"{cell.model} @ {cell.target}: {cell.message}"), style="red")
     for item in report.top_failures[:5]:
         out.print(escape(f"  {item['cause']} at {item['stage']}: {item['count']} cell(s)"))

@@ -287,3 +287,61 @@ def test_force_never_replaces_a_directory_holding_the_input(cnn: Path) -> None:
     with pytest.raises(OptionError, match="holds the input"):
         api.build(cnn, "ort-cpu", folder, BuildOptions(force=True))
     assert digest(cnn) == before
+
+
+def _scatter_model(path: Path, *, indices_from_shape: bool) -> Path:
+    """A ScatterND whose indices have no row. With `indices_from_shape` they are sliced to a length
+    of x's dim 0 minus itself, known only at run time as exported: OpenVINO converts the model as it
+    is, while folding with x's dims fixed leaves an empty constant, which OpenVINO 2026.4 reads as a
+    scalar and refuses (Swin3D's folded mask; prune removes such a scatter, disabled below). Else
+    the empty indices are initializers, which OpenVINO refuses as exported too."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows = numpy_helper.from_array(np.zeros((3, 4, 3), np.int64), "rows")
+    updates = numpy_helper.from_array(np.zeros((3, 4), np.float32), "updates")
+    zero, one = (numpy_helper.from_array(np.array([v], np.int64), n) for v, n in ((0, "zero"), (1, "one")))
+    if indices_from_shape:
+        nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+                 helper.make_node("Slice", ["shape", "zero", "one"], ["n"]),
+                 helper.make_node("Sub", ["n", "n"], ["none"]),
+                 helper.make_node("Slice", ["rows", "zero", "none"], ["indices"]),
+                 helper.make_node("Slice", ["updates", "zero", "none"], ["values"])]
+        initializers = [rows, updates, zero, one]
+    else:
+        nodes = []
+        initializers = [numpy_helper.from_array(np.zeros((0, 4, 3), np.int64), "indices"),
+                        numpy_helper.from_array(np.zeros((0, 4), np.float32), "values")]
+    nodes += [helper.make_node("ScatterND", ["x", "indices", "values"], ["s"]),
+              helper.make_node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4, 4])],
+                              initializers)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]), path)
+    return path
+
+
+def test_a_backend_failing_on_deploycc_model_but_not_the_export_gets_the_export(tmp_path: Path) -> None:
+    """Never worse than doing nothing, past legalize: OpenVINO refuses the model deploycc made
+    (prune, which mends this, disabled) and converts the model as exported, so the build is that
+    one, verified, and the report says deploycc failed (the audit counts such a cell apart)."""
+    model = _scatter_model(tmp_path / "m.onnx", indices_from_shape=True)
+    options = LegalizeOptions(shapes={"x": [2, 4, 4]}, disable_passes=("prune",))
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(legalize=options))
+    assert report.status == "verified", report.summary
+    assert report.original_on_backend is True
+    assert any("runs the model as exported" in note for note in report.notes), report.notes
+    kept = onnx.load(tmp_path / "out" / "model.legalized.onnx")
+    assert [n.op_type for n in kept.graph.node].count("Shape") == 1  # not folded: the export's graph
+    # with every pass, deploycc's model converts: the export is never asked for
+    plain = api.build(model, "openvino-cpu", tmp_path / "plain", BuildOptions(
+        legalize=LegalizeOptions(shapes={"x": [2, 4, 4]})))
+    assert plain.status == "verified" and plain.original_on_backend is None, plain.summary
+
+
+def test_a_backend_failing_on_the_export_too_is_not_called_deploycc_worse(tmp_path: Path) -> None:
+    model = _scatter_model(tmp_path / "m.onnx", indices_from_shape=False)
+    options = LegalizeOptions(shapes={"x": [2, 4, 4]}, disable_passes=("prune",))
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(legalize=options))
+    assert report.status == "failed" and report.stage == "build", report.summary
+    assert report.original_on_backend is False
