@@ -106,6 +106,9 @@ def main() -> None:
         for label, code, flags in plan:
             seconds, statuses, per_target = audit(code, listing, targets, work / f"audit-{label}", args.jobs,
                                                   flags)
+            # Each audit keeps every build (REV has no --reports-only); the next one starts on the
+            # disk this one found, or heavy models fill it and its cells fail early.
+            shutil.rmtree(work / f"audit-{label}", ignore_errors=True)
             runs[label] = {
                 "seconds": round(seconds, 1),
                 "cells": len(statuses),
