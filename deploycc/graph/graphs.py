@@ -30,6 +30,14 @@ def all_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
             yield from all_graphs(sub)
 
 
+def reaches_graph_output(value: ir.Value) -> bool:
+    """The value is an output of its graph, itself or through Identity nodes."""
+    if value.is_graph_output():
+        return True
+    return any(use.node.op_type == "Identity" and reaches_graph_output(use.node.outputs[0])
+               for use in value.uses())
+
+
 def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
     for sub in all_graphs(graph):
         yield from sub

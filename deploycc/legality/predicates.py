@@ -226,6 +226,21 @@ def _saturating_cast_not_to(node: ir.Node, ref: PredicateRef, schema: Any) -> st
     return f"a saturating cast to {destination} does not saturate out-of-range values on this target"
 
 
+@predicate("empty_constant_not_an_output",
+           "a Constant with no element is not its graph's output (itself or through Identity)")
+def _empty_constant_not_an_output(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
+    from deploycc.graph.graphs import reaches_graph_output
+
+    attr = node.attributes.get("value")
+    if attr is None or not node.outputs:
+        return None
+    tensor = attr.value
+    if 0 not in tuple(tensor.shape) or not reaches_graph_output(node.outputs[0]):
+        return None
+    return (f"an empty constant (shape {list(tensor.shape)}) that is its graph's output (an If branch's "
+            "empty result) is read with one element")
+
+
 @predicate("float_mod_is_fmod", "Mod on floating-point inputs sets fmod=1")
 def _float_mod_is_fmod(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     value = node.inputs[0] if node.inputs else None

@@ -107,6 +107,8 @@ def _casts_non_finite_to_integer(node: ir.Node) -> bool:
 
 
 def size_guard(limit_elements: int):
+    from deploycc.graph.graphs import reaches_graph_output
+
     def should_fold(node: ir.Node) -> bool | None:
         if node.op_type in NEVER_FOLD or _casts_non_finite_to_integer(node):
             return False
@@ -116,6 +118,8 @@ def size_guard(limit_elements: int):
         if elements is None and node.op_type in GROWING_OPS and all(
                 v is None or _const_or_none(v) for v in node.inputs):
             return False  # constant inputs, yet no size: it could grow without bound, leave it
+        if node.op_type == "ConstantOfShape" and elements == 0 and reaches_graph_output(node.outputs[0]):
+            return False  # the empty-constant-of-shape rule's form (OpenVINO misreads the folded one)
         if node.op_type == "ConstantOfShape" and elements is not None and elements <= SMALL_GROWTH_ELEMENTS:
             # onnxscript leaves every ConstantOfShape (it could be large); a few elements of
             # shape arithmetic (the zeros torch's F.pad appends to its pads) fold like the rest.

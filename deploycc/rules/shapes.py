@@ -11,6 +11,8 @@
   constant c on x padded with c sorting-last values, then the first K (TensorRT needs a constant K).
 - MaxPool / AveragePool over one spatial axis: the 2-D pooling over an added axis of size 1, which
   is squeezed out again (TensorRT pools 2-D and 3-D only; Canine's downsampling is 1-D).
+- A Constant with no element as ConstantOfShape of its dims: the same empty tensor, from a
+  one-element shape (OpenVINO reads an empty constant that an If branch returns with one element).
 """
 
 from __future__ import annotations
@@ -265,3 +267,37 @@ class AveragePool1dRule(_Pool1dAs2d):
 
     name = "averagepool-1d-as-2d"
     op_type = "AveragePool"
+
+
+# ConstantOfShape's value types at opsets 9-19 (20 adds the bfloat16 and float8 types)
+CONSTANT_OF_SHAPE_DTYPES = frozenset({"FLOAT16", "FLOAT", "DOUBLE", "INT8", "INT16", "INT32", "INT64",
+                                      "UINT8", "UINT16", "UINT32", "UINT64", "BOOL"})
+
+
+@register
+class EmptyConstantRule(Rule):
+    """Constant(value: empty tensor of dims d) = ConstantOfShape(d, value=0): no element either way,
+    and the dims are a constant with one element per axis. torchvision's batched_nms returns
+    `torch.empty((0,))` from an If branch, which OpenVINO 2026.4 returns with one element."""
+
+    name = "empty-constant-of-shape"
+    family = "shapes"
+    op_type = "Constant"
+    since = 9
+
+    def check(self, site: Site) -> str | None:
+        tensor = site.attr("value")
+        if tensor is None:
+            return "not a tensor constant"
+        if 0 not in tuple(tensor.shape):
+            return "the constant has elements"
+        if tensor.dtype.name not in CONSTANT_OF_SHAPE_DTYPES:
+            return f"ConstantOfShape holds no {tensor.dtype.name.lower()} value before opset 20"
+        return None
+
+    def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
+        import onnx_ir as ir
+
+        tensor = site.attr("value")
+        zero = ir.tensor(np.zeros((1,), dtype=tensor.dtype.numpy()))
+        return [b.op("ConstantOfShape", b.ints([int(d) for d in tensor.shape]), value=zero)]
