@@ -257,12 +257,13 @@ def kept_from_earlier(path: Path, about: dict[str, dict], cells: list[Any]) -> l
         sys.exit(f"{path} does not list its entries (family, exporter, whether ORT runs each): "
                  "it cannot be kept")
     ran_now = {(stem(cell.model), cell.target) for cell in cells}
+    path_now = {stem(cell.model): cell.model for cell in cells}  # one entry per model, not per machine
     kept = []
     for row in earlier["cells"]:
         name = stem(row["model"])
         if (name, row["target"]) not in ran_now:
             about.setdefault(name, earlier["entries"][name])
-            kept.append(CellResult(**{**row, "cached": True}))
+            kept.append(CellResult(**{**row, "model": path_now.get(name, row["model"]), "cached": True}))
     return kept
 
 
@@ -330,7 +331,8 @@ def main() -> None:
     if earlier:
         report.cells = [*report.cells, *earlier]
         report.models = sorted({cell.model for cell in report.cells})
-        report.targets = [*report.targets, *sorted({c.target for c in earlier} - set(report.targets))]
+        present = set(report.targets) | {c.target for c in earlier}
+        report.targets = [*[t for t in TARGETS if t in present], *sorted(present - set(TARGETS))]
     text, summary = tables(report, about, args.kind)
     seconds = sum(c.seconds for c in report.cells if not c.cached)
     (results / f"{args.kind}.json").write_text(
@@ -352,15 +354,17 @@ def main() -> None:
         if args.kind == "onnx"
         else "the zoo's torch models from the module (`benchmarks/zoo/factories.py:NAME`), by the front end"
     )
+    entries_count = len({stem(m) for m in report.models})  # a model kept from another machine counts once
+    kept_entries = len({stem(c.model) for c in earlier})
     heading = (
         f"## Zoo audit ({args.kind})\n\nMade by `benchmarks/zoo/audit.py --kind {args.kind}` over "
-        f"{len(report.models)} entries: {what}; raw data in `zoo/results/{args.kind}.json`. Stages "
+        f"{entries_count} entries: {what}; raw data in `zoo/results/{args.kind}.json`. Stages "
         "check, legalize, build, verify with the hints' static shapes on TensorRT targets (built on the "
         'device: "after deploycc" there is legal and verified on ORT); a model refused whole is tried '
         f"with host segments, counted apart. Each cell in a process of its own, under a "
         f"{MEMORY_LIMIT_MB // 1024} GiB memory limit (on what it adds to the forked zoo process)."
-        + (f" {len(earlier)} cells of {len({c.model for c in earlier})} entries are kept from an earlier "
-           "run, as its code measured them (`--keep-earlier`: their model files were not on this machine)."
+        + (f" {len(earlier)} cells of {kept_entries} entries are kept from an earlier run, as its code "
+           "measured them (`--keep-earlier`: the entries and targets this run did not audit)."
            if earlier else "")
         + "\n\n"
     )
