@@ -97,6 +97,11 @@ class Builder:
         self._count = 0
 
     @property
+    def prefix(self) -> str:
+        """The names of the nodes this builder emits start so (a Loop body's builder extends it)."""
+        return self._prefix
+
+    @property
     def nodes(self) -> list[ir.Node]:
         return list(self.tape.nodes)
 

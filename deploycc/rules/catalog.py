@@ -25,6 +25,7 @@ FAMILIES = (
     "functions",
     "widen",
     "ml",
+    "svm",
     "quantized",
 )
 
