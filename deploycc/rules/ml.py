@@ -22,6 +22,8 @@ when its ops are written in tensor arithmetic:
   (Softmax/Sigmoid), and the label gathered at the ArgMax (ties to the first class, as ONNX
   Runtime's max_element).
 
+SVMClassifier has a module of its own (svm.py: kernels, pairwise votes and libsvm's coupling).
+
 ZipMap has no rule: its output, a sequence of maps, has no tensor form on any engine. The
 map_outputs pass returns its probability tensor instead (an interface change, reported); with
 `--keep-map-outputs --partition` it runs on the host.
