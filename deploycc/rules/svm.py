@@ -164,7 +164,7 @@ def _coupled(svc: _Svc, b: Builder, scores: ir.Value) -> ir.Value:
              b.const(np.float32(1) - CLAMP))
     pair = {(i, j): p for p, (i, j) in enumerate(svc.pairs)}
     upper = {key: _column(b, r, p) for key, p in pair.items()}  # R[i][j], i < j
-    lower = {key: b.op("Sub", one, value) for key, value in upper.items()}  # R[j][i] = 1 - R[i][j]
+    lower = {key: b.op("Sub", one, r_ij) for key, r_ij in upper.items()}  # R[j][i] = 1 - R[i][j]
 
     def entry(row: int, col: int) -> ir.Value:
         return upper[(row, col)] if row < col else lower[(col, row)]
