@@ -49,19 +49,31 @@ def summarize(seconds: np.ndarray, warmup: int, load_seconds: float, first_secon
         throughput_per_s=round(float(ms.size * 1e3 / ms.sum()), 2))
 
 
+BUILD_BENCH_SECONDS = 10.0  # what build spends timing at most, past the first runs (`bench` times in full)
+MIN_TIMED_RUNS = 3
+
+
 def measure(runner: Runner, feeds: dict[str, np.ndarray], *, warmup: int = 5,
-            iterations: int = 50) -> LatencyStats:
-    """A fixed warm-up and count: the summary `build` records."""
+            iterations: int = 50, seconds: float = BUILD_BENCH_SECONDS) -> LatencyStats:
+    """The summary `build` records: `warmup` runs and `iterations` timed ones, fewer where they
+    would take longer than about `seconds` (at least one warm-up and MIN_TIMED_RUNS timed): a
+    video model's run takes seconds on a small CPU, and 56 of them made the newcomer's build of an
+    MViT last over 17 minutes."""
     started = time.perf_counter()
     runner.run(feeds)
     first = time.perf_counter() - started
-    for _ in range(warmup):
+    warmed = 0
+    began = time.perf_counter()
+    while warmed < warmup and (warmed == 0 or time.perf_counter() - began < seconds / 4):
         runner.run(feeds)
-    samples = np.empty(iterations)
-    for i in range(iterations):
+        warmed += 1
+    samples: list[float] = []
+    began = time.perf_counter()
+    while len(samples) < iterations and (len(samples) < MIN_TIMED_RUNS or
+                                         time.perf_counter() - began < seconds):
         started = time.perf_counter()
         runner.run(feeds)
-        samples[i] = time.perf_counter() - started
-    stats = summarize(samples, warmup, runner.load_seconds, first)
+        samples.append(time.perf_counter() - started)
+    stats = summarize(np.array(samples), warmed, runner.load_seconds, first)
     stats.input_shapes = {name: list(np.shape(array)) for name, array in feeds.items()}
     return stats

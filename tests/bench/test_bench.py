@@ -189,3 +189,21 @@ def test_shared_dims_take_the_fixed_size_and_spread_it_by_name() -> None:
     for a, b, message in cases:
         with pytest.raises(OptionError, match=re.escape(message)):
             shared_dims(_inputs(a), _inputs(b), "a", "b")
+
+
+def test_builds_timing_stops_at_its_budget_with_a_floor(built: tuple[Path, Path]) -> None:
+    """build's summary times `iterations` runs unless they take longer than its budget: a budget
+    of 0 s leaves one warm-up and MIN_TIMED_RUNS timed runs, a long one every run asked for. The
+    counts are asserted, never a time."""
+    from deploycc.backends.onnxruntime import OrtRunner
+    from deploycc.bench.latency import MIN_TIMED_RUNS, measure
+
+    model, _ = built
+    runner = OrtRunner(model, ["CPUExecutionProvider"], threads=1)
+    graph_input = onnx.load(model).graph.input[0]
+    dims = [d.dim_value or 1 for d in graph_input.type.tensor_type.shape.dim]
+    feeds = {graph_input.name: np.zeros(dims, np.float32)}
+    short = measure(runner, feeds, warmup=5, iterations=50, seconds=0.0)
+    assert (short.warmup, short.iterations) == (1, MIN_TIMED_RUNS)
+    full = measure(runner, feeds, warmup=5, iterations=20, seconds=3600.0)
+    assert (full.warmup, full.iterations) == (5, 20)
