@@ -423,12 +423,19 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
         runner.close()
 
 
+def _asks_backend_on_original(request: BuildRequest) -> bool:
+    """Whether the backend's result on the model as exported says anything here: not for a
+    bundle-only target (nothing runs here), nor for int8 builds, whose float original says nothing
+    of the quantized engine's rounding."""
+    return not (request.precision == Precision.INT8 or request.fp32_model is not None or request.bundle_only)
+
+
 def _backend_on_original(backend: Any, request: BuildRequest, source: Path, staging: Path,
                          feeds: dict[str, Any]) -> dict[str, Any] | None:
     """The backend's own outputs for the model as exported, where it builds and runs it here (what
     a user gets without deploycc); None where it does not (an op it lacks, a bundle-only target), and
     for int8 builds, whose float original says nothing of the quantized engine's rounding."""
-    if request.precision == Precision.INT8 or request.fp32_model is not None or request.bundle_only:
+    if not _asks_backend_on_original(request):
         return None
     folder = staging / ".as-exported-engine"
     try:
@@ -449,10 +456,10 @@ def _original_runs_on_backend(backend: Any, request: BuildRequest, source: Path,
                               legalized: LegalizeReport, options: BuildOptions) -> bool | None:
     """Whether the backend builds and runs the model as exported, on the inputs verification drew,
     asked where it failed on deploycc's model: True is worse than doing nothing. None where it cannot
-    be asked here (_backend_on_original's exceptions) or the inputs cannot be drawn."""
+    be asked here (_asks_backend_on_original) or the inputs cannot be drawn."""
     from deploycc.verify.verification import drawn_content, signature_feeds
 
-    if request.precision == Precision.INT8 or request.fp32_model is not None or request.bundle_only:
+    if not _asks_backend_on_original(request):
         return None
     drawn = legalized.verification
     try:

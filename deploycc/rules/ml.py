@@ -52,7 +52,8 @@ _NEGATED = {"LessOrEqual": "Greater", "GreaterOrEqual": "Less"}
 MAX_TREE_NODES = 1 << 20
 
 
-def _text(value: object) -> str:
+def attribute_text(value: object) -> str:
+    """A string attribute as text (onnx-ir gives bytes or str)."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -63,7 +64,7 @@ class _Forest:
         trees = site.attr("nodes_treeids", [])
         nodes = site.attr("nodes_nodeids", [])
         self.index = {(t, n): i for i, (t, n) in enumerate(zip(trees, nodes, strict=True))}
-        self.modes = [_text(m) for m in site.attr("nodes_modes", [])]
+        self.modes = [attribute_text(m) for m in site.attr("nodes_modes", [])]
         leaf = [m == "LEAF" for m in self.modes]
         self.feature = np.array([0 if is_leaf else f for f, is_leaf
                                  in zip(site.attr("nodes_featureids", []), leaf, strict=True)], np.int64)
@@ -107,7 +108,7 @@ def _tree_check(site: Site, weights_prefix: str) -> str | None:
         return "handles a float32 input of rank 2 (rows of features)"
     if site.attr("nodes_values_as_tensor") is not None or site.attr(f"{weights_prefix}_weights_as_tensor"):
         return "thresholds or weights given as double tensors are compared in double by the op"
-    modes = {_text(m) for m in site.attr("nodes_modes", [])} - {"LEAF"}
+    modes = {attribute_text(m) for m in site.attr("nodes_modes", [])} - {"LEAF"}
     if len(modes) > 1 or not modes <= set(_COMPARISONS):
         return f"branch modes {sorted(modes)}: one of {sorted(_COMPARISONS)} for every node is handled"
     shape = site.shape(0)
@@ -174,9 +175,9 @@ class TreeEnsembleRegressorRule(Rule):
     until = 3
 
     def check(self, site: Site) -> str | None:
-        if _text(site.attr("aggregate_function", "SUM")) not in ("SUM", "AVERAGE"):
+        if attribute_text(site.attr("aggregate_function", "SUM")) not in ("SUM", "AVERAGE"):
             return "aggregate functions SUM and AVERAGE are handled"
-        if _text(site.attr("post_transform", "NONE")) not in ("NONE", "LOGISTIC"):
+        if attribute_text(site.attr("post_transform", "NONE")) not in ("NONE", "LOGISTIC"):
             return "post transforms NONE and LOGISTIC are handled"
         return _tree_check(site, "target")
 
@@ -186,12 +187,12 @@ class TreeEnsembleRegressorRule(Rule):
         assert x is not None
         leaves = _walk(site, b, forest, x)
         y = b.reduce("ReduceSum", b.op("Gather", b.const(forest.values), leaves), [1], keepdims=0)
-        if _text(site.attr("aggregate_function", "SUM")) == "AVERAGE":
+        if attribute_text(site.attr("aggregate_function", "SUM")) == "AVERAGE":
             y = b.op("Div", y, b.const(np.float32(len(forest.roots))))
         base = site.attr("base_values")
         if base:
             y = b.op("Add", y, b.const(np.array(base, np.float32)))
-        if _text(site.attr("post_transform", "NONE")) == "LOGISTIC":
+        if attribute_text(site.attr("post_transform", "NONE")) == "LOGISTIC":
             y = b.op("Sigmoid", y)
         return [y]
 
@@ -219,7 +220,7 @@ class TreeEnsembleClassifierRule(Rule):
         base = site.attr("base_values") or []
         if base and len(base) != len(labels):
             return "base values are not one per class"
-        if _text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
+        if attribute_text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
             return "post transforms NONE, SOFTMAX and LOGISTIC are handled"
         if any(not 0 <= c < len(labels) for c in site.attr("class_ids", []) or []):
             return "a class id is not one of the labels"
@@ -248,10 +249,11 @@ def _binary_check(site: Site) -> str | None:
         return "a binary classifier with one base value at most is handled"
     if all(w >= 0 for w in site.attr("class_weights", []) or []):
         return "a binary classifier scored by margins (some weight negative) is handled"
-    if _text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
+    if attribute_text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
         return "post transforms NONE, SOFTMAX and LOGISTIC are handled"
     leaves = {(t, n) for t, n, m in zip(site.attr("nodes_treeids", []), site.attr("nodes_nodeids", []),
-                                         site.attr("nodes_modes", []), strict=True) if _text(m) == "LEAF"}
+                                         site.attr("nodes_modes", []), strict=True)
+              if attribute_text(m) == "LEAF"}
     if leaves != set(zip(site.attr("class_treeids", []), site.attr("class_nodeids", []), strict=True)):
         return "a binary classifier with a weight on every leaf is handled"
     return _tree_check(site, "class")
@@ -269,7 +271,7 @@ def _binary(site: Site, b: Builder, forest: _Forest, x: ir.Value) -> list[ir.Val
     labels = np.array(site.attr("classlabels_int64s"), np.int64)
     positive = b.op("Greater", score, b.const(np.float32(0)))
     label = b.op("Where", positive, b.const(labels[1]), b.const(labels[0]))
-    if _text(site.attr("post_transform", "NONE")) == "LOGISTIC":
+    if attribute_text(site.attr("post_transform", "NONE")) == "LOGISTIC":
         pair = [b.op("Sigmoid", b.op("Neg", score)), b.op("Sigmoid", score)]
     else:
         pair = [b.op("Neg", score), score]
@@ -307,7 +309,7 @@ def _label_and_scores(site: Site, b: Builder, labels: np.ndarray, scores: ir.Val
     """A classifier's outputs: the label at the first highest raw score (ONNX Runtime's
     max_element), and the scores after the post transform, which keeps their order."""
     label = b.op("Gather", b.const(labels), b.op("ArgMax", scores, axis=1, keepdims=0), axis=0)
-    post = _text(site.attr("post_transform", "NONE"))
+    post = attribute_text(site.attr("post_transform", "NONE"))
     if post == "SOFTMAX":
         scores = b.op("Softmax", scores, axis=1) if b.opset >= 13 else b.op("Softmax", scores)
     elif post == "LOGISTIC":
@@ -327,14 +329,14 @@ class NormalizerRule(Rule):
     domain = ML
 
     def check(self, site: Site) -> str | None:
-        if _text(site.attr("norm", "MAX")) not in ("MAX", "L1", "L2"):
+        if attribute_text(site.attr("norm", "MAX")) not in ("MAX", "L1", "L2"):
             return "norms MAX, L1 and L2 are handled"
         return _float_rows(site)
 
     def expand(self, site: Site, b: Builder) -> Sequence[ir.Value]:
         x = site.inputs[0]
         assert x is not None
-        norm = _text(site.attr("norm", "MAX"))
+        norm = attribute_text(site.attr("norm", "MAX"))
         if norm == "MAX":
             n = b.reduce("ReduceMax", x, [1], keepdims=1)
         elif norm == "L1":
@@ -436,7 +438,7 @@ class LinearClassifierRule(Rule):
             return "one score per class is handled (the binary single-score form is not)"
         if _weights(site, len(labels)) is None:
             return "coefficients are not one row per class of the input's features"
-        if _text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
+        if attribute_text(site.attr("post_transform", "NONE")) not in ("NONE", "SOFTMAX", "LOGISTIC"):
             return "post transforms NONE, SOFTMAX and LOGISTIC are handled"
         return _float_rows(site)
 

@@ -28,17 +28,13 @@ import numpy as np
 
 from deploycc.rules.base import Builder, Rule, Site
 from deploycc.rules.catalog import register
+from deploycc.rules.ml import ML, attribute_text
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-ML = "ai.onnx.ml"
 COUPLING_ROUNDS = 100  # ml_common.h's multiclass_probability
 CLAMP = np.float32(1.0e-7)
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class _Svc:
@@ -58,7 +54,7 @@ class _Svc:
         self.prob_b = np.array(site.attr("prob_b", []) or [], np.float32)
         params = [*(site.attr("kernel_params", []) or []), 0.0, 0.0, 0.0]
         self.gamma, self.coef0, self.degree = (np.float32(v) for v in params[:3])
-        self.kernel = _text(site.attr("kernel_type", "LINEAR"))
+        self.kernel = attribute_text(site.attr("kernel_type", "LINEAR"))
         self.classes = len(self.labels)
         self.pairs = [(i, j) for i in range(self.classes) for j in range(i + 1, self.classes)]
 
@@ -72,7 +68,7 @@ class _Svc:
             return "coefficients or rho do not fit the support vectors and classes"
         if self.prob_a.size and (self.prob_a.size != len(self.pairs) or self.prob_b.size != len(self.pairs)):
             return "prob_a/prob_b do not have one value per pair of classes"
-        if _text(site.attr("post_transform", "NONE")) != "NONE":
+        if attribute_text(site.attr("post_transform", "NONE")) != "NONE":
             return "post_transform NONE is handled"
         if self.kernel not in ("LINEAR", "POLY", "RBF", "SIGMOID"):
             return f"kernel {self.kernel} is not one of LINEAR, POLY, RBF, SIGMOID"
@@ -162,8 +158,7 @@ def _coupled(svc: _Svc, b: Builder, scores: ir.Value) -> ir.Value:
     logistic = b.op("Where", b.op("Less", value, b.const(np.float32(0))), b.op("Sub", one, v), v)
     r = b.op("Min", b.op("Max", b.op("Sub", one, logistic), b.const(CLAMP)),
              b.const(np.float32(1) - CLAMP))
-    pair = {(i, j): p for p, (i, j) in enumerate(svc.pairs)}
-    upper = {key: _column(b, r, p) for key, p in pair.items()}  # R[i][j], i < j
+    upper = {key: _column(b, r, p) for p, key in enumerate(svc.pairs)}  # R[i][j], i < j
     lower = {key: b.op("Sub", one, r_ij) for key, r_ij in upper.items()}  # R[j][i] = 1 - R[i][j]
 
     def entry(row: int, col: int) -> ir.Value:
