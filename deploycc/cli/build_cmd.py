@@ -124,6 +124,10 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         engine_only=engine_only, half_analysis=not no_half_analysis,
         quantize=QuantizeOptions(calibration=calibration, validation=validation, max_drop=max_drop,
                                  metric=metric, allow_fallback=allow_fallback, require_int8=require_int8))
+    if source is None and not engine_only:
+        from deploycc import io
+
+        io.peek(model, check=True)  # a missing or malformed model is refused before anything is announced
     if outdir is None and not engine_only:
         outdir = str(api.default_outdir(source.label if source is not None else model,
                                         api.get_target(target, jetpack=jetpack)))

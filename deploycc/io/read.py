@@ -177,7 +177,10 @@ def peek(path: str | os.PathLike[str], *, check: bool = False) -> LoadedModel:
     it must not be changed. A model peeked at unvetted is read again for a caller that asks
     `check`."""
     file = Path(path)
-    stat = file.stat()
+    try:
+        stat = file.stat()
+    except FileNotFoundError:
+        raise model_error(file, "no such file") from None
     key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
     kept, vetted = _peeked.get(key, (None, False))
     if kept is None or (check and not vetted):

@@ -43,3 +43,14 @@ def test_engine_only_here_says_where_to_run_it(write_model, tmp_path: Path) -> N
     result = run("build", str(tmp_path / "b" / "bundle"), "--engine-only")
     assert result.returncode == 1
     assert "cannot build the engine here" in result.stderr and "jetson-orin" in result.stderr
+
+
+def test_bad_model_is_refused_with_exit_2_before_any_folder_is_named(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    for model in (tmp_path / "nosuch.onnx", tmp_path, empty):
+        result = run("build", str(model), "-t", "ort-cpu")  # no -o: the default folder, never announced
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2, (model, result.stderr)
+        assert len(lines) == 1 and lines[0].startswith("deploycc: error: "), (model, result.stderr)
+        assert "internal error" not in result.stderr and "writing" not in result.stderr
