@@ -38,10 +38,33 @@ def _remove_stale(parent: Path, name: str) -> None:
             continue
 
 
+def failed_run(folder: Path) -> bool:
+    """Whether `folder` holds nothing but what a failed run wrote: its report.json says the run
+    failed and lists every file the folder holds. Such a folder is a record of why there is no
+    result, not a result, so the next attempt replaces it without being forced (as make rebuilds
+    a target whose last build failed); a folder with anything else in it is never replaced so."""
+    import json
+
+    try:
+        report = json.loads((folder / "report.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(report, dict) or report.get("status") != "failed" \
+            or not isinstance(report.get("files"), list):
+        return False
+    listed = {str(name) for name in report["files"]} | {"report.json", "report.md"}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            if str((Path(root) / name).relative_to(folder)) not in listed:
+                return False
+    return True
+
+
 class StagedDirectory:
     """Build an output directory in a hidden sibling and rename it into place at the end.
 
-    An existing directory is refused unless `force`; on any exception, Ctrl-C or SIGTERM the
+    An existing directory is refused unless `force`, or unless it holds only a failed run's
+    record (`failed_run`: `replaces_failed` says so); on any exception, Ctrl-C or SIGTERM the
     staging folder is removed; a SIGKILLed build's staging folder is removed by the next run.
     """
 
@@ -50,7 +73,8 @@ class StagedDirectory:
         from deploycc.errors import OptionError
 
         self.outdir = outdir
-        if outdir.exists() and not force:
+        self.replaces_failed = outdir.is_dir() and not force and failed_run(outdir)
+        if outdir.exists() and not force and not self.replaces_failed:
             raise OptionError(f"{outdir}: already exists", hint="pass --force to replace it")
         if outdir.exists() and not outdir.is_dir():
             raise OptionError(f"{outdir}: exists and is not a directory")

@@ -72,6 +72,8 @@ def _build(model: str | Path, target: Target, outdir: str | Path, options: Build
             options.quantize, samples=None, validation_samples=None))
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         staging = staged.staging
+        if staged.replaces_failed:
+            notes.append(f"replaces {outdir}/, which held only the report of a failed build")
         if samples is not None and options.legalize.inputs is None:
             options = _verify_on_a_sample(options, samples.validation[0], staging)
         step("shapes")

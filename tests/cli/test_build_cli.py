@@ -54,3 +54,20 @@ def test_bad_model_is_refused_with_exit_2_before_any_folder_is_named(tmp_path: P
         assert result.returncode == 2, (model, result.stderr)
         assert len(lines) == 1 and lines[0].startswith("deploycc: error: "), (model, result.stderr)
         assert "internal error" not in result.stderr and "writing" not in result.stderr
+
+
+def test_a_failed_build_does_not_block_the_next_attempt(write_model, tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    refused = run("build", str(write_model(REFUSED, "r.onnx")), "-t", "jetson-xavier", "-o", out)
+    assert refused.returncode == 1
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["status"] == "failed"
+    retried = run("build", str(write_model(GOOD)), "-t", "ort-cpu", "-o", out, "--no-bench")
+    assert retried.returncode == 0, retried.stderr
+    assert "held only the report of a failed build" in retried.stdout
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["status"] == "verified"
+    # a failed build's folder that holds anything else is the user's: replaced only with --force
+    assert run("build", str(tmp_path / "r.onnx"), "-t", "jetson-xavier", "-o", out, "--force").returncode == 1
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    again = run("build", str(write_model(GOOD)), "-t", "ort-cpu", "-o", out)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
