@@ -10,6 +10,11 @@ is acyclic by construction (the property OpenVINO's HETERO plugin and torch.fx's
 by search), and a chain of host-device alternations is never longer than the longest such chain on
 any path, which is the fewest any partition can have.
 
+Where engines are built for shapes known at build time (TensorRT's), a node that reads a tensor
+whose size only the data decides (NonZero's count, what is gathered with it) joins the host; a
+shape is known when every dim is static or a graph input's own symbolic dim, so whatever reads a
+shape made static again (a reduction of the selected values) stays on the device.
+
 The cost model then sends a device segment back to the host when it is not worth a launch: fewer
 than `min_segment_nodes` nodes, or fewer floating-point operations than `flops_per_byte` times the
 bytes that cross its cuts plus the launch of one more engine (`LAUNCH_FLOPS`). The levels are
@@ -54,14 +59,21 @@ class Segment:
 @dataclass
 class PartitionPlan:
     segments: list[Segment]
-    host_reasons: dict[str, list[str]]  # host node label -> why it could not be made legal
+    host_reasons: dict[str, list[str]]  # host node label -> why it runs on the host (illegal, or kept there)
     cut_bytes: dict[str, int]  # cut tensor -> bytes per inference (symbolic dims counted as 1)
+    cut_reasons: dict[str, str] = field(default_factory=dict)  # cut tensor -> why it crosses engines
+
+    @property
+    def flops(self) -> int:
+        return sum(s.flops for s in self.segments)
+
+    @property
+    def device_flops(self) -> int:
+        return sum(s.flops for s in self.segments if s.placement == DEVICE)
 
     @property
     def device_flops_share(self) -> float:
-        total = sum(s.flops for s in self.segments)
-        device = sum(s.flops for s in self.segments if s.placement == DEVICE)
-        return device / total if total else 0.0
+        return self.device_flops / self.flops if self.flops else 0.0
 
 
 def node_reads(node: ir.Node) -> Iterator[ir.Value]:
@@ -93,10 +105,20 @@ def tensor_bytes(value: ir.Value) -> int:
         _BYTES.get(value.dtype.name, 4)
 
 
-def _static(value: ir.Value) -> bool:
-    """False when shape inference found a dim it cannot size (NonZero's count, after the inputs
-    were fixed); a shape not inferred at all (ai.onnx.ml ops) is sized by a run later."""
-    return value.shape is None or value.shape.is_static()
+def known_dims(graph: ir.Graph) -> set[str]:
+    """The symbolic dims of the graph inputs: sizes known before run time (a profile's)."""
+    return {d.value for v in graph.inputs if v.shape is not None for d in v.shape
+            if not isinstance(d, int) and d.value is not None}
+
+
+def sized_by_data(value: ir.Value, known: set[str]) -> bool:
+    """True when shape inference left a dim that no graph input's dims decide (NonZero's count,
+    what is gathered with it): only a run sizes it. Static dims and the inputs' own symbolic dims
+    are known before run time, so is a shape made static again (a ReduceSum of selected values is
+    [1]); a shape not inferred at all (ai.onnx.ml ops) is given its rank by a run later."""
+    if value.shape is None:
+        return False
+    return any(not isinstance(d, int) and (d.value is None or d.value not in known) for d in value.shape)
 
 
 def _levels(nodes: list[ir.Node], placement: list[str]) -> list[int]:
@@ -161,24 +183,105 @@ def _segments(graph: ir.Graph, nodes: list[ir.Node], placement: list[str]) -> li
     return segments
 
 
+def _reading_data_sized(nodes: list[ir.Node], segment: Segment, known: set[str]) -> dict[int, list[str]]:
+    """The nodes of a device segment that read a tensor of data-decided size made outside it, or
+    made by another such node, each with the names it reads: only they go to the host. Whatever
+    reads values known before run time, a reduction of the selected values for one, stays."""
+    position = {id(node): i for i, node in enumerate(nodes)}
+    kept, found = set(segment.nodes), {}
+    for i in segment.nodes:  # in topological order: a producer is judged before its readers
+        names: dict[str, None] = {}
+        for value in node_reads(nodes[i]):
+            producer = value.producer()
+            j = position.get(id(producer)) if producer is not None else None
+            if j is not None and j not in kept and sized_by_data(value, known):
+                names[value.name or ""] = None
+        if names:
+            found[i] = list(names)
+            kept.discard(i)
+    return found
+
+
+def _decision(segment: Segment, nodes: list[ir.Node], reasons: list[list[str]], decisions: dict[int, str],
+              sized: dict[int, list[str]]) -> str:
+    """Why a segment is where it is, from why each of its nodes is."""
+    if segment.placement == DEVICE:
+        return "legal on the target"
+    parts = []
+    refused = sorted({nodes[i].op_type for i in segment.nodes if reasons[i]})
+    if refused:
+        parts.append(f"runs what the target cannot ({', '.join(refused)})")
+    read = list(dict.fromkeys(name for i in segment.nodes for name in sized.get(i, [])))
+    if read:
+        parts.append(f"kept on the host: reads {', '.join(read)}, whose size the data decides")
+    parts += sorted({decisions[i] for i in segment.nodes if i in decisions and i not in sized})
+    return "; ".join(parts)
+
+
+def _cut_reasons(segments: list[Segment], nodes: list[ir.Node], host_reasons: dict[int, list[str]],
+                 cut: set[str]) -> dict[str, str]:
+    """Why each cut tensor crosses between engines: the host node that makes it, or the host nodes
+    that read it, with their reasons; between two device segments, the host segment around which
+    it passes."""
+    from deploycc.graph.graphs import node_label
+
+    where = {i: s for s in segments for i in s.nodes}
+    made_by = {v.name: i for s in segments for i in s.nodes for v in nodes[i].outputs}
+    found = {}
+    for name in sorted(cut):
+        if name not in made_by:
+            continue
+        source = where[made_by[name]]
+        if source.placement == HOST:
+            i = made_by[name]
+            found[name] = (f"made on the host by {node_label(nodes[i])} ({nodes[i].op_type}): "
+                           f"{'; '.join(host_reasons[i])}")
+            continue
+        readers = [s for s in segments if name in s.inputs]
+        host = [i for s in readers if s.placement == HOST for i in s.nodes
+                if any(v.name == name for v in node_reads(nodes[i]))]
+        if host:
+            found[name] = "; ".join(f"read on the host by {node_label(nodes[i])} ({nodes[i].op_type}): "
+                                    f"{'; '.join(host_reasons[i])}" for i in host)
+        else:
+            later = ", ".join(str(s.index) for s in readers)
+            found[name] = (f"from device segment {source.index} to device segment(s) {later}, past the "
+                           f"host segment(s) between them")
+    return found
+
+
 def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_nodes: int = 1,
          flops_per_byte: float = FLOPS_PER_BYTE, static_cuts: bool = False) -> PartitionPlan:
     """Segments of the graph for a judge that returns, per node, why it is illegal ([] = legal).
-    With `static_cuts` (an engine built for fixed shapes, as TensorRT's is here), a device segment
-    that reads a cut tensor of data-dependent size (NonZero's, NonMaxSuppression's) runs on the
-    host: the engine would need a profile for a size only the data decides."""
+    With `static_cuts` (an engine built for shapes known at build time, as TensorRT's is here), a
+    node of a device segment that reads a cut tensor of data-decided size (NonZero's,
+    NonMaxSuppression's, what is gathered with them) runs on the host: the engine would need a
+    profile for a size only the data decides. The rest of the segment stays on the device: a
+    value whose shape is static again (a reduction of the selected values) may cross to it."""
     from deploycc.graph.graphs import node_label
 
     nodes = list(graph)
     reasons = [legal(node) for node in nodes]
     placement = [HOST if why else DEVICE for why in reasons]
     decisions: dict[int, str] = {}
+    sized: dict[int, list[str]] = {}  # node -> the data-sized values that sent it to the host
+    known = known_dims(graph)
     while True:
         segments = _segments(graph, nodes, placement)
+        moved = False
+        for segment in segments if static_cuts else []:  # first what the engines cannot take at all
+            if segment.placement != DEVICE:
+                continue
+            for i, names in _reading_data_sized(nodes, segment, known).items():
+                placement[i] = HOST
+                sized[i] = names
+                decisions[i] = f"kept on the host: reads {', '.join(names)}, whose size the data decides"
+                moved = True
+        if moved:
+            continue
         values = {v.name: v for node in nodes for v in node.outputs}
         values.update({v.name: v for v in graph.inputs})
-        moved = False
-        for segment in segments:
+        for segment in segments:  # then the device segments not worth their launch
             if segment.placement != DEVICE:
                 continue
             moved_bytes = sum(tensor_bytes(values[name]) for name in segment.inputs + segment.outputs
@@ -186,11 +289,7 @@ def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_
             small = len(segment.nodes) < min_segment_nodes
             cheap = len(segments) > 1 and flops_per_byte > 0 and \
                 segment.flops < flops_per_byte * moved_bytes + LAUNCH_FLOPS
-            sized_by_data = [name for name in segment.inputs if static_cuts and name in values
-                             and values[name] not in graph.inputs and not _static(values[name])]
-            if sized_by_data:
-                why = f"its device segment reads {', '.join(sized_by_data)}, whose size the data decides"
-            elif small:
+            if small:
                 why = (f"its device segment was not worth a launch ({len(segment.nodes)} node(s), fewer "
                        f"than --min-segment-nodes {min_segment_nodes})")
             elif cheap:
@@ -205,12 +304,14 @@ def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_
         if not moved:
             break
     for segment in segments:
-        segment.decision = "; ".join(sorted({decisions[i] for i in segment.nodes if i in decisions})) or \
-            ("runs what the target cannot" if segment.placement == HOST else "legal on the target")
+        segment.decision = _decision(segment, nodes, reasons, decisions, sized)
     cut = {name for s in segments for name in s.inputs} & {name for s in segments for name in s.outputs}
     values = {v.name: v for node in nodes for v in node.outputs}
-    host_reasons = {f"{node_label(nodes[i])} ({nodes[i].op_type})": reasons[i] or [decisions.get(i, "")]
-                    for s in segments if s.placement == HOST for i in s.nodes}
-    return PartitionPlan(segments=segments, host_reasons=host_reasons,
+    why_host = {i: reasons[i] or [decisions.get(i, "")] for s in segments if s.placement == HOST
+                for i in s.nodes}
+    return PartitionPlan(segments=segments,
+                         host_reasons={f"{node_label(nodes[i])} ({nodes[i].op_type})": why
+                                       for i, why in why_host.items()},
                          cut_bytes={name: tensor_bytes(values[name]) for name in sorted(cut)
-                                    if name in values})
+                                    if name in values},
+                         cut_reasons=_cut_reasons(segments, nodes, why_host, cut))

@@ -106,7 +106,8 @@ def write_segments(model: ir.Model, plan: PartitionPlan, folder: Path, *, source
         "segments": [{"index": s.index, "placement": s.placement, "file": segment_file(s),
                       "inputs": s.inputs, "outputs": s.outputs, "nodes": len(s.nodes), "ops": s.ops,
                       "flops": s.flops, "decision": s.decision} for s in plan.segments],
-        "cuts": [{"name": name, **_tensor(values.get(name))} for name in plan.cut_bytes],
+        "cuts": [{"name": name, **_tensor(values.get(name)), "reason": plan.cut_reasons.get(name, "")}
+                 for name in plan.cut_bytes],
         "device_flops_share": round(plan.device_flops_share, 4),
         "device_segments": sum(s.placement == DEVICE for s in plan.segments),
     }

@@ -130,6 +130,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
             report.segments, report.cuts = pipeline["segments"], pipeline["cuts"]
             report.host_nodes = partition.host_reasons
             report.device_flops_share = partition.device_flops_share
+            report.flops, report.device_flops = partition.flops, partition.device_flops
             report.summary = _summary(partition, target, pipeline)
             if not any(s.placement == DEVICE for s in partition.segments):
                 report.notes.append(f"nothing runs on {target.name}: every node is on the host")
@@ -160,7 +161,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
                                            outdir=where, target=target, precision=precision)
                     # as `build` does (TensorRT: dynamic inputs' profiles); the backend's own options
                     # (--format, --dla-core, --workspace-mb) stay its defaults here, as they always have
-                    backend.prepare(request, options)
+                    backend.prepare(request, _cut_ranges(options, graph_model.graph, segment.inputs))
                     artifact = backend.build(request)
                     report.segments[segment.index]["artifact"] = {
                         "kind": artifact.kind, "files": artifact.files, "settings": artifact.settings}
@@ -192,6 +193,33 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
         _write(staging, report)
         staged.commit()
     return report
+
+
+def _cut_ranges(options: BuildOptions, graph: ir.Graph, inputs: list[str]) -> BuildOptions:
+    """The options with a range for each cut tensor a segment reads whose dims are the graph
+    inputs' own symbolic ones (a batch on any axis): each dim takes its input's range, so an
+    engine built for profiles (TensorRT) gets one for a cut as for a graph input."""
+    ranges: dict[str, tuple[int, int, int]] = {}
+    for value in graph.inputs:
+        given = options.shape_ranges.get(value.name or "")
+        for axis, dim in enumerate(value.shape or []):
+            if isinstance(dim, int) or dim.value is None:
+                continue
+            if given is not None:
+                ranges.setdefault(dim.value, (given[0][axis], given[1][axis], given[2][axis]))
+            elif axis == 0 and options.batch_range is not None:
+                ranges.setdefault(dim.value, options.batch_range)
+    made = {v.name: v for node in graph for v in node.outputs}
+    cut_ranges = dict(options.shape_ranges)
+    for name in inputs:
+        cut = made.get(name)
+        if cut is None or cut.shape is None or cut.shape.is_static():
+            continue
+        dims = list(cut.shape)
+        if all(isinstance(d, int) or d.value in ranges for d in dims):
+            per = [(d, d, d) if isinstance(d, int) else ranges[str(d.value)] for d in dims]
+            cut_ranges[name] = ([p[0] for p in per], [p[1] for p in per], [p[2] for p in per])
+    return replace(options, shape_ranges=cut_ranges) if cut_ranges != options.shape_ranges else options
 
 
 def _write(staging: Path, report: PartitionReport) -> None:

@@ -1,5 +1,6 @@
-"""What `build --partition` did: the segments, why each host node could not be made legal, and
-the chain verified against the original."""
+"""What `build --partition` did: the segments, why each host node runs there and why each cut
+tensor crosses engines, the device's share of the FLOPs, and the chain verified against the
+original."""
 
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ class PartitionReport(Result):
     summary: str
     precision: Precision
     segments: list[dict[str, Any]]
-    host_nodes: dict[str, list[str]]  # node -> why it could not be made legal
-    cuts: list[dict[str, Any]]
-    device_flops_share: float
+    host_nodes: dict[str, list[str]]  # node -> why it runs on the host (illegal, or kept there)
+    cuts: list[dict[str, Any]]  # each cut tensor: name, dtype, shape, bytes, and why it crosses engines
+    device_flops_share: float  # of the FLOPs of one inference, the device segments' share
     legalize: LegalizeReport | None
     chain_on_ort: Verification | None  # every segment on ONNX Runtime CPU
     chain_on_engines: Verification | None  # device segments on their built engines
     notes: list[str] = field(default_factory=list)
+    flops: int = 0  # of one inference, every segment's (bench's count, symbolic dims as 1)
+    device_flops: int = 0  # the device segments' part of them
 
     @property
     def exit_code(self) -> int:

@@ -398,6 +398,8 @@ def _render_export(out: Console, export: ExportReport) -> None:
 
 
 def render_partition(report: PartitionReport) -> None:
+    from deploycc.report.markdown import flops_share
+
     out = _console()
     colour = STATUS_COLOURS.get(report.status, "red")
     out.print(f"[bold]{report.model}[/bold] -> {report.target}, partitioned: "
@@ -407,6 +409,10 @@ def render_partition(report: PartitionReport) -> None:
                   f"reads {', '.join(segment['inputs'])}; {segment['decision']}")
     for node, why in sorted(report.host_nodes.items()):
         out.print(f"  host {node}: {'; '.join(why)}")
+    for cut in report.cuts:
+        if cut.get("reason"):
+            out.print(escape(f"  cut {cut['name']} {cut['shape']}: {cut['reason']}"))
+    out.print(f"  {flops_share(report)}")
     for title, check in (("ONNX Runtime CPU", report.chain_on_ort), ("the engines", report.chain_on_engines)):
         if check is not None:
             mark = "[green]passed[/green]" if check.passed else f"[red]{check.problem}[/red]"

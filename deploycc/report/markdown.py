@@ -283,16 +283,29 @@ def _device(device: DeviceResult) -> list[str]:
     return lines
 
 
+def flops_share(report: PartitionReport) -> str:
+    """The device's share of one inference's FLOPs, in words."""
+    if not report.flops:
+        return f"FLOPs on the device: {report.device_flops_share:.1%}"
+    return (f"FLOPs on the device: {report.device_flops_share:.1%} ({report.device_flops / 1e6:.2f} of "
+            f"{report.flops / 1e6:.2f} MFLOPs per inference)")
+
+
 def partition_markdown(report: PartitionReport) -> str:
-    """report.md of a build with host segments: each segment, why each host node could not be
-    made legal, and the chain's two checks."""
+    """report.md of a build with host segments: each segment, the device's share of the FLOPs,
+    why each cut tensor crosses engines and each host node runs there, and the chain's two checks."""
     lines = [f"# {Path(report.model).name} on {report.target}, partitioned: {report.status}", "",
              report.summary, "", "| segment | placement | nodes | inputs | outputs | decision |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {s['index']} | {s['placement']} | {s['nodes']} | {', '.join(s['inputs'])} | "
               f"{', '.join(s['outputs'])} | {s['decision']} |" for s in report.segments]
+    lines += ["", flops_share(report)]
+    if report.cuts:
+        lines += ["", "| cut tensor | shape | bytes | why it crosses engines |", "|---|---|---|---|"]
+        lines += [f"| {c['name']} | {c['shape']} | {c['bytes']} | {c.get('reason', '')} |"
+                  for c in report.cuts]
     if report.host_nodes:
-        lines += ["", "Host nodes and why each could not be made legal:", ""]
+        lines += ["", "Host nodes and why each runs there:", ""]
         lines += [f"- {node}: {'; '.join(why)}" for node, why in sorted(report.host_nodes.items())]
     for title, check in (("ONNX Runtime CPU", report.chain_on_ort), ("the engines", report.chain_on_engines)):
         if check is not None:

@@ -257,3 +257,96 @@ def test_the_cost_model_keeps_a_tiny_device_segment_on_the_host(tmp_path: Path) 
     report = api.build_partitioned(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
     assert [s["placement"] for s in report.segments] == ["host"]
     assert "not worth a launch" in report.segments[0]["decision"]
+
+
+def nonzero_between_convs(channels: int = 16, size: int = 32, batch: int | str = 1) -> onnx.GraphProto:
+    """Conv -> NonZero of a mask -> GatherND of the selected values -> ReduceSum ([1] again) scaling
+    the input of two more Convs: the data sizes only the middle, the Convs after it are static.
+    The scaling runs with the batch on axis 1 (a cut tensor whose batch is not first)."""
+    first, w1 = _conv("c1", "x", "a", channels)
+    second, w2 = _conv("c2", "scaled", "b", channels)
+    third, w3 = _conv("c3", "b2", "y", channels)
+    image = [batch, channels, size, size]
+    nodes = [first, helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Greater", ["r", "threshold"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["idx"]),
+             helper.make_node("Transpose", ["idx"], ["idxT"], perm=[1, 0]),
+             helper.make_node("GatherND", ["r", "idxT"], ["sel"]),
+             helper.make_node("ReduceSum", ["sel"], ["total"], keepdims=1),
+             helper.make_node("Transpose", ["r"], ["channels_first"], perm=[1, 0, 2, 3]),
+             helper.make_node("Mul", ["channels_first", "total"], ["scaled_t"]),
+             helper.make_node("Transpose", ["scaled_t"], ["scaled"], perm=[1, 0, 2, 3]),
+             second, helper.make_node("Relu", ["b"], ["b2"]), third]
+    return helper.make_graph(nodes, "nonzero_between", [_vi("x", FLOAT, image)], [_vi("y", FLOAT, image)],
+                             [w1, w2, w3, _const("threshold", 0.5)])
+
+
+def test_a_shape_made_static_again_after_nonzero_runs_on_the_device(tmp_path: Path) -> None:
+    """Only what reads a data-sized tensor joins NonZero on the host of jetson-nano (TensorRT 8.2
+    refuses NonZero): the Convs scaled by the [1] sum of the selected values are a device segment."""
+    model = _save(tmp_path, nonzero_between_convs(), "between.onnx", [helper.make_opsetid("", 13)])
+    report = api.build_partitioned(model, "jetson-nano", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "pending-on-device", report.summary  # TensorRT builds on the board
+    assert [s["placement"] for s in report.segments] == ["device", "host", "device"], report.segments
+    assert report.segments[1]["ops"] == {"NonZero": 1, "Transpose": 1, "GatherND": 1, "ReduceSum": 1}
+    assert report.segments[2]["ops"] == {"Mul": 1, "Transpose": 1, "Conv": 2, "Relu": 1}
+    assert report.segments[2]["inputs"] == ["channels_first", "total"]
+    decision = report.segments[1]["decision"]
+    assert decision.startswith("runs what the target cannot (NonZero); kept on the host: reads idx,"), \
+        decision
+    assert "whose size the data decides" not in report.segments[2]["decision"]
+    reasons = {cut["name"]: cut["reason"] for cut in report.cuts}
+    assert reasons["mask"].startswith("read on the host by idx (NonZero): NonZero is listed as unsupported")
+    assert reasons["total"] == "made on the host by total (ReduceSum): kept on the host: reads sel, " \
+        "whose size the data decides"
+    assert report.device_flops_share > 0.5 and report.device_flops <= report.flops
+    assert report.flops == sum(s["flops"] for s in report.segments)
+    assert report.chain_on_ort.passed
+    assert (tmp_path / "out" / "segments" / "02" / "bundle").is_dir()
+    assert "FLOPs on the device: " in (tmp_path / "out" / "report.md").read_text()
+    assert_reads_back(tmp_path / "out")
+    from deploycc.runtime import Chain
+
+    chain = Chain.load(tmp_path / "out" / "segments")
+    original = ort.InferenceSession(str(model))
+    for seed in (1, 2):  # as many values selected as the data decides
+        feeds = {"x": np.random.default_rng(seed).standard_normal((1, 16, 32, 32)).astype(np.float32)}
+        np.testing.assert_allclose(chain.run(feeds)["y"], original.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+    chain.close()
+
+
+def test_a_dynamic_batch_cut_gets_its_inputs_profile(tmp_path: Path) -> None:
+    """With --dynamic-batch the cut tensors carry the input's batch, known before run time: the
+    scaled Convs stay on the device, and the engine's profile for a cut with the batch on axis 1
+    is the input's batch range on that axis."""
+    graph = nonzero_between_convs(batch="batch")
+    model = _save(tmp_path, graph, "between.onnx", [helper.make_opsetid("", 13)])
+    report = api.build_partitioned(model, "jetson-nano", tmp_path / "out",
+                                   BuildOptions(bench=False, batch_range=(1, 2, 4)))
+    assert [s["placement"] for s in report.segments] == ["device", "host", "device"], report.segments
+    assert report.chain_on_ort.passed, report.summary
+    profiles = report.segments[2]["artifact"]["settings"]["profiles"]
+    assert {"input": "channels_first", "min": [16, 1, 32, 32], "opt": [16, 2, 32, 32],
+            "max": [16, 4, 32, 32]} in profiles
+
+
+def test_a_cut_sized_by_the_inputs_own_dims_is_known_before_run_time(tmp_path: Path) -> None:
+    """A symbolic dim that a graph input declares (a batch a profile covers) is no data-decided
+    size: the reader of such a cut stays on the device; NonZero's count is one."""
+    from deploycc.partition.plan import plan
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Neg", ["a"], ["b"], name="refused"),
+             helper.make_node("Exp", ["b"], ["c"], name="exp"),
+             helper.make_node("NonZero", ["a"], ["idx"], name="nonzero"),
+             helper.make_node("Cast", ["idx"], ["y"], name="cast", to=FLOAT)]
+    graph = helper.make_graph(nodes, "batch", [_vi("x", FLOAT, ["N", 4])],
+                              [_vi("c", FLOAT, ["N", 4]), _vi("y", FLOAT, [2, "n"])])
+    model = load_inferred(_save(tmp_path, graph, "batch.onnx", [helper.make_opsetid("", 17)])).model
+    refused = {"refused", "nonzero"}
+    result = plan(model.graph, lambda node: ["refused"] if node.name in refused else [], flops_per_byte=0,
+                  static_cuts=True)
+    ordered = list(model.graph)
+    where = {ordered[i].name: s.placement for s in result.segments for i in s.nodes}
+    assert where == {"relu": "device", "refused": "host", "exp": "device", "nonzero": "host", "cast": "host"}
+    assert result.host_reasons["cast (Cast)"] == ["kept on the host: reads idx, whose size the data decides"]
