@@ -45,11 +45,13 @@ def failed_run(folder: Path) -> bool:
     a target whose last build failed); a folder with anything else in it is never replaced so."""
     import json
 
+    from deploycc.taxonomy import BuildStatus
+
     try:
         report = json.loads((folder / "report.json").read_text())
     except (OSError, ValueError):
         return False
-    if not isinstance(report, dict) or report.get("status") != "failed" \
+    if not isinstance(report, dict) or report.get("status") != BuildStatus.FAILED \
             or not isinstance(report.get("files"), list):
         return False
     listed = {str(name) for name in report["files"]} | {"report.json", "report.md"}
@@ -70,12 +72,12 @@ class StagedDirectory:
 
     def __init__(self, outdir: Path, *, force: bool = False, protect: tuple[Path, ...] = ()) -> None:
         """`protect`: inputs that must survive, so an OUTDIR holding one is never replaced."""
-        from deploycc.errors import OptionError
+        from deploycc.errors import OptionError, OutputExists
 
         self.outdir = outdir
         self.replaces_failed = outdir.is_dir() and not force and failed_run(outdir)
         if outdir.exists() and not force and not self.replaces_failed:
-            raise OptionError(f"{outdir}: already exists", hint="pass --force to replace it")
+            raise OutputExists(outdir)
         if outdir.exists() and not outdir.is_dir():
             raise OptionError(f"{outdir}: exists and is not a directory")
         inside = [p for p in protect if p.resolve().is_relative_to(outdir.resolve())]
