@@ -11,7 +11,7 @@ import click
 from deploycc import api
 from deploycc.errors import OptionError
 
-TORCH_FLAGS = ("example_inputs", "input_specs", "dynamic", "exporter")
+TORCH_FLAGS = ("example_inputs", "input_specs", "dynamic", "exporter", "accept_trace_warnings")
 
 
 def torch_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -27,6 +27,10 @@ def torch_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True,
                      help="A torch MODEL: the exporter (auto: the target's order, the second when the "
                           "first fails)."),
+        click.option("--accept-trace-warnings", is_flag=True,
+                     help="A torch MODEL: keep a TorchScript trace that took a branch or a value from "
+                          "the inputs' data (torch's TracerWarning); the traced path then holds for every "
+                          "input."),
     ]
     for flag in reversed(flags):
         command = flag(command)
@@ -40,9 +44,11 @@ def torch_source(model: str, flags: dict[str, Any]) -> Any:
 
     example_inputs, input_specs = flags.pop("example_inputs"), flags.pop("input_specs")
     dynamic, exporter = flags.pop("dynamic"), flags.pop("exporter")
+    accept = flags.pop("accept_trace_warnings")
     if source_kind(model) is None:
         given = [name for name, value in (("--example-inputs", example_inputs), ("--input", input_specs),
-                                          ("--dynamic", dynamic)) if value]
+                                          ("--dynamic", dynamic), ("--accept-trace-warnings", accept))
+                 if value]
         if given or exporter != "auto":
             flag = given[0] if given else "--exporter"
             raise OptionError(f"{flag} is for a PyTorch model, and {model} is not one",
@@ -50,4 +56,5 @@ def torch_source(model: str, flags: dict[str, Any]) -> Any:
         return None
     source = api.torch_source(model, example_inputs, dynamic=dynamic, input_specs=input_specs)
     source.exporters = None if exporter == "auto" else (exporter,)
+    source.accept_trace_warnings = accept
     return source

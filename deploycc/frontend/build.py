@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.errors import DeployccError, ExportFailed
+from deploycc.errors import DeployccError, ExportFailed, OptionError
 from deploycc.frontend import first_line
 from deploycc.frontend.exporters import ExporterFailed, export_with, opset_ceiling, requested_opset
 from deploycc.frontend.failures import classify
-from deploycc.frontend.proof import final_proof, prove, proven, second_size, torch_outputs
+from deploycc.frontend.proof import final_proof, named_outputs, prove, proven, second_size, torch_outputs
 from deploycc.frontend.shared_exports import shared_export
 from deploycc.frontend.sources import Axis, TorchSource
 from deploycc.options import BuildOptions
@@ -57,7 +57,8 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
     options = _with_ranges(source, options or BuildOptions())
     outdir = Path(outdir)
     started = time.perf_counter()
-    record = _record(source, target)
+    source, batch_note = at_target_batch(source, target)
+    record = _record(source, target, batch_note)
     expected = reference_outputs(source)
     with io.StagedDirectory(outdir, force=options.force) as staged:
         staging = staged.staging
@@ -114,7 +115,8 @@ def export_for_target(source: TorchSource, target: Target, folder: Path) -> tupl
     """The first export, in the target's order, that exports and is proven against torch (no
     build: `legalize`, `check` and `build --partition` take it from here), written in `folder`.
     Raises ExportFailed, with each attempt's classified line, when none is."""
-    record = _record(source, target)
+    source, batch_note = at_target_batch(source, target)
+    record = _record(source, target, batch_note)
     started = time.perf_counter()
     expected = reference_outputs(source)
     for exporter in record.order:
@@ -130,12 +132,54 @@ def export_for_target(source: TorchSource, target: Target, folder: Path) -> tupl
     raise failed
 
 
-def _record(source: TorchSource, target: Target) -> ExportReport:
+def _record(source: TorchSource, target: Target, note: str | None = None) -> ExportReport:
     """The export's record before any attempt: the exporters in order (the user's, else the
     target's) at the target's opset ceiling."""
     return ExportReport(source=source.label, kind=source.kind, target=target.name,
                         opset_ceiling=opset_ceiling(target), example_shapes=source.shapes(),
-                        order=list(source.exporters or target.export.exporters))
+                        order=applicable(source, source.exporters or target.export.exporters),
+                        notes=[note] if note else [])
+
+
+def applicable(source: TorchSource, exporters: tuple[str, ...] | list[str]) -> list[str]:
+    """The exporters that can read what the user gave: a .pt2 is torch.export's program, which
+    only dynamo exports (TorchScript would trace its module: "Calling train() is not supported");
+    a TorchScript archive only TorchScript's (dynamo does not take a ScriptModule)."""
+    only = {"pt2": "dynamo", "torchscript": "torchscript"}.get(source.kind)
+    order = [exporter for exporter in exporters if only is None or exporter == only]
+    if not order:
+        archive = ".pt2" if source.kind == "pt2" else "TorchScript"
+        raise OptionError(f"--exporter {', '.join(exporters)} does not apply to {source.label}",
+                          hint=f"a {archive} archive is exported by {only}")
+    return order
+
+
+def at_target_batch(source: TorchSource, target: Target) -> tuple[TorchSource, str | None]:
+    """`source` with its example inputs at the batch the target's shape policy fixes (a Jetson
+    builds batch 1), axis 0 of every input of rank 2 or more taken cyclically, and a note saying
+    so; as it is where the policy keeps the batch open, the user made axis 0 dynamic, a .pt2 has
+    its own dims, or the module does not run at that batch (said in the note)."""
+    import torch
+
+    if target.shapes.batch != "fixed" or source.program is not None:
+        return source, None
+    size = target.shapes.batch_size
+    moved, changed = [], []
+    for name, tensor in zip(source.names, source.inputs, strict=True):
+        if tensor.dim() >= 2 and 0 not in source.dynamic.get(name, {}) and tensor.shape[0] != size:
+            changed.append(f"{name} {tensor.shape[0]} -> {size}")
+            tensor = torch.index_select(tensor, 0, torch.arange(size) % max(int(tensor.shape[0]), 1))
+        moved.append(tensor)
+    if not changed:
+        return source, None
+    try:
+        torch_outputs(source.module, tuple(moved))
+    except Exception as error:  # the module is made for its example's batch: keep it, and say so
+        return source, (f"kept the example's batch: {target.name} builds batch {size}, and the module "
+                        f"does not run at it ({type(error).__name__}: {first_line(error)})")
+    return dataclasses.replace(source, inputs=tuple(moved)), (
+        f"batch {size}, {target.name}'s shape policy (the example inputs' batch: {', '.join(changed)}); "
+        "--dynamic NAME:0:MIN:OPT:MAX keeps it open")
 
 
 def _with_ranges(source: TorchSource, options: BuildOptions) -> BuildOptions:
@@ -160,7 +204,7 @@ def reference_outputs(source: TorchSource) -> list[Any]:
     """torch's outputs on the example inputs, what every proof compares with; a module that does
     not run on them is a failure of torch itself, said in one line."""
     try:
-        return torch_outputs(source.module, source.inputs)
+        names, outputs = named_outputs(source.module, source.inputs)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as error:
@@ -168,7 +212,9 @@ def reference_outputs(source: TorchSource) -> list[Any]:
                                 f"{type(error).__name__}: {first_line(error)}",
                                 hint="give example inputs it takes (--example-inputs, --input)")
         raise ExportFailed(f"{source.label}: {failure.line()}") from None
-
+    if source.output_names is None:
+        source.output_names = [f"{name}_out" if name in source.names else name for name in names]
+    return outputs
 
 
 def default_axes(source: TorchSource, target: Target) -> dict[str, dict[int, Axis]]:
@@ -216,12 +262,33 @@ def _export(exporter: str, source: TorchSource, axes: dict[str, dict[int, Axis]]
             attempt: ExportAttempt, target: Target) -> Path | None:
     path = folder / f"{exporter}.onnx"
     try:
-        export_with(exporter, source, _widened(source, axes), axes, path, attempt.opset_requested)
+        findings = export_with(exporter, source, _widened(source, axes), axes, path,
+                               attempt.opset_requested, source.output_names)
     except ExporterFailed as failed:
         attempt.failure = classify(failed.error, failed.printed, target, module=source.module,
-                                   inputs=source.inputs)
+                                   inputs=source.inputs, user_dynamic=bool(source.dynamic))
         return None
-    _read_back(path, attempt, source)
+    if exporter == "torchscript" and source.traced_guards:  # an archive deploycc traced: what it found
+        findings.guards = list(source.traced_guards)
+    attempt.trace_warnings, attempt.data_guards = findings.warnings, findings.guards
+    constant = _read_back(path, attempt, source)
+    if constant:
+        attempt.failure = ExportFailure(
+            NOT_PROVEN, f"no output of the export depends on an input ({', '.join(constant)}): torch "
+            "computed them outside the graph (NumPy, Python) and the exporter wrote constants",
+            hint="keep forward in torch ops (torch.tanh, not np.tanh on x.numpy())")
+        return None
+    if findings.guards and not source.accept_trace_warnings:
+        attempt.failure = ExportFailure(
+            DATA_DEPENDENT, f"the trace fixed what the inputs' data decides, at {findings.guards[0]}"
+            + (f" and {len(findings.guards) - 1} more place(s)" if len(findings.guards) > 1 else ""),
+            hint="compute it with torch ops (torch.where, torch.cond), or pass --accept-trace-warnings to "
+                 "keep the traced path for every input", module_path=None)
+        return None
+    if findings.guards:
+        attempt.guards_accepted = True
+        attempt.notes.append(f"accepted with --accept-trace-warnings: the path the example inputs took is "
+                             f"fixed in the export at {'; '.join(findings.guards)}")
     return path
 
 
@@ -294,11 +361,13 @@ def _widened(source: TorchSource, axes: dict[str, dict[int, Axis]]) -> tuple[Any
     return tuple(widened)
 
 
-def _read_back(path: Path, attempt: ExportAttempt, source: TorchSource) -> None:
-    """The opset, node count and dynamic dims the exporter actually wrote."""
+def _read_back(path: Path, attempt: ExportAttempt, source: TorchSource) -> list[str]:
+    """The opset, node count and dynamic dims the exporter actually wrote, in `attempt`; returns
+    the outputs that no input reaches when none does (an export that lost what forward computes)."""
     import onnx_ir as ir
 
     from deploycc import io
+    from deploycc.graph.graphs import outputs_apart_from_inputs
 
     model = io.load(path, check=False).model
     attempt.opset_written = model.opset_imports.get("", None)
@@ -310,6 +379,9 @@ def _read_back(path: Path, attempt: ExportAttempt, source: TorchSource) -> None:
         for axis, dim in enumerate(value.shape):
             if isinstance(dim, ir.SymbolicDim):
                 attempt.dynamic.setdefault(value.name, {})[str(axis)] = dim.value or f"{value.name}_{axis}"
+    constant = outputs_apart_from_inputs(model.graph)
+    # one output that is a constant beside others that are not is a model's own (an anchor grid)
+    return constant if constant and len(constant) == len(model.graph.outputs) else []
 
 
 def _better(built: list[tuple[ExportAttempt, BuildReport, Path]]) -> tuple[ExportAttempt, BuildReport, Path]:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.frontend.trace_guard import TraceFindings, watched
+
 if TYPE_CHECKING:
     from deploycc.frontend.sources import Axis, TorchSource
     from deploycc.targets.schema import Target
@@ -62,19 +64,33 @@ class ExporterFailed(Exception):
 
 
 def export_with(exporter: str, source: TorchSource, inputs: tuple[Any, ...],
-                dynamic: dict[str, dict[int, Axis]], path: Path, opset: int) -> None:
+                dynamic: dict[str, dict[int, Axis]], path: Path, opset: int,
+                output_names: list[str] | None = None) -> TraceFindings:
     """Write `source` as ONNX to `path` with `exporter`, with torch's printing kept off the
-    console (ExporterFailed carries it, for failures.py)."""
+    console (ExporterFailed carries it, for failures.py). A trace (TorchScript's exporter on a
+    Python module) is watched for values computed from the inputs' data that leave torch, and
+    torch's TracerWarnings are kept (trace_guard.py): what it found is returned."""
     printed: list[str] = []
+    findings = TraceFindings()
+    traced = exporter == "torchscript" and not _scripted(source.module)
     try:
         with _captured(printed), warnings.catch_warnings(), \
                 _quiet("torch.onnx", "torch.export", "torch._dynamo", "onnxscript"):
             warnings.simplefilter("ignore")
-            EXPORTERS[exporter](source, inputs, dynamic, path, opset)
+            with watched(source.module, findings) if traced else contextlib.nullcontext():
+                EXPORTERS[exporter](source, inputs, dynamic, path, opset, output_names)
     except (KeyboardInterrupt, MemoryError):
         raise
     except BaseException as error:  # torch raises anything, SystemExit included, from deep inside
         raise ExporterFailed(error, "".join(printed)) from error
+    return findings
+
+
+def _scripted(module: Any) -> bool:
+    """A TorchScript module: its exporter reads the script (control flow and all), nothing is traced."""
+    import torch
+
+    return isinstance(module, torch.jit.ScriptModule)
 
 
 @contextlib.contextmanager
@@ -94,20 +110,20 @@ def _captured(printed: list[str]) -> Iterator[None]:
 
 
 def _torchscript(source: TorchSource, inputs: tuple[Any, ...], dynamic: dict[str, dict[int, Axis]],
-                 path: Path, opset: int) -> None:
+                 path: Path, opset: int, output_names: list[str] | None) -> None:
     import torch
 
     from deploycc.frontend.backports import backported
 
     with backported(opset):
         torch.onnx.export(source.module, inputs, str(path), dynamo=False, opset_version=opset,
-                          input_names=source.names, do_constant_folding=True,
+                          input_names=source.names, output_names=output_names, do_constant_folding=True,
                           dynamic_axes={name: {axis: bounds.name for axis, bounds in axes.items()}
                                         for name, axes in dynamic.items()} or None)
 
 
 def _dynamo(source: TorchSource, inputs: tuple[Any, ...], dynamic: dict[str, dict[int, Axis]],
-            path: Path, opset: int) -> None:
+            path: Path, opset: int, output_names: list[str] | None) -> None:
     import torch
 
     model = source.program if source.program is not None else source.module
@@ -116,7 +132,8 @@ def _dynamo(source: TorchSource, inputs: tuple[Any, ...], dynamic: dict[str, dic
         shapes = tuple({axis: _dim(bounds) for axis, bounds in dynamic.get(name, {}).items()} or None
                        for name in source.names)
     program = torch.onnx.export(model, inputs, dynamo=True, opset_version=opset, input_names=source.names,
-                                dynamic_shapes=shapes, optimize=True, verify=False, report=False)
+                                output_names=output_names, dynamic_shapes=shapes, optimize=True, verify=False,
+                                report=False)
     if program is None:  # pragma: no cover - dynamo=True always returns its program
         raise RuntimeError("torch.onnx.export returned no program")
     program.save(str(path))

@@ -35,12 +35,14 @@ DYNAMO_NODE = re.compile(r"Error when translating node %\w+ : .*?target=torch\.o
 GUARD_MARKERS = ("GuardOnDataDependentSymNode", "data-dependent expression", "data dependent expression",
                  "Could not guard on data-dependent", "DataDependentOutputException")
 CONSTRAINT_MARKERS = ("Constraints violated", "ConstraintViolation", "specialized it to be a constant")
+NUMPY_MARKER = ".numpy() is not supported"
+USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\w+)')
 SUMMARY = re.compile(r"## Exception summary\s*\n\s*\n?(.+)")
 SCOPE = re.compile(r"= (aten::\w+)\(.*?scope: ([^#\n]*?)(?: # (\S+))?$", re.MULTILINE)
 
 
 def classify(error: BaseException, printed: str, target: Target, *, module: Any = None,
-             inputs: tuple[Any, ...] = ()) -> ExportFailure:
+             inputs: tuple[Any, ...] = (), user_dynamic: bool = False) -> ExportFailure:
     """`error` raised by an exporter (`printed`: what torch printed meanwhile), as one line."""
     text = f"{error}\n{error.__cause__ or ''}"
     first = _summary(error)
@@ -54,8 +56,13 @@ def classify(error: BaseException, printed: str, target: Target, *, module: Any 
     if any(marker in text for marker in GUARD_MARKERS):
         return ExportFailure(DATA_DEPENDENT,
                              f"control flow or a shape depends on the input's values: {first}",
-                             hint="export with static shapes (drop --dynamic), or build with --partition to "
-                                  "run the data-dependent tail on the host")
+                             hint="compute it with torch ops (torch.where, torch.cond)"
+                                  + (", or drop --dynamic" if user_dynamic else ""),
+                             module_path=_user_line(text))
+    if NUMPY_MARKER in text:
+        return ExportFailure(DATA_DEPENDENT, "forward converts a tensor to NumPy, which the exporter cannot "
+                             f"follow: {first}", hint="keep forward in torch ops",
+                             module_path=_user_line(text))
     if any(marker in text for marker in CONSTRAINT_MARKERS):
         return ExportFailure(DATA_DEPENDENT, f"an axis asked dynamic is fixed by the model: {first}",
                              hint="drop that --dynamic axis, or give it the range the model takes")
@@ -67,6 +74,16 @@ def classify(error: BaseException, printed: str, target: Target, *, module: Any 
                              module_path=_module_path(op, printed, module, inputs))
     return ExportFailure(TORCH_FAILURE, f"torch failed: {first}",
                          hint="rerun with --debug for torch's own trace")
+
+
+def _user_line(text: str) -> str | None:
+    """The last `File "...", line N` of torch's message that is not torch's own: the module's line."""
+    found = [match for match in USER_FRAME.finditer(without_colour(text))
+             if "/torch/" not in match.group(1) and "/deploycc/" not in match.group(1)]
+    if not found:
+        return None
+    match = found[-1]
+    return f"{match.group(1).rsplit('/', 1)[-1]}:{match.group(2)} in {match.group(3)}"
 
 
 def _unsupported_op(text: str) -> str | None:

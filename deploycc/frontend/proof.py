@@ -26,12 +26,30 @@ REFERENCE = "torch"
 
 def torch_outputs(module: Any, inputs: tuple[Any, ...]) -> list[np.ndarray]:
     """The module's outputs on `inputs`, flattened as the exporters flatten them (tensors only)."""
+    return named_outputs(module, inputs)[1]
+
+
+def named_outputs(module: Any, inputs: tuple[Any, ...]) -> tuple[list[str], list[np.ndarray]]:
+    """The module's outputs on `inputs` as `torch_outputs` gives them, and a name for each from
+    where it sits in what forward returns: a dict's key or a named tuple's field ("logits"),
+    "output" for a lone tensor, "output_1" for a tuple's second; the names both exporters are
+    asked to write, so that the file reads the same whatever exporter and target made it."""
     import torch
-    from torch.utils._pytree import tree_leaves
+    from torch.utils._pytree import tree_flatten_with_path
 
     with torch.no_grad():
         result = module(*inputs)
-    return [leaf.detach().cpu().numpy() for leaf in tree_leaves(result) if isinstance(leaf, torch.Tensor)]
+    leaves = [(path, leaf) for path, leaf in tree_flatten_with_path(result)[0]
+              if isinstance(leaf, torch.Tensor)]
+    names: list[str] = []
+    for path, _ in leaves:
+        parts = [str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key)))) for key in path]
+        name = "_".join(parts) if parts else "output"
+        name = f"output_{name}" if name[0].isdigit() else name
+        while name in names:
+            name += "_"
+        names.append(name)
+    return names, [leaf.detach().cpu().numpy() for _, leaf in leaves]
 
 
 def feeds_for(graph_inputs: list[ir.Value], source: TorchSource, inputs: tuple[Any, ...]) -> dict[str, Any]:

@@ -69,6 +69,7 @@ def _key(exporter: str, source: TorchSource, opset: int, axes: dict[str, dict[in
         return None
     try:
         digest = hashlib.sha256(f"{model}|{exporter}|{opset}|{sorted(axes.items())}|{source.names}|"
+                                f"{source.output_names}|{source.accept_trace_warnings}|"
                                 f"{torch.__version__}|{metadata.version('deploycc')}".encode())
         holder = source.program if source.program is not None else source.module
         for name, tensor in sorted(holder.state_dict().items()):

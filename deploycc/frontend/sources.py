@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from deploycc.errors import ModelInputError, OptionError
 from deploycc.frontend import FACTORY, first_line, source_kind
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool")
+GUARDS_HINT = "data_guards"  # in STEM.pt.hints.json: what save_archive's trace fixed
 INTEGER_RANGE = (0, 10)  # what `--input name:dims:int64` draws: a valid index for most vocabularies
 
 
@@ -47,6 +49,11 @@ class TorchSource:
     dynamic: dict[str, dict[int, Axis]] = field(default_factory=dict)  # input name -> axis -> range
     program: Any = None  # a .pt2's ExportedProgram, exported as it is by dynamo
     exporters: tuple[str, ...] | None = None  # the exporters to try, in order (None: the target's)
+    # keep a trace whose path the inputs' data chose (--accept-trace-warnings); refused otherwise
+    accept_trace_warnings: bool = False
+    output_names: list[str] | None = None  # what the export names its outputs (the module's own)
+    # a TorchScript archive deploycc traced itself (save_archive): where the inputs' data decided
+    traced_guards: list[str] = field(default_factory=list)
 
     def shapes(self) -> dict[str, list[int]]:
         return {name: list(tensor.shape) for name, tensor in zip(self.names, self.inputs, strict=True)}
@@ -71,6 +78,7 @@ def load_source(spec: str | Path, *, example_inputs: Path | None = None, input_s
     torch = torch_module()
     label = str(spec)
     given: tuple[Any, ...] | None = None
+    guards: list[str] = []
     program = None
     constraints: dict[str, dict[int, Axis]] = {}
     if kind == "pt2":
@@ -82,14 +90,28 @@ def load_source(spec: str | Path, *, example_inputs: Path | None = None, input_s
     elif kind == "torchscript":
         module = _load_torchscript(Path(spec), torch)
         names = _script_input_names(module)
+        guards = _traced_guards(Path(spec))
     elif kind == "factory":
         module, given = _call_factory(label, torch)
         names = _forward_names(module, len(given) if given else None)
     else:
         raise OptionError(f"{spec}: not a PyTorch model (.pt2, .pt, or module.path:factory)")
-    return with_inputs(module, given, names=names, label=label, kind=kind, example_inputs=example_inputs,
-                       input_specs=input_specs, dynamic_specs=dynamic_specs, constraints=constraints,
-                       program=program)
+    source = with_inputs(module, given, names=names, label=label, kind=kind, example_inputs=example_inputs,
+                         input_specs=input_specs, dynamic_specs=dynamic_specs, constraints=constraints,
+                         program=program)
+    source.traced_guards = guards
+    return source
+
+
+def _traced_guards(path: Path) -> list[str]:
+    """Where the inputs' data decided when save_archive traced this archive (its hints file)."""
+    import json
+
+    try:
+        guards = json.loads(path.with_name(path.name + ".hints.json").read_text()).get(GUARDS_HINT, [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(guard) for guard in guards] if isinstance(guards, list) else []
 
 
 def with_inputs(module: Any, given: Any, *, names: list[str] | None = None, label: str | None = None,
@@ -162,10 +184,20 @@ def save_archive(source: TorchSource, folder: Path, stem: str) -> Path:
         path = folder / f"{stem}.pt2"
         torch.export.save(program, str(path))
     except Exception:  # a data-dependent guard, or a module torch.export does not take
+        import warnings
+
+        from deploycc.frontend.trace_guard import TraceFindings, watched
+
         path = folder / f"{stem}.pt"
-        torch.jit.save(torch.jit.trace(source.module, source.inputs, check_trace=False), str(path))
+        findings = TraceFindings()
+        with warnings.catch_warnings(), watched(source.module, findings):
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(source.module, source.inputs, check_trace=False)
+        torch.jit.save(traced, str(path))
         np.savez(folder / f"{stem}.inputs.npz", **inputs)
-        path.with_name(path.name + ".hints.json").write_text(json.dumps({"inputs": f"{stem}.inputs.npz"}))
+        # what the trace fixed of the inputs' data goes with it: the cell refuses it as a trace would
+        hints = {"inputs": f"{stem}.inputs.npz", GUARDS_HINT: findings.guards}
+        path.with_name(path.name + ".hints.json").write_text(json.dumps(hints))
     stamp.write_text(digest)
     return path
 
@@ -212,12 +244,18 @@ def parse_dynamic(text: str, names: list[str]) -> tuple[str, int, Axis]:
 def _load_pt2(path: Path, torch: Any) -> Any:
     if not path.is_file():
         raise ModelInputError(f"{path}: no such file")
+    import logging
+
+    logger = logging.getLogger("torch.export")  # logs its own traceback before raising
+    level, logger.level = logger.level, logging.CRITICAL
     try:
         return torch.export.load(str(path))
     except Exception as error:
         raise ModelInputError(
             f"{path}: not a torch.export archive ({first_line(error)})",
             hint="write it with torch.export.save(torch.export.export(model, args), path)") from None
+    finally:
+        logger.setLevel(level)
 
 
 def _load_torchscript(path: Path, torch: Any) -> Any:
@@ -250,7 +288,12 @@ def _call_factory(spec: str, torch: Any) -> tuple[Any, tuple[Any, ...] | None]:
             finally:
                 sys.path.remove(str(file.resolve().parent))
         else:
-            module = importlib.import_module(where)
+            # the current directory first, as `python -m` has it: `mymodels:cnn` beside mymodels.py
+            sys.path.insert(0, os.getcwd())
+            try:
+                module = importlib.import_module(where)
+            finally:
+                sys.path.remove(os.getcwd())
     except ModelInputError:
         raise
     except Exception as error:

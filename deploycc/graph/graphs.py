@@ -38,6 +38,17 @@ def reaches_graph_output(value: ir.Value) -> bool:
                for use in value.uses())
 
 
+def outputs_apart_from_inputs(graph: ir.Graph) -> list[str]:
+    """The names of the graph's outputs that no graph input reaches (through any node, a
+    subgraph's reads of outer values included): constants, whatever an input would be."""
+    reached: set[int] = {id(value) for value in graph.inputs}
+    for node in graph:  # a model's graph is in topological order
+        reads = [value for sub in subgraphs_of(node) for inner in all_nodes(sub) for value in inner.inputs]
+        if any(value is not None and id(value) in reached for value in [*node.inputs, *reads]):
+            reached.update(id(output) for output in node.outputs)
+    return [value.name or "" for value in graph.outputs if id(value) not in reached]
+
+
 def all_nodes(graph: ir.Graph) -> Iterator[ir.Node]:
     for sub in all_graphs(graph):
         yield from sub

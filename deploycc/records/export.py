@@ -56,6 +56,11 @@ class ExportAttempt:
     outcome: str | None = None
     summary: str | None = None
     notes: list[str] = field(default_factory=list)
+    # a trace: torch's TracerWarnings (file:line: text), and where a value computed from the
+    # inputs' data left torch (the path the example took is fixed in the file)
+    trace_warnings: list[str] = field(default_factory=list)
+    data_guards: list[str] = field(default_factory=list)
+    guards_accepted: bool = False  # kept all the same (--accept-trace-warnings)
 
     @property
     def exported(self) -> bool:
@@ -78,6 +83,7 @@ class ExportReport(Result):
     final: Verification | None = None
     final_against: str = ""
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what the front end decided before any export
 
     @property
     def second_exporter_needed(self) -> bool:

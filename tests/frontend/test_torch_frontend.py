@@ -96,13 +96,17 @@ def test_torchscript_without_a_translation_falls_back_to_dynamo_on_a_jetson(tmp_
     assert report.legalize is not None and report.legalize.opset["after"] == 17  # dynamo wrote 18+
 
 
-def test_data_dependent_guard_is_classified_and_the_tracer_takes_over(tmp_path: Path) -> None:
+def test_data_dependent_guard_is_classified_by_both_exporters(tmp_path: Path) -> None:
+    """dynamo stops at the guard; the tracer would record the branch the example took, so it is
+    refused too (tests/frontend/test_trace_trust.py has the rest)."""
     report = api.build(models.Branch(), (torch.ones(2, 3),), target="ort-cpu", outdir=tmp_path / "o",
                        options=QUICK)
-    first = report.export.attempts[0]
+    first, second = report.export.attempts
     assert first.failure is not None and first.failure.kind == DATA_DEPENDENT
-    assert "--partition" in first.failure.hint or "static" in first.failure.hint
-    assert report.export.chosen == "torchscript" and report.status == BuildStatus.VERIFIED
+    assert "--dynamic" not in first.failure.hint  # none was given
+    assert first.failure.module_path is not None and "torch_models.py" in first.failure.module_path
+    assert second.failure is not None and second.failure.kind == DATA_DEPENDENT
+    assert report.status == BuildStatus.FAILED and report.exit_code == 1
 
 
 def test_an_op_no_exporter_has_names_the_op_and_the_module(tmp_path: Path) -> None:
@@ -237,7 +241,12 @@ def test_audit_takes_modules_and_factories_and_classifies_export_failures(tmp_pa
     cells = {Path(c.model).name: c for c in report.cells}
     assert set(cells) == {"SmallNet.pt2", "Branch.pt", "torch_models.py:nested"}
     assert cells["SmallNet.pt2"].status == "verified" and cells["SmallNet.pt2"].legal_as_exported
-    assert cells["Branch.pt"].status == "verified", cells["Branch.pt"].message
+    # torch.export stops at its guard, so the module is saved as a trace, which fixed the branch
+    # the example took: the cell refuses it as a build of the module would
+    refused = cells["Branch.pt"]
+    assert refused.status == "failed" and refused.stage == Stage.EXPORT, refused.message
+    assert refused.category == "dynamic-shape" and DATA_DEPENDENT in refused.message
+    assert "torch_models.py:42" in refused.message
     failed = cells["torch_models.py:nested"]
     assert failed.status == "failed" and failed.stage == Stage.EXPORT and failed.category == "unsupported-op"
     assert "linalg_eig" in failed.message and not failed.regressed

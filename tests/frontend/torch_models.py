@@ -119,3 +119,8 @@ def not_a_module() -> str:
 
 def nested() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return Nested(), (torch.randn(1, 3, 3),)
+
+
+def branch() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Branch with positive example inputs: the trace takes the `x * 2` path."""
+    return Branch(), (torch.rand(2, 3) + 0.1,)
