@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from deploycc.errors import DeployccError
 
 if TYPE_CHECKING:
-    from deploycc.api import audit, build, check, get_target, inspect, legalize, list_targets
+    from deploycc.api import audit, bench, build, check, get_target, inspect, legalize, list_targets, probe
 
 __version__ = "0.1.0"
-__all__ = ["DeployccError", "__version__", "audit", "build", "check", "get_target", "inspect", "legalize",
-           "list_targets"]
+__all__ = ["DeployccError", "__version__", "audit", "bench", "build", "check", "get_target", "inspect",
+           "legalize", "list_targets", "probe"]
 _API = frozenset(__all__) - {"DeployccError", "__version__"}
 
 
@@ -32,3 +32,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     raise AttributeError(f"module 'deploycc' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The API (imported or not yet), so dir() and help() show what there is."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

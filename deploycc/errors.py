@@ -3,7 +3,7 @@
 Exit codes (documented in the README and `deploycc --help`):
   0  success (everything legal / built / verified)
   1  the model was judged and found wanting (illegal nodes, failed verification, a torch model
-     no exporter could export and prove)
+     no exporter could export and prove; with --strict, a safety step skipped)
   2  unusable input or options (missing file, malformed model or target file, bad flag)
 """
 
@@ -19,13 +19,21 @@ class DeployccError(Exception):
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, cli_hint: str | None = None) -> None:
+        """`hint` in the Python API's terms; `cli_hint`, where the command line's differ (a flag
+        for a keyword argument), is what the CLI prints instead."""
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.cli_hint = cli_hint
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} ({self.hint})"
+
+    def for_cli(self) -> str:
+        """The one line the command line prints: its own hint where it has one."""
+        hint = self.cli_hint or self.hint
+        return self.message if not hint else f"{self.message} ({hint})"
 
 
 class ModelInputError(DeployccError):
@@ -38,6 +46,16 @@ class TargetError(DeployccError):
 
 class OptionError(DeployccError):
     """A command-line option or API argument is invalid."""
+
+
+class OutputExists(OptionError):
+    """An output file or directory exists and was not to be replaced: force=True replaces it in
+    Python, --force on the command line."""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(f"{path}: already exists", hint="pass force=True to replace it",
+                         cli_hint="pass --force to replace it")
+        self.args = (path,)  # as it was made: the error survives pickling (an audit cell's process)
 
 
 class DynamicShapeError(OptionError):

@@ -92,6 +92,9 @@ class BuildOptions:
     quantize: QuantizeOptions = field(default_factory=QuantizeOptions)
     # fp16/bf16: find on the host what half breaks and keep just those layers in fp32
     half_analysis: bool = True
+    # A safety step skipped without being asked (the fp16 analysis, the INT8 guard, verification)
+    # fails the build (exit 1) instead of being only a warning and the report's `skipped_steps`
+    strict: bool = False
 
     def effective_precision(self, target: Target) -> Precision:
         """The asked precision, else the target's default; a name that is no precision is refused."""

@@ -13,6 +13,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from deploycc.taxonomy import SafetyStep
+
 
 def strict(value: Any) -> Any:
     """JSON has no Infinity or NaN (JSON.parse and jq reject them): such floats are written as the
@@ -40,6 +42,24 @@ class Result:
     def from_dict(cls, data: dict[str, Any]) -> Any:
         """The record `to_dict()` wrote, read back from its JSON (keys it does not hold ignored)."""
         return from_dict(cls, data)
+
+
+@dataclasses.dataclass
+class SkippedStep:
+    """A safety step that did not run, and why. `asked`: the user turned it off by name
+    (--no-fp16-analysis), which `--strict` accepts; every other skip fails it."""
+
+    step: SafetyStep
+    reason: str
+    asked: bool = False
+
+    def line(self) -> str:
+        return f"{self.step} skipped{' (as asked)' if self.asked else ''}: {self.reason}"
+
+
+def unasked(skipped: list[SkippedStep]) -> list[SkippedStep]:
+    """The skips `--strict` refuses: those the user did not ask for."""
+    return [step for step in skipped if not step.asked]
 
 
 def from_dict(cls: type, data: dict[str, Any]) -> Any:

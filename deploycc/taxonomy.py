@@ -129,6 +129,20 @@ class Precision(Name):
     INT4 = "int4"
 
 
+class SafetyStep(Name):
+    """A step that guards what deploycc says of a model: skipped, it is never silent (a warning
+    line, the report's `skipped_steps`, and with `--strict` exit 1)."""
+
+    FP16_ANALYSIS = "fp16-analysis"  # what half breaks, and the layers kept in fp32
+    BF16_ANALYSIS = "bf16-analysis"
+    INT8_GUARD = "int8-guard"  # the int8 model judged on the validation samples
+    VERIFICATION = "verification"  # the engine (or the device's reference) against the original
+
+    @classmethod
+    def half_analysis(cls, precision: Precision) -> SafetyStep:
+        return cls.BF16_ANALYSIS if precision == Precision.BF16 else cls.FP16_ANALYSIS
+
+
 class Legality(Name):
     """A node's verdict on a target, the MLIR way: legal, illegal, or legal only under a named
     condition (a vendor restriction checked by a predicate, a function body the runtime expands,

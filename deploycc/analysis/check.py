@@ -11,7 +11,7 @@ from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.graph.graphs import all_graphs, graph_label, opset_map
 from deploycc.legality.conversion_target import ConversionTarget, NodeVerdict
 from deploycc.legality.graph_level import GraphFinding, graph_findings
-from deploycc.results import Result
+from deploycc.results import Result, SkippedStep, unasked
 from deploycc.taxonomy import Legality, Severity
 
 if TYPE_CHECKING:
@@ -61,10 +61,15 @@ class CheckReport(Result):
     # `check --precision fp16` (and the default on targets that build fp16): a HalfPrecisionReport
     # of deploycc.fp16, a layer above this one, which the API sets
     half: Any = None
+    # The safety steps that did not run (the fp16 analysis) and why; with `strict` (--strict)
+    # one the user did not ask to skip is exit 1
+    skipped_steps: list[SkippedStep] = field(default_factory=list)
+    strict: bool = False
 
     @property
     def exit_code(self) -> int:
-        return EXIT_OK if all(t.legal for t in self.targets) else EXIT_FINDINGS
+        legal = all(t.legal for t in self.targets)
+        return EXIT_OK if legal and not (self.strict and unasked(self.skipped_steps)) else EXIT_FINDINGS
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()

@@ -73,6 +73,9 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
               help="int8: fail (exit 1) rather than build in float when the guard keeps float.")
 @click.option("--no-fp16-analysis", "no_half_analysis", is_flag=True,
               help="fp16/bf16: skip finding what half breaks; every layer builds in half.")
+@click.option("--strict", is_flag=True,
+              help="Fail (exit 1) when a safety step was skipped: the fp16 analysis, the INT8 guard, "
+                   "verification (each skip is a warning and in report.json's skipped_steps either way).")
 @click.option("--format", "artifact_format", type=click.Choice(["onnx", "ort"]), default="onnx",
               show_default=True, help="ONNX Runtime artifact: optimized ONNX or ORT format.")
 @click.option("--fail-on-fallback", is_flag=True, help="Refuse when nodes leave the target's device/EP.")
@@ -98,7 +101,7 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
 def build_command(ctx: click.Context, model: str, target: str, outdir: str | None, jetpack: str | None,
                   precision: str | None, calibration: Path | None, validation: Path | None, max_drop: float,
                   metric: str, allow_fallback: bool, require_int8: bool, no_half_analysis: bool,
-                  artifact_format: str,
+                  strict: bool, artifact_format: str,
                   fail_on_fallback: bool, batch_range: str | None,
                   shape_range: tuple[str, ...], dla_core: int | None, gpu_fallback: bool,
                   workspace_mb: int | None, no_bench: bool, force: bool, engine_only: bool, partition: bool,
@@ -109,7 +112,8 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
     exported for TARGET first (its exporters in order, its opset ceiling) and proven against torch.
 
     Exit code 0 when built and verified (or bundled for a device), 1 when the model could not be
-    made legal, built or verified (report.md says which stage and why), 2 on bad input or options.
+    made legal, built or verified (report.md says which stage and why) or, with --strict, a safety
+    step was skipped, 2 on bad input or options.
     """
     from deploycc.report import console
     from deploycc.report.progress import progress_status
@@ -121,7 +125,7 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         batch_range=parse_batch_range(batch_range) if batch_range else None,
         shape_ranges=dict(parse_shape_range(text) for text in shape_range), dla_core=dla_core,
         gpu_fallback=gpu_fallback, workspace_mb=workspace_mb, bench=not no_bench, force=force,
-        engine_only=engine_only, half_analysis=not no_half_analysis,
+        engine_only=engine_only, half_analysis=not no_half_analysis, strict=strict,
         quantize=QuantizeOptions(calibration=calibration, validation=validation, max_drop=max_drop,
                                  metric=metric, allow_fallback=allow_fallback, require_int8=require_int8))
     if source is None and not engine_only:
@@ -153,8 +157,8 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
         render = console.render_partition
     else:
         with progress_status("building", quiet=as_json) as update:
-            report = api.build(model, target, Path(outdir) if outdir else None, options, jetpack=jetpack,
-                               progress=update)
+            report = api.build(model, target=target, outdir=Path(outdir) if outdir else None, options=options,
+                               jetpack=jetpack, progress=update)
         render = console.render_build
     emit(report, as_json, render)
     ctx.exit(report.exit_code)

@@ -151,8 +151,8 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
             report = api.legalize_torch(source, target=target, output=output, options=options,
                                         jetpack=jetpack, progress=update, force=force)
         else:
-            report = api.legalize(model, target, output, options, jetpack=jetpack, progress=update,
-                                  force=force)
+            report = api.legalize(model, target=target, output=output, options=options, jetpack=jetpack,
+                                  progress=update, force=force)
     if report_path:
         from deploycc.io import write_text_atomic
 

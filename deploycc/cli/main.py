@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> Any:
     except DeployccError as error:
         if debug:
             raise
-        click.echo(f"deploycc: error: {error}", err=True)
+        click.echo(f"deploycc: error: {error.for_cli()}", err=True)
         sys.exit(error.exit_code)
     except click.exceptions.Abort:
         click.echo("deploycc: aborted", err=True)

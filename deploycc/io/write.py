@@ -32,8 +32,13 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
     """Write `model` atomically: into a temporary folder beside `path`, then renamed into place.
 
     Weights go to `<name>.data` (a name deploycc chooses, never one taken from the input
-    model) when they exceed the threshold or `force_external` is set. `protect` lists files
-    that must never be overwritten (the input model and its data). Returns the files written.
+    model) when they exceed the threshold, `force_external` is set, or the model holds weights
+    read from an external file (a model loaded from `model.onnx` + `model.onnx.data`, as torch's
+    dynamo exporter writes them): such a weight written as it is would keep its reference to the
+    old file by a path relative to the old folder, and a copy saved elsewhere (the fp16
+    analysis' scratch folder, a segment) would name a file that is not there. Its data goes with
+    it instead. `protect` lists files that must never be overwritten (the input model and its
+    data). Returns the files written.
     """
     import shutil
     import tempfile
@@ -46,7 +51,7 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
     target.parent.mkdir(parents=True, exist_ok=True)
     weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values()
                        if v.const_value is not None)
-    external = force_external or weight_bytes > external_threshold_bytes
+    external = force_external or weight_bytes > external_threshold_bytes or holds_external_data(model)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         staged = staging / target.name
@@ -70,6 +75,14 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def holds_external_data(model: ir.Model) -> bool:
+    """Whether any initializer (of the graph or a subgraph) reads its data from an external file."""
+    import onnx_ir as ir
+
+    return any(isinstance(value.const_value, ir.ExternalTensor)
+               for graph in model.graphs() for value in graph.initializers.values())
 
 
 STREAM_TENSOR_BYTES = 1 << 16

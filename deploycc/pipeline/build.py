@@ -13,7 +13,7 @@ import dataclasses
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,8 @@ from deploycc.options import BuildOptions
 from deploycc.pipeline.outcome import RUN_REFUSED, Clock, listing, next_step_after, summary_of, write_reports
 from deploycc.pipeline.placement import plan_placement, write_prediction
 from deploycc.records.build import BuildReport
-from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
+from deploycc.results import SkippedStep
+from deploycc.taxonomy import BuildStatus, Failure, Precision, SafetyStep, Stage
 from deploycc.verify.exact import exact_integers
 from deploycc.verify.runner import RunError
 
@@ -125,7 +126,7 @@ def _build(model: str | Path, target: Target, outdir: str | Path, options: Build
             benchmark=done.benchmark, build_hash=manifest["build_hash"],
             failure_category=done.failure_category, files=listing(staging), seconds=seconds,
             quantization=done.quantization, notes=notes, shapes=shapes, half=done.half,
-            original_on_backend=done.original_on_backend)
+            original_on_backend=done.original_on_backend, skipped_steps=done.skipped, strict=options.strict)
         step.stop()
         write_reports(staging, report)
         staged.commit()
@@ -149,6 +150,7 @@ class _Done:
     failure_category: Failure | None = None
     feeds: dict[str, Any] | None = None  # the inputs the engine was verified on
     original_on_backend: bool | None = None  # BuildReport.original_on_backend
+    skipped: list[SkippedStep] = field(default_factory=list)  # BuildReport.skipped_steps
 
 
 def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, backend: Any, step: Clock,
@@ -174,11 +176,17 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
             done.message = f"--require-int8: the guard kept {quantization.decision}: {quantization.reason}"
         else:
             engine_model, done.precision = _engine_input(quantization, staging, notes)
+            if quantization.unjudged and done.precision == Precision.INT8:
+                done.skipped.append(SkippedStep(SafetyStep.INT8_GUARD, quantization.unjudged))
     if not legalized.success or done.stage == Stage.QUANTIZE:
         return done
     if done.precision in (Precision.FP16, Precision.BF16) and options.half_analysis:
         step(done.precision.value)
-        done.half = _half_analysis(source, staging, legalized, options, done.precision, notes)
+        done.half = _half_analysis(source, staging, legalized, options, done.precision, done.skipped)
+    elif done.precision in (Precision.FP16, Precision.BF16):
+        done.skipped.append(SkippedStep(SafetyStep.half_analysis(done.precision),
+                                        "--no-fp16-analysis: every layer builds in "
+                                        f"{done.precision}", asked=True))
     step("build")
     done.stage = Stage.BUILD
     placement = plan_placement(staging / LEGALIZED, target, notes)
@@ -198,7 +206,7 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
             done.status, done.stage, done.message = PENDING, Stage.DONE, artifact.notes[0]
             write_prediction(placement, staging, backend.device_folder(artifact), notes)
             done.feeds = _add_reference(source, staging, artifact, backend, legalized, options,
-                                        done.precision)
+                                        done.precision, done.skipped)
         else:
             step("verify")
             done.stage = Stage.VERIFY
@@ -229,10 +237,10 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
 
 
 def _half_analysis(source: Path, staging: Path, legalized: LegalizeReport, options: BuildOptions,
-                   precision: Precision, notes: list[str]) -> HalfPrecisionReport | None:
+                   precision: Precision, skipped: list[SkippedStep]) -> HalfPrecisionReport | None:
     """What half precision breaks in the legalized model, on the inputs verification drew, and the
-    layers to keep in fp32; None (with a note) where ORT cannot run the model on them. Nameless
-    nodes are named first: the engines find a kept layer by its name."""
+    layers to keep in fp32; None (a skipped step, said) where ORT cannot run the model on them.
+    Nameless nodes are named first: the engines find a kept layer by its name."""
     from deploycc.fp16 import analyze_half, name_nodes_in_file
     from deploycc.verify.verification import drawn_content, signature_feeds
 
@@ -246,9 +254,11 @@ def _half_analysis(source: Path, staging: Path, legalized: LegalizeReport, optio
         return analyze_half(staging / LEGALIZED, feeds, precision, inputs=described,
                             tolerance=verification_precision(legalized, precision))
     except (RunError, OptionError) as error:
-        notes.append(f"no {precision} analysis: {error}")
+        why = str(error)
     except Exception as error:  # the analysis is advice: the build goes on in plain {precision}
-        notes.append(f"no {precision} analysis: {type(error).__name__}: {str(error).strip()[:200]}")
+        why = f"{type(error).__name__}: {str(error).strip()[:200]}"
+    skipped.append(SkippedStep(SafetyStep.half_analysis(precision),
+                               f"{why}; every layer builds in {precision}"))
     return None
 
 
@@ -337,10 +347,10 @@ def resolve_precision(options: BuildOptions, target: Target) -> tuple[Precision,
 
 
 def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any, legalized: LegalizeReport,
-                   options: BuildOptions, precision: Precision) -> dict[str, Any]:
+                   options: BuildOptions, precision: Precision, skipped: list[SkippedStep]) -> dict[str, Any]:
     """The inputs verification drew and the original's outputs on them, for the device to judge
-    its engine by; a model ORT cannot run on them leaves the bundle without (said in a note).
-    Returns the inputs."""
+    its engine by; a model ORT cannot run on them leaves the bundle without (said in a note, and
+    a skipped verification: the board cannot judge its engine). Returns the inputs."""
     from deploycc.verify.verification import drawn_content, reference_outputs, signature_feeds
 
     drawn = legalized.verification
@@ -351,6 +361,8 @@ def _add_reference(source: Path, staging: Path, artifact: Artifact, backend: Any
         expected, _ = reference_outputs(source, original_feeds)
     except RunError as error:
         artifact.notes.append(f"no reference data for the device: {error}")
+        skipped.append(SkippedStep(SafetyStep.VERIFICATION, f"no reference data for the device ({error}): "
+                                   "the board builds and times the engine but cannot verify it"))
         return feeds
     if described == str(staging / VERIFY_INPUTS):  # the staging path would change every build's hash
         described = SAMPLE_DESCRIBED

@@ -99,6 +99,17 @@ def resolve(name: str, reference: Sequence[Outputs], heads: Mapping[str, str] | 
     raise OptionError(f"unknown metric {name!r}", hint="top1, cosine, sqnr, or module:function")
 
 
+def judges_nothing(metric: str, reference: Sequence[Outputs]) -> str:
+    """Why a built-in metric has nothing to judge in these outputs, "" when it has: top1, cosine
+    and sqnr read float outputs only, and on a model without one (a classifier that returns its
+    labels) they score no drop, whatever int8 did."""
+    if metric not in BUILT_IN or not reference or any(_float_outputs(outputs) for outputs in reference):
+        return ""
+    kinds = ", ".join(f"{name} {np.asarray(array).dtype}" for name, array in reference[0].items())
+    return (f"the model has no float output for {metric} to judge ({kinds}): the int8 model was not "
+            "compared with fp32 (--metric module:function judges its outputs)")
+
+
 def user_function(spec: str) -> Callable[[list[Outputs], list[dict]], float]:
     module_name, _, function_name = spec.partition(":")
     try:

@@ -83,6 +83,9 @@ class QuantizeReport(Result):
     model: str = ""  # the int8 model in the output directory ("" when fp32 is kept)
     calibration_cache: str | None = None
     required: bool = False  # --require-int8: anything but int8 fails the build
+    # Why the guard judged nothing ("" when it judged): a built-in metric on a model without a
+    # float output scores no drop whatever int8 did (the build says so: a skipped safety step)
+    unjudged: str = ""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -268,6 +271,7 @@ def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, s
         shutil.rmtree(work, ignore_errors=True)
     report.notes = list(sets.notes) + report.notes
     report.required = options.require_int8
+    report.unjudged = metrics.judges_nothing(context.metric, context.reference)
     return report
 
 

@@ -16,7 +16,7 @@ from deploycc.records.device import DeviceResult
 from deploycc.records.export import ExportReport
 from deploycc.records.legalize import LegalizeReport
 from deploycc.records.shapes import ShapePlan
-from deploycc.results import Result
+from deploycc.results import Result, SkippedStep, unasked
 from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
 from deploycc.verify.verification import Verification
 
@@ -50,10 +50,16 @@ class BuildReport(Result):
     # Asked only where the backend failed on deploycc's model: whether it builds and runs the model
     # as exported (True: deploycc made it worse than doing nothing, a deploycc bug; None: not asked)
     original_on_backend: bool | None = None
+    # The safety steps that did not run (the fp16 analysis, the INT8 guard, verification) and why;
+    # with `strict` (--strict) one the user did not ask to skip fails the build
+    skipped_steps: list[SkippedStep] = field(default_factory=list)
+    strict: bool = False
 
     @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.status in SUCCEEDED else EXIT_FINDINGS
+        if self.status not in SUCCEEDED or (self.strict and unasked(self.skipped_steps)):
+            return EXIT_FINDINGS
+        return EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from deploycc.report.skipped import render_skipped
 from deploycc.taxonomy import BuildStatus, Legality, ProofStatus, Severity
 
 if TYPE_CHECKING:
@@ -223,6 +224,7 @@ def render_check(report: CheckReport) -> None:
         _render_verdict(out, verdict)
     if report.half is not None:
         render_half(out, report.half)
+    render_skipped(out, report.skipped_steps, report.strict)
 
 
 def _matrix(report: CheckReport) -> Table:
@@ -373,6 +375,7 @@ def render_build(report: BuildReport) -> None:
         out.print(f"  latency: p50 {bench.p50_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, "
                   f"{bench.throughput_per_s:.1f}/s, timed on {timed}")
     out.print(f"[{colour}]{report.summary}[/{colour}]")
+    render_skipped(out, report.skipped_steps, report.strict)
     out.print(f"  next: {report.next_step}")
     out.print(f"  {report.outdir}/report.md")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.report.skipped import skipped_section
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ def build_markdown(report: BuildReport) -> str:
              f"**Status: {report.status}** (stage reached: {report.stage}). {report.summary}", "",
              f"- model: `{report.model}`", f"- precision: {report.precision}",
              f"- build hash: `{report.build_hash}`", f"- next step: {report.next_step}", ""]
+    lines += skipped_section(report.skipped_steps, report.strict)
     legalized = report.legalize
     if report.export is not None:
         lines += export_lines(report.export)
