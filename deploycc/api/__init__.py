@@ -68,6 +68,7 @@ def check(
     capabilities: Sequence[str | Path] = (),
     precision: Precision | str | None = None,
     inputs: str | Path | None = None,
+    strict: bool = False,
 ) -> CheckReport:
     """Judge every node of a model against each target; list every illegal node and why.
 
@@ -87,6 +88,8 @@ def check(
     capabilities, precision, inputs (an ONNX file only): tables written by `deploycc probe`; an
     fp16/bf16 analysis of what half precision breaks ("target": where a target builds in half by
     default), on `inputs` (an .npz) or on drawn inputs.
+    strict: a safety step skipped (the fp16 analysis) makes `report.exit_code` 1; it is in
+    `report.skipped_steps` either way.
     """
     if not _in_memory(model) and (example_inputs is None or _names_targets(example_inputs)):
         if example_inputs is not None:  # check(path, targets): the command line's order
@@ -103,10 +106,10 @@ def check(
             raise OptionError(f"{given[0]}= is for an ONNX model, and {model!r} is a torch model",
                               hint="check the exported file instead")
         return check_torch(model, example_inputs, chosen, dynamic=dynamic, exporters=exporters,
-                           jetpack=jetpack, dla=dla, explain=explain)
+                           jetpack=jetpack, dla=dla, explain=explain, strict=strict)
     _no_torch_arguments(model, example_inputs=example_inputs, dynamic=dynamic, exporters=exporters)
     return check_onnx(model, chosen, jetpack=jetpack, dla=dla, explain=explain, capabilities=capabilities,
-                      precision=precision, inputs=inputs)
+                      precision=precision, inputs=inputs, strict=strict)
 
 
 def legalize(

@@ -74,6 +74,7 @@ def check_onnx(
     capabilities: Sequence[str | Path] = (),
     precision: Precision | str | None = None,
     inputs: str | Path | None = None,
+    strict: bool = False,
 ) -> CheckReport:
     """Judge every node of `model` against each target; list every illegal node and why.
 
@@ -81,35 +82,42 @@ def check_onnx(
     `precision` fp16 or bf16: also find what half precision breaks (on `inputs`, an .npz, or
     drawn as verification draws them) and the layers a build keeps in fp32, without building;
     "target" (the CLI's default): that analysis where a target builds in fp16 (or bf16) by default,
-    as `build` does; None (the API's default, a read of the graph only) or fp32: none.
+    as `build` does; None (the API's default, a read of the graph only) or fp32: none. An analysis
+    asked for that does not run is in `report.skipped_steps`; `strict`: then `report.exit_code` is 1.
     """
     from deploycc.analysis.check import check_model
+    from deploycc.results import SkippedStep
+    from deploycc.taxonomy import SafetyStep
 
     if not targets:
         raise OptionError("no target given", hint="pass at least one --target")
     resolved = [t if not isinstance(t, str) else get_target(t, jetpack=jetpack) for t in targets]
     report = check_model(model, resolved, dla=dla, explain=explain,
                          capabilities=_load_capabilities(capabilities))
+    report.strict = strict
     if precision == "target":
         defaults = [Precision(t.precision.default) for t in resolved]
         precision = next((p for p in (Precision.FP16, Precision.BF16) if p in defaults), None)
         if precision is not None and _model_bytes(model) > CHECK_ANALYSIS_BYTES:
             # check stays a quick read of the graph by default: a large model runs when asked
-            report.notes.append(f"no {precision.value} analysis by default for a model over "
-                                f"{CHECK_ANALYSIS_BYTES >> 30} GiB (it runs the model): "
-                                f"`check --precision {precision.value}` runs it; `build` always does")
+            report.skipped_steps.append(SkippedStep(
+                SafetyStep.half_analysis(precision),
+                f"not by default for a model over {CHECK_ANALYSIS_BYTES >> 30} GiB (it runs the model): "
+                f"`check --precision {precision.value}` runs it; `build` always does"))
             precision = None
     if precision in (Precision.FP16, Precision.BF16):
         from deploycc.errors import DeployccError
         from deploycc.verify.runner import RunError
 
+        why = ""
         try:
             report.half = half_analysis(model, Precision(precision), inputs)
         except (RunError, DeployccError) as error:  # the legality verdicts stand without it
-            report.notes.append(f"no {Precision(precision).value} analysis: {error}")
+            why = str(error)
         except Exception as error:  # a model the checker passes and the tools choke on: advice lost only
-            report.notes.append(f"no {Precision(precision).value} analysis: {type(error).__name__}: "
-                                f"{str(error).strip()[:200]}")
+            why = f"{type(error).__name__}: {str(error).strip()[:200]}"
+        if why:
+            report.skipped_steps.append(SkippedStep(SafetyStep.half_analysis(Precision(precision)), why))
     return report
 
 

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | Target] = ("ort-cpu",), *,
                 dynamic: Sequence[str] = (), exporters: Sequence[str] | None = None,
-                jetpack: str | None = None, dla: bool = False, explain: bool = False) -> CheckReport:
+                jetpack: str | None = None, dla: bool = False, explain: bool = False,
+                strict: bool = False) -> CheckReport:
     """`check` of a torch model: exported for each target as `build` would (its exporters, its
     opset ceiling) and the export checked; the notes say which exporter wrote what."""
     import tempfile
@@ -41,7 +42,7 @@ def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | 
         for index, target in enumerate(targets):
             resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
             exported, path = export_for_target(source, resolved, Path(folder) / str(index))
-            report = check_onnx(path, [resolved], dla=dla, explain=explain)
+            report = check_onnx(path, [resolved], dla=dla, explain=explain, strict=strict)
             written = exported.attempts[-1].opset_written
             report.notes.insert(0, f"{resolved.name}: {exported.line()}, opset {written}")
             if merged is None:
@@ -49,6 +50,7 @@ def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | 
             else:
                 merged.targets += report.targets
                 merged.notes += report.notes
+                merged.skipped_steps += report.skipped_steps
     assert merged is not None
     merged.path = source.label
     return merged
