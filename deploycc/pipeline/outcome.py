@@ -63,7 +63,7 @@ def summary_of(status: BuildStatus, message: str, target: Target, artifact: Arti
 def listing(staging: Path) -> list[str]:
     """Every file the output directory will hold, the two reports written last included."""
     files = [str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()]
-    return sorted([*files, "report.json", "report.md"])
+    return sorted({*files, "report.json", "report.md"})  # once each: a torch build's staging holds them
 
 
 def write_reports(staging: Path, report: BuildReport) -> None:

@@ -27,7 +27,8 @@ def build_markdown(report: BuildReport) -> str:
     lines = [f"# deploycc build: {report.target}", "",
              f"**Status: {report.status}** (stage reached: {report.stage}). {report.summary}", "",
              f"- model: `{report.model}`", f"- precision: {report.precision}",
-             f"- build hash: `{report.build_hash}`", f"- next step: {report.next_step}", ""]
+             *([f"- build hash: `{report.build_hash}`"] if report.build_hash else []),  # none: nothing built
+             f"- next step: {report.next_step}", ""]
     lines += skipped_section(report.skipped_steps, report.strict)
     legalized = report.legalize
     if report.export is not None:
