@@ -474,9 +474,9 @@ def render_bench(report: BenchReport) -> None:
               f"at p50{uncounted}")
     if report.comparison is not None:
         c = report.comparison
-        out.print(f"  vs {escape(c.other)}: median {c.median_ms:.3f} ms vs {c.other_median_ms:.3f} ms, ratio "
-                  f"{c.ratio_of_medians:.3f} (95% CI {c.ci95[0]:.3f}..{c.ci95[1]:.3f}, "
-                  f"{c.pairs} {c.order} pairs, both on inputs {shapes(c.input_shapes)})")
+        out.print(f"  vs {escape(c.other)}: median {c.median_ms:.3f} ms vs {c.other_median_ms:.3f} ms: "
+                  f"{escape(c.verdict(report.subject))}; "
+                  f"{c.pairs} {c.order} pairs, both on inputs {shapes(c.input_shapes)}")
     out.print(escape("  conditions: " + ", ".join(f"{k}={v}" for k, v in report.conditions.items())))
     for warning in report.warnings:
         out.print(f"  [yellow]warning[/yellow]: {escape(warning)}")

@@ -15,7 +15,7 @@ import pytest
 from deploycc import api
 from deploycc.bench import flops
 from deploycc.bench.memory import parse_tegrastats
-from deploycc.bench.run import BenchOptions, bootstrap_ratio
+from deploycc.bench.run import BenchOptions, Comparison, bootstrap_ratio
 from deploycc.bench.shared_inputs import shared_dims
 from deploycc.errors import OptionError
 from deploycc.options import BuildOptions, LegalizeOptions
@@ -85,6 +85,16 @@ def test_compare_to_reports_a_ratio_with_its_interval(built: tuple[Path, Path]) 
     assert low <= comparison.ratio_of_medians <= high
 
 
+def test_a_comparison_says_which_side_is_faster() -> None:
+    def said(ratio: float, low: float, high: float) -> str:
+        return Comparison(other="B", order="ABBA interleaved", pairs=30, median_ms=1.0, other_median_ms=1.0,
+                          ratio_of_medians=ratio, ci95=(low, high), bootstrap_samples=2000).verdict("A")
+
+    assert said(0.8, 0.75, 0.85).startswith("A is 1.25x faster than B (95% CI 1.18x..1.33x)")
+    assert said(1.25, 1.2, 1.3).startswith("B is 1.25x faster than A (95% CI 1.20x..1.30x)")
+    assert said(0.99, 0.95, 1.04).startswith("neither is faster at 95% confidence")
+
+
 def test_bootstrap_interval_brackets_a_known_ratio() -> None:
     rng = np.random.default_rng(0)
     fast = rng.normal(1.0, 0.02, 200)
@@ -152,6 +162,7 @@ def test_compare_a_dynamic_model_to_its_batch_1_build(tmp_path: Path, write_mode
                  "--warmup", "1")
     assert result.returncode == 0, result.stderr
     assert "inputs x [1, 8]" in result.stdout and "both on inputs x [1, 8]" in result.stdout
+    assert "faster than" in result.stdout or "neither is faster" in result.stdout
     report = api.bench(model, "ort-cpu", BenchOptions(iterations=5, warmup=1, compare_to=out))
     assert report.input_shapes == {"x": [1, 8]} and report.comparison is not None
     assert report.comparison.input_shapes == {"x": [1, 8]}
