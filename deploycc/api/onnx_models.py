@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.errors import OptionError, OutputExists
+from deploycc.errors import ModelInputError, OptionError, OutputExists
 from deploycc.records.targets import TargetListing, TargetSummary
 from deploycc.taxonomy import Precision
 
@@ -58,9 +58,20 @@ def list_targets() -> TargetListing:
 
 
 def inspect(model: str | Path) -> InspectReport:
-    """IR version, opsets, I/O, op histogram, parameters, external data and redundancy."""
+    """IR version, opsets, I/O, op histogram, parameters, external data and redundancy of an ONNX
+    file; a torch model is refused with what reads it (check exports it as build does)."""
     from deploycc.analysis.inspect import inspect_model
+    from deploycc.frontend import source_kind
 
+    kind = source_kind(model)
+    if kind is not None and (kind == "factory" or Path(model).exists()):
+        what = {"pt2": "a torch.export archive", "torchscript": "a TorchScript archive"}.get(kind,
+                                                                                           "a torch model")
+        raise ModelInputError(f"{model}: {what}; inspect reads ONNX files",
+                              hint=f"deploycc.check({str(model)!r}, [target]) exports it as build does and "
+                                   "checks the export",
+                              cli_hint=f"`deploycc check {model} -t TARGET` exports it as build does and "
+                                       "checks the export")
     return inspect_model(model)
 
 

@@ -39,6 +39,9 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)  # e.g. why shape inference failed
 
 
+ZIP_MAGIC = b"PK\x03\x04"
+
+
 def read_proto(path: Path) -> onnx.ModelProto:
     """Parse the model file, weights left on disk, with a one-line error for every bad file."""
     import onnx
@@ -56,6 +59,9 @@ def read_proto(path: Path) -> onnx.ModelProto:
             data = handle.read()
     except PermissionError:
         raise model_error(path, "cannot be read (permission denied)") from None
+    if data.startswith(ZIP_MAGIC):  # never an ONNX protobuf's first bytes (field 10 is not ModelProto's)
+        raise model_error(path, "is a zip archive (as torch's .pt and .pt2 files are), not an ONNX model",
+                          "a torch model goes to build, legalize or check as model.pt2 or model.pt")
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)

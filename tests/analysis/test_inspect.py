@@ -143,3 +143,27 @@ def test_external_data_outside_the_folder_is_refused(tmp_path: Path):
         assert "climbs out" in str(error)
     else:
         raise AssertionError("a location outside the model's folder was accepted")
+
+
+def test_a_torch_archive_is_named_not_called_truncated(tmp_path: Path):
+    import zipfile
+
+    from tests.cli.test_cli import run
+
+    for name in ("model.pt2", "model.pt", "renamed.onnx"):  # torch's archives are zip files
+        with zipfile.ZipFile(tmp_path / name, "w") as archive:
+            archive.writestr("archive/data.pkl", b"not onnx")
+    said = {name: run("inspect", str(tmp_path / name)) for name in ("model.pt2", "model.pt", "renamed.onnx")}
+    for result in said.values():
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "truncated" not in result.stderr
+    assert "a torch.export archive; inspect reads ONNX" in said["model.pt2"].stderr
+    assert f"deploycc check {tmp_path / 'model.pt2'} -t TARGET" in said["model.pt2"].stderr
+    assert "a TorchScript archive" in said["model.pt"].stderr
+    assert "is a zip archive" in said["renamed.onnx"].stderr
+    try:
+        deploycc.inspect(tmp_path / "model.pt2")
+    except ModelInputError as error:
+        assert "deploycc.check(" in str(error)  # the API's terms
+    else:
+        raise AssertionError("inspect read a torch archive")
