@@ -9,7 +9,8 @@ again against the new source, then sets READ_AT.
   calls an onnx C API (shape inference) on the model's protobuf without its large initializers
   (over 1000 bytes they travel as typed graph inputs) and puts them back afterwards, whether the
   call succeeded or not. onnx-ir's own ShapeInferencePass works so; deploycc uses it for onnx's
-  shape inference on large models (graph/shapes.py) and for ONNX Runtime's symbolic shape
+  shape inference on large models (graph/shapes.py; graph/dim_ties.py, on a copy whose input dims
+  are renamed) and for ONNX Runtime's symbolic shape
   inference (passes/shape_values.py), so a model's weights are never copied for either.
 - `merge_inferred_shapes` (onnx_ir.passes.common.shape_inference._merge_func, read at onnx-ir
   1.1.0): writes the shapes and dtypes of an inferred protobuf model onto the IR model's values,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploycc.graph.dim_roles import BATCH, DimGuess, guess_dims
+from deploycc.graph.dim_ties import tie_guesses
 from deploycc.records.shapes import InputShapes, ShapePlan
 from deploycc.verify.inputs import NOISE, SYMBOLIC_DIM_SIZE, draws, pictures_possible
 
@@ -58,7 +59,7 @@ def plan_shapes(source: Path, target: Target, options: BuildOptions) -> tuple[Sh
     graph = model.graph
     values = {v.name or "": v for v in graph.inputs if v.name not in graph.initializers}
     declared = {name: dims_of(value) for name, value in values.items()}
-    guesses = [g for g in guess_dims(graph, model.metadata_props)
+    guesses = [g for g in tie_guesses(model, guess_dims(graph, model.metadata_props))
                if g.input not in options.legalize.shapes and g.input not in options.shape_ranges]
     plan = ShapePlan()
     if not guesses:
