@@ -3,9 +3,10 @@ control flow on the inputs' values, NumPy inside forward, in-place and view ops,
 tuples and dicts of outputs, and models large enough to be saved with external data. Each factory
 returns (module, example_inputs); `CASES` says what deploycc must do with each:
 
-    "build"   an export that computes what the module computes for every input: built and verified
-    "refuse"  one that cannot (the inputs' data picks a branch or a value the trace fixes): refused
-              with its class, or built only with --accept-trace-warnings
+    "build"    an export computes what the module computes for every input: built and verified
+    "refuse"   the inputs' data picks a branch or a value that a trace fixes: refused with its
+               class (or built only with --accept-trace-warnings), unless an exporter follows it
+               (dynamo keeps .item() as a value of the graph), and then right on every input tried
 
 `benchmarks/torch_trust/run.py` builds every case on ort-cpu and jetson-xavier and checks each
 artifact that says verified against torch on inputs the example could not show wrong: negated,
