@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from deploycc.report.export import render_export
 from deploycc.report.skipped import render_skipped
 from deploycc.taxonomy import BuildStatus, Legality, ProofStatus, Severity
 
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from deploycc.fp16 import HalfPrecisionReport
     from deploycc.records.audit import AuditReport
     from deploycc.records.build import BuildReport
-    from deploycc.records.export import ExportReport
     from deploycc.records.legalize import LegalizeReport
     from deploycc.records.partition import PartitionReport
     from deploycc.records.targets import TargetListing
@@ -248,7 +248,7 @@ def _matrix(report: CheckReport) -> Table:
 def render_legalize(report: LegalizeReport) -> None:
     out = _console()
     if report.export is not None:
-        _render_export(out, report.export)
+        render_export(out, report.export)
     out.print(f"[bold]{report.source}[/bold] -> {report.target} (mode {report.mode}): opset "
               f"{report.opset['before']} -> {report.opset['after']}, nodes {report.nodes['before']} -> "
               f"{report.nodes['after']} in {report.seconds:.2f} s")
@@ -328,7 +328,7 @@ def render_build(report: BuildReport) -> None:
     out.print(f"[bold]{report.model}[/bold] -> {report.target} ({report.precision}): "
               f"[{colour}]{report.status}[/{colour}] (stage {report.stage})")
     if report.export is not None:
-        _render_export(out, report.export)
+        render_export(out, report.export)
     legalized = report.legalize
     if legalized is not None:
         out.print(f"  legalize: opset {legalized.opset['before']} -> {legalized.opset['after']}, nodes "
@@ -378,26 +378,6 @@ def render_build(report: BuildReport) -> None:
     render_skipped(out, report.skipped_steps, report.strict)
     out.print(f"  next: {report.next_step}")
     out.print(f"  {report.outdir}/report.md")
-
-
-def _render_export(out: Console, export: ExportReport) -> None:
-    """A torch model's export: one line per exporter tried, then torch against the final artifact."""
-    for attempt in export.attempts:
-        if attempt.failure is not None:
-            out.print(escape(f"  export {attempt.exporter}: {attempt.failure.line()}"), style="yellow")
-            continue
-        proofs = ", ".join(f"{'ok' if p.verification.passed else 'FAILED'} at "
-                           f"{' '.join('x'.join(map(str, dims)) for dims in p.shapes.values())}"
-                           for p in attempt.proofs)
-        outcome = f"; {attempt.outcome}" if attempt.outcome else ""
-        out.print(escape(f"  export {attempt.exporter}: opset {attempt.opset_written}, {attempt.nodes} "
-                         f"nodes, proven against torch {proofs}{outcome}"))
-        for note in attempt.notes:
-            out.print(escape(f"    {note}"), style="yellow")
-    if export.final is not None:
-        worst = max((o.max_abs_error for o in export.final.outputs), default=0.0)
-        verdict = "ok" if export.final.passed else f"FAILED: {export.final.problem}"
-        out.print(escape(f"  torch against {export.final_against}: {verdict}, max abs {worst:.2e}"))
 
 
 def render_partition(report: PartitionReport) -> None:

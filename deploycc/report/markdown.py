@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.report.export import dims_text, export_lines
 from deploycc.report.skipped import skipped_section
 from deploycc.taxonomy import Precision
 
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from deploycc.quantize import QuantizeReport
     from deploycc.records.build import BuildReport
     from deploycc.records.device import DeviceResult
-    from deploycc.records.export import ExportReport
     from deploycc.records.partition import PartitionReport
 
 
@@ -117,7 +117,7 @@ def build_markdown(report: BuildReport) -> str:
     bench = report.benchmark
     if bench is not None:
         lines += ["## Benchmark (summary; `deploycc bench` measures in full)", "",
-                  f"Timed on {_dims(bench.input_shapes)}.", "",
+                  f"Timed on {dims_text(bench.input_shapes)}.", "",
                   f"{bench.iterations} iterations after {bench.warmup} warm-up: p50 {bench.p50_ms:.3f} ms, "
                   f"p90 {bench.p90_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, {bench.throughput_per_s:.1f}/s; "
                   f"load {bench.load_ms:.1f} ms, first inference {bench.first_inference_ms:.3f} ms", ""]
@@ -125,37 +125,6 @@ def build_markdown(report: BuildReport) -> str:
     if report.device is not None:
         lines += [*_device(report.device), ""]
     return "\n".join(lines)
-
-
-def export_lines(export: ExportReport) -> list[str]:
-    """A torch model's export: each exporter tried, its proofs against torch, and the one kept."""
-    lines = ["## Export from PyTorch", "",
-             f"`{export.source}` ({export.kind}), example inputs {_dims(export.example_shapes)}; "
-             f"{export.target}'s order: {', '.join(export.order)}, opset ceiling {export.opset_ceiling}.", "",
-             "| exporter | opset asked / written | nodes | dynamic | proofs against torch | outcome | s |",
-             "|---|---|---|---|---|---|---|"]
-    for attempt in export.attempts:
-        dynamic = ", ".join(f"{name}[{axis}]={dim}" for name, axes in attempt.dynamic.items()
-                            for axis, dim in axes.items()) or "none"
-        proofs = "; ".join(f"{'ok' if p.verification.passed else 'FAILED'} at {_dims(p.shapes)}"
-                           for p in attempt.proofs) or "-"
-        outcome = attempt.failure.line() if attempt.failure else f"{attempt.outcome}: {attempt.summary}"
-        lines.append(f"| {attempt.exporter} | {attempt.opset_requested} / {attempt.opset_written or '-'} | "
-                     f"{attempt.nodes if attempt.nodes is not None else '-'} | {dynamic} | {proofs} | "
-                     f"{outcome} | {attempt.seconds:.1f} |")
-    lines += [""] + [f"- {attempt.exporter}: {note}" for attempt in export.attempts for note in attempt.notes]
-    lines += [f"- {export.line()}"]
-    if export.final is not None:
-        verdict = "ok" if export.final.passed else f"FAILED ({export.final.problem})"
-        worst = max((o.max_abs_error for o in export.final.outputs), default=0.0)
-        lines.append(f"- torch against {export.final_against} on the example inputs: {verdict}, "
-                     f"max abs error {worst:.2e} ({export.final.precision} tolerances)")
-    return [*lines, ""]
-
-
-def _dims(shapes: dict[str, list[int]]) -> str:
-    return ", ".join(f"`{name}` {'x'.join(map(str, dims)) or 'scalar'}"
-                     for name, dims in shapes.items()) or "-"
 
 
 def _shapes(report: BuildReport) -> list[str]:
