@@ -190,7 +190,13 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
         shapes = drawn_shapes(graph, options, attempt, metadata) if options.inputs is None else {}
         if attempt and _drawn_elements(shapes) > MAX_DRAWN_ELEMENTS:
             continue
-        feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes, original, content)
+        try:
+            feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes, original,
+                                                         content)
+        except MemoryError:  # a declared size no machine draws (a hostile model's 2**31 rows)
+            described = ", ".join(f"{name} {'x'.join(map(str, dims))}" for name, dims in shapes.items())
+            why_not = f"inputs of {_drawn_elements(shapes):,} elements do not fit in memory ({described})"
+            continue
         if content != NOISE and not pictures_possible(feeds):
             continue  # no image input to draw as a picture: the noise was this size's draw
         try:
