@@ -62,6 +62,7 @@ def check(
     *,
     dynamic: Sequence[str] = (),
     exporters: Sequence[str] | None = None,
+    accept_trace_warnings: bool = False,
     jetpack: str | None = None,
     dla: bool = False,
     explain: bool = False,
@@ -83,6 +84,8 @@ def check(
     targets: target names, aliases, .toml paths or Targets (default: ort-cpu).
     dynamic, exporters: a torch model's axes to keep dynamic (`name:axis[:min:opt:max]`) and its
     exporters in order (default: the target's order).
+    accept_trace_warnings: keep a torch trace that fixed what the inputs' data decides (refused
+    otherwise, as data-dependent-guard).
     jetpack: resolve Jetson targets at this JetPack release. dla: also judge for the DLA.
     explain: say why each rule in the catalog declines an illegal node.
     capabilities, precision, inputs (an ONNX file only): tables written by `deploycc probe`; an
@@ -106,8 +109,10 @@ def check(
             raise OptionError(f"{given[0]}= is for an ONNX model, and {model!r} is a torch model",
                               hint="check the exported file instead")
         return check_torch(model, example_inputs, chosen, dynamic=dynamic, exporters=exporters,
-                           jetpack=jetpack, dla=dla, explain=explain, strict=strict)
-    _no_torch_arguments(model, example_inputs=example_inputs, dynamic=dynamic, exporters=exporters)
+                           accept_trace_warnings=accept_trace_warnings, jetpack=jetpack, dla=dla,
+                           explain=explain, strict=strict)
+    _no_torch_arguments(model, example_inputs=example_inputs, dynamic=dynamic, exporters=exporters,
+                        accept_trace_warnings=accept_trace_warnings)
     return check_onnx(model, chosen, jetpack=jetpack, dla=dla, explain=explain, capabilities=capabilities,
                       precision=precision, inputs=inputs, strict=strict)
 
@@ -121,6 +126,7 @@ def legalize(
     *,
     dynamic: Sequence[str] = (),
     exporters: Sequence[str] | None = None,
+    accept_trace_warnings: bool = False,
     jetpack: str | None = None,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -140,6 +146,7 @@ def legalize(
     output: where to write the legalized model (None: nothing written, the report only); an
     existing file is refused unless `force`.
     dynamic, exporters: a torch model's axes to keep dynamic and its exporters in order.
+    accept_trace_warnings: keep a torch trace that fixed what the inputs' data decides.
     Returns the report; `report.success` says whether the output was written.
     """
     from deploycc.options import LegalizeOptions as Options
@@ -150,8 +157,10 @@ def legalize(
                                                               Options)
     if _is_torch(model):
         return legalize_torch(model, example_inputs, target or "ort-cpu", output, options, dynamic=dynamic,
-                              exporters=exporters, jetpack=jetpack, progress=progress, force=force)
-    _no_torch_arguments(model, example_inputs=example_inputs, dynamic=dynamic, exporters=exporters)
+                              exporters=exporters, accept_trace_warnings=accept_trace_warnings,
+                              jetpack=jetpack, progress=progress, force=force)
+    _no_torch_arguments(model, example_inputs=example_inputs, dynamic=dynamic, exporters=exporters,
+                        accept_trace_warnings=accept_trace_warnings)
     return legalize_onnx(model, target or "ort-cpu", output, options, jetpack=jetpack, progress=progress,
                          force=force)
 
@@ -165,6 +174,7 @@ def build(
     *,
     dynamic: Sequence[str] = (),
     exporters: Sequence[str] | None = None,
+    accept_trace_warnings: bool = False,
     jetpack: str | None = None,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -188,6 +198,8 @@ def build(
     options: deploycc.options.BuildOptions (precision, shapes, verification, bench, ...).
     dynamic: a torch model's axes to keep dynamic, as `name:axis[:min:opt:max]`.
     exporters: a torch model's exporters in order ("dynamo", "torchscript"; default: the target's).
+    accept_trace_warnings: keep a torch trace that fixed what the inputs' data decides (a Python
+    `if` on a value, `.item()`, `.numpy()`): refused otherwise (data-dependent-guard, with the line).
     jetpack: resolve a Jetson target at this JetPack release.
     progress: called with each stage's name as it starts.
     Returns the report (`report.exit_code`, `report.to_json()`; report.json and report.md in outdir).
@@ -204,8 +216,10 @@ def build(
         options = dataclasses.replace(options or Options(), force=True)
     if _is_torch(model):
         return build_torch(model, example_inputs, target or "ort-cpu", outdir, options, dynamic=dynamic,
-                           exporters=exporters, jetpack=jetpack, progress=progress)
-    _no_torch_arguments(model, example_inputs=example_inputs, dynamic=dynamic, exporters=exporters)
+                           exporters=exporters, accept_trace_warnings=accept_trace_warnings,
+                           jetpack=jetpack, progress=progress)
+    _no_torch_arguments(model, example_inputs=example_inputs, dynamic=dynamic, exporters=exporters,
+                        accept_trace_warnings=accept_trace_warnings)
     return build_onnx(model, target, outdir, options, jetpack=jetpack, progress=progress)
 
 

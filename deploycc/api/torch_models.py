@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | Target] = ("ort-cpu",), *,
                 dynamic: Sequence[str] = (), exporters: Sequence[str] | None = None,
+                accept_trace_warnings: bool = False,
                 jetpack: str | None = None, dla: bool = False, explain: bool = False,
                 strict: bool = False) -> CheckReport:
     """`check` of a torch model: exported for each target as `build` would (its exporters, its
@@ -35,6 +36,7 @@ def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | 
 
     source = torch_source(model, example_inputs, dynamic=dynamic)
     source.exporters = _exporters(exporters) or source.exporters
+    source.accept_trace_warnings = accept_trace_warnings or source.accept_trace_warnings
     if not targets:
         raise OptionError("no target given", hint="pass at least one --target")
     merged: CheckReport | None = None
@@ -65,6 +67,7 @@ def legalize_torch(
     *,
     dynamic: Sequence[str] = (),
     exporters: Sequence[str] | None = None,
+    accept_trace_warnings: bool = False,
     jetpack: str | None = None,
     progress: Callable[[str], None] | None = None,
     force: bool = False,
@@ -77,6 +80,7 @@ def legalize_torch(
 
     source = torch_source(model, example_inputs, dynamic=dynamic)
     source.exporters = _exporters(exporters) or source.exporters
+    source.accept_trace_warnings = accept_trace_warnings or source.accept_trace_warnings
     resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
     with tempfile.TemporaryDirectory(prefix="deploycc-export-") as folder:
         exported, path = export_for_target(source, resolved, Path(folder))
@@ -94,6 +98,7 @@ def build_torch(
     *,
     dynamic: Sequence[str] = (),
     exporters: Sequence[str] | None = None,
+    accept_trace_warnings: bool = False,
     jetpack: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> BuildReport:
@@ -108,6 +113,7 @@ def build_torch(
 
     source = torch_source(model, example_inputs, dynamic=dynamic)
     source.exporters = _exporters(exporters) or source.exporters
+    source.accept_trace_warnings = accept_trace_warnings or source.accept_trace_warnings
     resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
     return build_from_torch(source, resolved, outdir or default_outdir(source.label, resolved), options,
                             progress=progress)

@@ -45,9 +45,8 @@ def test_a_branch_on_the_inputs_values_is_refused_with_the_line_that_took_it(tmp
 
 
 def test_an_accepted_trace_builds_and_says_so_with_torchs_own_warning(tmp_path: Path) -> None:
-    source = api.torch_source(models.Branch(), _positive())
-    source.accept_trace_warnings = True
-    report = api.build(source, target="ort-cpu", outdir=tmp_path / "o", options=QUICK)
+    report = api.build(models.Branch(), _positive(), target="ort-cpu", outdir=tmp_path / "o", options=QUICK,
+                       accept_trace_warnings=True)
     assert report.status == BuildStatus.VERIFIED, report.summary
     traced = next(a for a in report.export.attempts if a.exporter == "torchscript")
     assert traced.guards_accepted and any("--accept-trace-warnings" in note for note in traced.notes)
