@@ -103,14 +103,13 @@ def check(
     chosen = ["ort-cpu"] if targets is None else [targets] if isinstance(targets, str) or \
         not isinstance(targets, Sequence) else list(targets)
     if _is_torch(model):
-        given = [name for name, value in (("capabilities", capabilities), ("precision", precision),
-                                          ("inputs", inputs)) if value]
+        given = [name for name, value in (("capabilities", capabilities), ("inputs", inputs)) if value]
         if given:
             raise OptionError(f"{given[0]}= is for an ONNX model, and {model!r} is a torch model",
                               hint="check the exported file instead")
         return check_torch(model, example_inputs, chosen, dynamic=dynamic, exporters=exporters,
                            accept_trace_warnings=accept_trace_warnings, jetpack=jetpack, dla=dla,
-                           explain=explain, strict=strict)
+                           explain=explain, precision=precision, strict=strict)
     _no_torch_arguments(model, example_inputs=example_inputs, dynamic=dynamic, exporters=exporters,
                         accept_trace_warnings=accept_trace_warnings)
     return check_onnx(model, chosen, jetpack=jetpack, dla=dla, explain=explain, capabilities=capabilities,

@@ -21,15 +21,18 @@ if TYPE_CHECKING:
     from deploycc.records.legalize import LegalizeReport
     from deploycc.records.partition import PartitionReport
     from deploycc.targets.schema import Target
+    from deploycc.taxonomy import Precision
 
 
 def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | Target] = ("ort-cpu",), *,
                 dynamic: Sequence[str] = (), exporters: Sequence[str] | None = None,
                 accept_trace_warnings: bool = False,
                 jetpack: str | None = None, dla: bool = False, explain: bool = False,
-                strict: bool = False) -> CheckReport:
+                precision: Precision | str | None = None, strict: bool = False) -> CheckReport:
     """`check` of a torch model: exported for each target as `build` would (its exporters, its
-    opset ceiling) and the export checked; the notes say which exporter wrote what."""
+    opset ceiling) and the export checked; the notes say which exporter wrote what. `precision`
+    as for an ONNX file ("target": the fp16 analysis where the target builds in half), run on the
+    module's example inputs."""
     import tempfile
 
     from deploycc.frontend.build import export_for_target
@@ -44,7 +47,9 @@ def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | 
         for index, target in enumerate(targets):
             resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
             exported, path = export_for_target(source, resolved, Path(folder) / str(index))
-            report = check_onnx(path, [resolved], dla=dla, explain=explain, strict=strict)
+            feeds = _example_feeds(source, resolved, path) if precision else None
+            report = check_onnx(path, [resolved], dla=dla, explain=explain, strict=strict,
+                                precision=precision, inputs=feeds)
             written = exported.attempts[-1].opset_written
             report.notes.insert(0, f"{resolved.name}: {exported.line()}, opset {written}")
             if merged is None:
@@ -53,6 +58,7 @@ def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | 
                 merged.targets += report.targets
                 merged.notes += report.notes
                 merged.skipped_steps += report.skipped_steps
+                merged.half = merged.half or report.half
     assert merged is not None
     merged.path = source.label
     return merged
@@ -133,6 +139,22 @@ def torch_source(model: Any, example_inputs: Any = None, *, dynamic: Sequence[st
                            dynamic_specs=tuple(dynamic))
     return with_inputs(model, None if npz is not None else example_inputs, example_inputs=npz,
                        input_specs=tuple(input_specs), dynamic_specs=tuple(dynamic))
+
+
+def _example_feeds(source: Any, target: Target, exported: Path) -> Path:
+    """The module's example inputs, as exported for `target` (at its batch), as an .npz keyed by
+    the export's input names, beside it."""
+    import numpy as np
+
+    from deploycc import io
+    from deploycc.frontend.build import at_target_batch
+    from deploycc.frontend.proof import feeds_for
+
+    graph = io.load(exported, check=False).model.graph
+    path = exported.with_name("example-inputs.npz")
+    at_batch, _ = at_target_batch(source, target)
+    np.savez(path, **feeds_for(list(graph.inputs), at_batch, at_batch.inputs))
+    return path
 
 
 def _exporters(names: Sequence[str] | None) -> tuple[str, ...] | None:

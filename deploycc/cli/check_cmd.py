@@ -48,8 +48,11 @@ def check_command(ctx: click.Context, model: str, targets: tuple[str, ...], jetp
     if source is not None:
         if capabilities:
             raise OptionError("--capabilities takes an ONNX model", hint="check the exported file instead")
+        if inputs:
+            raise OptionError("--inputs takes an ONNX model", hint="a torch model's fp16 analysis runs on "
+                              "its example inputs (--example-inputs)")
         report = api.check_torch(source, targets=list(targets), jetpack=jetpack, dla=dla, explain=explain,
-                                 strict=strict)
+                                 precision=Precision(precision) if precision else "target", strict=strict)
     else:
         report = api.check(model, list(targets), jetpack=jetpack, dla=dla, explain=explain,
                            capabilities=capabilities,

@@ -200,3 +200,13 @@ def test_the_command_line_refuses_a_traced_branch_unless_accepted(tmp_path: Path
                               capture_output=True, text=True)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     assert "accepted with --accept-trace-warnings" in accepted.stdout
+
+
+def test_check_of_a_torch_model_runs_the_fp16_analysis_on_its_example_inputs() -> None:
+    """Before: `check module -t jetson-xavier` judged the graph and said nothing of half precision,
+    which an ONNX file's check analyses where the target builds in fp16."""
+    module, _ = models.small_net()
+    report = api.check(module, (torch.rand(2, 3, 16, 16),), targets=["ort-cpu", "jetson-xavier"],
+                       precision="target")
+    assert report.half is not None and not report.skipped_steps
+    assert report.half.inputs  # the example inputs, at the board's batch
