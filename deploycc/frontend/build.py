@@ -35,7 +35,8 @@ from deploycc.records.export import (
     ExportFailure,
     ExportReport,
 )
-from deploycc.taxonomy import BuildStatus, Precision, Stage
+from deploycc.results import SkippedStep
+from deploycc.taxonomy import BuildStatus, Precision, SafetyStep, Stage
 
 if TYPE_CHECKING:
     from deploycc.targets.schema import Target
@@ -428,8 +429,10 @@ def _prove_final(source: TorchSource, target: Target, folder: Path, report: Buil
             finally:
                 runner.close()
         except Exception as error:  # the engine refuses the example's sizes: judge its ONNX instead
-            report.notes.append(f"torch against the engine: not run ({type(error).__name__}: "
-                                f"{str(error).splitlines()[0][:160] if str(error) else ''})")
+            why = f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+            report.skipped_steps.append(SkippedStep(
+                SafetyStep.VERIFICATION, f"torch against the engine did not run ({why}); torch was compared "
+                "with the legalized model on ONNX Runtime CPU instead"))
     if final is None:
         ort = session(legalized, threads=0)
         names = [output.name for output in ort.get_outputs()]
