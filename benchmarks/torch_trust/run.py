@@ -37,7 +37,8 @@ SUCCESS = {"verified", "pending-on-device", "bundled", "needs-inputs"}
 def build(spec: str, target: str, out: Path, *extra: str) -> dict:
     command = [sys.executable, "-m", "deploycc.cli", "build", spec, "--target", target, "-o", str(out),
                "--force", "--no-bench", *extra]
-    done = subprocess.run(command, capture_output=True, text=True)
+    out.parent.mkdir(parents=True, exist_ok=True)  # run from there: `python -m` puts its folder first
+    done = subprocess.run(command, capture_output=True, text=True, cwd=out.parent)
     try:
         report = json.loads((out / "report.json").read_text())
     except (OSError, ValueError):
