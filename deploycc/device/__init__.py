@@ -9,6 +9,9 @@ comes back, below backends/ (the TensorRT backend writes its bundle with it) and
     remote.py         `deploycc device run`'s transport: the bundle over ssh, result.json back
     logs.py           what the board's tools print (trtexec's summary, tegrastats), parsed here
     trtexec.py        a bundle run_on_device.sh ran: trtexec's outputs judged here, as result.json
+    board_files.py    what comes back, read as input: bounded, checked against the schemas of the
+                      programs that write it (result.json, the reference, trtexec's outputs), and
+                      never followed out of its folder
 
 The steps around it stay with their layers: the TensorRT backend says what its bundle holds
 (backends/tensorrt/bundle.py: the settings and the trtexec command), `device import` merges a

@@ -15,11 +15,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_STAT = re.compile(r"(min|max|mean|median) = ([0-9.eE+-]+) ms|"
-                   r"percentile\((\d+(?:\.\d+)?)%\) = ([0-9.eE+-]+) ms")
+# The board's logs are input: a number is read only where it is one Python reads ("..." or
+# "1e5e5" would raise), and an integer has at most 12 digits (int() refuses 4,300 and more).
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_STAT = re.compile(rf"(min|max|mean|median) = ({_NUMBER}) ms|"
+                   rf"percentile\((\d{{1,3}}(?:\.\d{{1,6}})?)%\) = ({_NUMBER}) ms")
 _LINE = re.compile(r"(?:\[[^\]]*\]\s*)*(Latency|GPU Compute Time|Enqueue Time|H2D Latency|D2H Latency|"
                    r"End-to-End Host Latency): (.*)$")
-_THROUGHPUT = re.compile(r"Throughput: ([0-9.eE+-]+) qps")
+_THROUGHPUT = re.compile(rf"Throughput: ({_NUMBER}) qps")
 
 
 def _stats(text: str) -> dict[str, Any]:
@@ -53,9 +56,9 @@ def parse_trtexec_summary(log: str) -> dict[str, Any]:
     return summary
 
 
-_POWER = re.compile(r"\b([A-Z][A-Z0-9_]+) (\d+)(?:mW)?/(\d+)(?:mW)?\b")
-_RAM = re.compile(r"\bRAM (\d+)/(\d+)MB")
-_GR3D = re.compile(r"\bGR3D_FREQ (\d+)%")
+_POWER = re.compile(r"\b([A-Z][A-Z0-9_]+) (\d{1,12})(?:mW)?/(\d{1,12})(?:mW)?\b")
+_RAM = re.compile(r"\bRAM (\d{1,12})/(\d{1,12})MB")
+_GR3D = re.compile(r"\bGR3D_FREQ (\d{1,12})%")
 
 
 def parse_tegrastats(line: str) -> dict[str, Any]:

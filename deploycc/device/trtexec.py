@@ -9,48 +9,48 @@ trtexec writes its outputs as `[{ "name": ..., "dimensions": "AxB", "values": [.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from deploycc.device import BOARD_ENGINE
-from deploycc.device.bundle import MODEL_NAME, REFERENCE_DIR, TRTEXEC_LOG, TRTEXEC_OUTPUT
+from deploycc.device.board_files import (
+    board_file,
+    read_array,
+    read_log,
+    read_reference_index,
+    read_trtexec_outputs,
+)
+from deploycc.device.bundle import MODEL_NAME, TRTEXEC_LOG, TRTEXEC_OUTPUT
 from deploycc.device.logs import parse_trtexec_summary
 from deploycc.device.run_on_device import RESULT_SCHEMA
 from deploycc.taxonomy import BuildStatus, Stage
 
 
-def result_from_trtexec(folder: Path, index: dict[str, Any]) -> dict[str, Any]:
-    """result.json's content for the bundle `folder` run_on_device.sh ran in, whose reference
-    index is `index`: trtexec's exported outputs compared with the reference here, its
-    performance summary read from its log."""
-    import numpy as np
-
+def result_from_trtexec(folder: Path) -> dict[str, Any]:
+    """result.json's content for the bundle `folder` run_on_device.sh ran in: trtexec's exported
+    outputs compared with the reference here, its performance summary read from its log. Every
+    file is the board's, read through board_files (bounded, checked, never out of `folder`)."""
     from deploycc.verify.compare import compare
 
-    log_path = folder / TRTEXEC_LOG
-    log = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    digest = hashlib.sha256((folder / MODEL_NAME).read_bytes()).hexdigest()
+    log = read_log(folder, TRTEXEC_LOG)
+    digest = hashlib.sha256(board_file(folder, MODEL_NAME, folder, "the model").read_bytes()).hexdigest()
+    index_path, index = read_reference_index(folder, digest)
     result: dict[str, Any] = {"schema": RESULT_SCHEMA, "engine": f"{BOARD_ENGINE} (trtexec)",
                               "status": BuildStatus.FAILED_ON_DEVICE, "stage": Stage.RUN,
                               "model_sha256": digest}
-    exported = folder / TRTEXEC_OUTPUT
-    if not exported.is_file():
+    if not (folder / TRTEXEC_OUTPUT).exists() and not (folder / TRTEXEC_OUTPUT).is_symlink():
         lines = [line for line in log.splitlines() if line.strip()]
         result["reason"] = f"trtexec left no {TRTEXEC_OUTPUT}: {lines[-1] if lines else 'no log'}"
         return result
-    outputs = json.loads(exported.read_text())
+    outputs = read_trtexec_outputs(board_file(folder, TRTEXEC_OUTPUT, folder, "trtexec's outputs"))
     tolerances = index["tolerances"]
     rows = []
-    for entry in index["outputs"]:
-        expected = np.fromfile(folder / REFERENCE_DIR / entry["file"],
-                               dtype=np.dtype(entry["dtype"]).newbyteorder("<")).reshape(entry["shape"])
-        found = next((o for o in outputs if o.get("name") == entry["name"]), None)
-        if found is None:
+    for position, entry in enumerate(index["outputs"]):
+        expected = read_array(folder, entry, index_path, f"outputs[{position}]")
+        actual = outputs.get(entry["name"])
+        if actual is None:
             rows.append({"name": entry["name"], "passed": False, "problem": "not in trtexec's output"})
             continue
-        dims = [int(d) for d in str(found.get("dimensions", "")).split("x") if d]
-        actual = np.asarray(found.get("values", []), dtype=np.float64).reshape(dims or [-1])
         comparison = compare(entry["name"], expected, actual, atol=tolerances["atol"],
                              rtol=tolerances["rtol"], min_cosine=tolerances["min_cosine"])
         rows.append({"name": entry["name"], "passed": comparison.passed,

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from deploycc.device import BOARD_ENGINE, GPU_ENGINE
-from deploycc.device.bundle import BUNDLE_DIR, MODEL_NAME, REFERENCE_DIR, REFERENCE_INDEX
+from deploycc.device.board_files import read_json
+from deploycc.device.bundle import BUNDLE_DIR, MODEL_NAME
 from deploycc.errors import OptionError
 from deploycc.io import write_text_atomic
 from deploycc.records.build import BuildReport
@@ -29,13 +30,8 @@ from deploycc.taxonomy import Precision, Stage
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise OptionError(f"{path}: no such {what}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise OptionError(f"{path}: not a readable {what} ({type(error).__name__}: "
-                          f"{str(error).splitlines()[0] if str(error) else 'truncated?'})") from None
+    """A JSON object from `path`, read bounded (the board's files and the build's alike)."""
+    data = read_json(path, what)
     if not isinstance(data, dict):
         raise OptionError(f"{path}: not a {what} (a JSON object was expected)")
     return data
@@ -81,8 +77,7 @@ def result_from_trtexec(folder: Path) -> DeviceResult:
     """The result of a bundle run by run_on_device.sh: trtexec's outputs judged here."""
     from deploycc.device.trtexec import result_from_trtexec as judged
 
-    index = _read_json(folder / REFERENCE_DIR / REFERENCE_INDEX, "reference index")
-    return DeviceResult.from_dict(judged(folder, index), str(folder))
+    return DeviceResult.from_dict(judged(folder), str(folder))
 
 
 def import_result(outdir: Path, result_file: Path) -> BuildReport:
@@ -100,10 +95,10 @@ def import_result(outdir: Path, result_file: Path) -> BuildReport:
     if device.model_sha256 != digest:
         raise OptionError(f"{result_file}: the result is from another bundle (model sha256 "
                           f"{str(device.model_sha256)[:12]}..., this bundle {digest[:12]}...)")
-    if device.tegrastats:
-        from deploycc.device.logs import summarize_tegrastats
+    from deploycc.device.logs import summarize_tegrastats
 
-        device.tegrastats_summary = summarize_tegrastats(device.tegrastats)
+    # the host's reading of the board's lines, never a summary the board sent
+    device.tegrastats_summary = summarize_tegrastats(device.tegrastats or []) or None
     try:
         built = BuildReport.from_dict(_read_json(report_path, "build report"))
     except (TypeError, ValueError) as error:

@@ -4,9 +4,9 @@ on the device, as `deploycc device import` reads it from result.json.
 result.json is a contract between two programs that may be of different releases: the host's
 deploycc and the runner copied into a bundle, which runs on the board's Python alone. It carries
 its schema's version; the runner checks what it writes against the schema before writing it
-(`check_result` in device/run_on_device.py) and the host checks what it reads here,
-refusing a newer schema in one line. tests/backends/test_device_runner.py holds the two sides'
-declarations equal.
+(`check_result` in device/run_on_device.py) and the host checks what it reads here, every
+field against device/board_files.py's RESULT_SPEC, refusing a newer schema in one line.
+tests/backends/test_device_runner.py holds the two sides' declarations equal.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploycc.device.board_files import RESULT_SPEC, VERIFIED_SPEC, check
 from deploycc.errors import OptionError
 from deploycc.results import from_dict
 from deploycc.taxonomy import DEVICE_STAGES, ON_DEVICE, BuildStatus, Precision, Stage
@@ -80,6 +81,9 @@ class DeviceResult:
         if schema > RESULT_SCHEMA:
             raise OptionError(f"{source}: result schema {schema} is newer than this deploycc reads "
                               f"({RESULT_SCHEMA})", hint="upgrade deploycc here, then import again")
+        check(data, RESULT_SPEC, source, "device result")  # every field the host reads, typed
+        if data["status"] == BuildStatus.VERIFIED_ON_DEVICE:
+            check(data, VERIFIED_SPEC, source, "verified device result")
         if data["status"] not in ON_DEVICE:
             raise OptionError(f"{source}: unknown status {data['status']!r}")
         if data["stage"] not in DEVICE_STAGES:

@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from deploycc import api
@@ -128,3 +129,169 @@ def test_a_result_of_a_newer_schema_is_refused_in_one_line(ran_on_board: Path, t
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "result schema 2 is newer than this deploycc reads (1)" in lines[0], lines
     assert {name: (out / name).read_text() for name in kept} == kept
+
+
+# ---- the board's files are input like any other: refused in one line, exit 2, nothing changed ----
+
+SECRET = 1234.5  # a value only the file outside the bundle holds
+
+
+def _board_folder(out: Path, tmp_path: Path) -> Path:
+    """The bundle as run_on_device.sh (trtexec) leaves it on the board, brought back beside OUTDIR:
+    trtexec's outputs equal to the reference, its result.json gone."""
+    board = tmp_path / "board" / "bundle"
+    shutil.copytree(out / "bundle", board)
+    (board / "result.json").unlink()
+    index = json.loads((board / "reference" / "reference.json").read_text())
+    rows = []
+    for entry in index["outputs"]:
+        values = np.fromfile(board / "reference" / entry["file"], "<f4")
+        rows.append({"name": entry["name"], "dimensions": "x".join(map(str, entry["shape"])),
+                     "values": values.tolist()})
+    (board / "trtexec-output.json").write_text(json.dumps(rows))
+    return board
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _result(edit):
+    """A result.json edit: `edit` changes the board's result (a dict), or returns the text to write."""
+    def write(out: Path, tmp_path: Path) -> Path:
+        path = out / "bundle" / "result.json"
+        if callable(edit):
+            _edit_json(path, edit)
+        else:
+            path.write_text(edit)
+        return path
+    return write
+
+
+def _folder(edit):
+    """A trtexec bundle folder brought back, edited by `edit(board_folder, tmp_path)`."""
+    def write(out: Path, tmp_path: Path) -> Path:
+        board = _board_folder(out, tmp_path)
+        edit(board, tmp_path)
+        return board
+    return write
+
+
+def _index(**fields):
+    """The reference index's first output entry gets `fields` (a None value drops the key)."""
+    def edit(board: Path, _tmp_path: Path) -> None:
+        _edit_json(board / "reference" / "reference.json", lambda index: index["outputs"][0].update(fields))
+    return edit
+
+
+def _trtexec(text: str):
+    return lambda board, _tmp_path: (board / "trtexec-output.json").write_text(text)
+
+
+def _secret(tmp_path: Path) -> Path:
+    """A file outside the bundle that reads as the output's reference: [SECRET, 0] in float32."""
+    path = tmp_path / "secret.bin"
+    path.write_bytes(np.array([SECRET, 0.0], "<f4").tobytes())
+    return path
+
+
+def _symlinked_out(board: Path, tmp_path: Path) -> None:
+    reference = board / "reference" / "outputs" / "000.bin"
+    reference.unlink()
+    reference.symlink_to(_secret(tmp_path))
+
+
+def _pop(key: str, inside: str | None = None):
+    return lambda result: (result[inside] if inside else result).pop(key)
+
+
+REFUSED = [  # (the board's file, the field the one line names)
+    pytest.param(_result("[" * 100_000 + "]" * 100_000), "nested", id="result-nested-lists"),
+    pytest.param(_result('{"a": ' * 5000 + "1" + "}" * 5000), "nested", id="result-nested-objects"),
+    pytest.param(_result(lambda r: r["latency"].update(p90_ms="fast")), "latency.p90_ms",
+                 id="latency-a-string"),
+    pytest.param(_result(_pop("p90_ms", "latency")), "latency.p90_ms", id="latency-missing-p90"),
+    pytest.param(_result(lambda r: r.update(latency=[1, 2])), "latency", id="latency-a-list"),
+    pytest.param(_result(lambda r: r["outputs"][0].update(max_abs_error="tiny")), "outputs[0].max_abs_error",
+                 id="outputs-error-a-string"),
+    pytest.param(_result(_pop("tolerances")), "tolerances", id="verified-without-tolerances"),
+    pytest.param(_result(lambda r: r["outputs"][0].update(passed=False)), "outputs[0].passed",
+                 id="verified-with-an-output-failed"),
+    pytest.param(_result(lambda r: r.update(nvml={"before": {"used": 1}, "after": {"used": 2}})),
+                 "nvml.before.gpu_memory_used_kb", id="nvml-sample-without-memory"),
+    pytest.param(_folder(lambda board, _: (board / "model.onnx").unlink()), "model.onnx",
+                 id="folder-without-model"),
+    pytest.param(_folder(_trtexec("[{]")), "trtexec-output.json", id="trtexec-not-json"),
+    pytest.param(_folder(_trtexec(json.dumps([{"name": "y", "dimensions": "1x2", "values": ["a", "b"]}]))),
+                 "[0].values[0]", id="trtexec-strings"),
+    pytest.param(_folder(_trtexec(json.dumps([{"name": "y", "dimensions": "1099511627776x2",
+                                               "values": [0.0, 0.0]}]))), "[0].dimensions",
+                 id="trtexec-dims-lie"),
+    pytest.param(_folder(lambda board, _: _edit_json(board / "reference" / "reference.json",
+                                                     lambda index: index.pop("tolerances"))),
+                 "tolerances", id="reference-without-tolerances"),
+    pytest.param(_folder(_index(shape=[1000, 1000])), "outputs[0].shape", id="reference-shape-lies"),
+    pytest.param(_folder(_index(shape=[2 ** 40])), "outputs[0].shape", id="reference-shape-2e40"),
+    pytest.param(_folder(_index(shape=[1, "2"])), "outputs[0].shape", id="reference-shape-a-string"),
+    pytest.param(_folder(_index(dtype="object")), "outputs[0].dtype", id="reference-object-dtype"),
+]
+
+ESCAPES = [  # a reference file that leads out of the bundle: never read
+    pytest.param(lambda board, tmp: (_secret(tmp), _index(file="../../../secret.bin")(board, tmp)),
+                 id="dot-dot"),
+    pytest.param(lambda board, tmp: _index(file=str(_secret(tmp)))(board, tmp), id="absolute"),
+    pytest.param(_symlinked_out, id="symlink-out"),
+]
+
+
+def _refused(ran_on_board: Path, tmp_path: Path, write) -> tuple[str, str]:
+    """The CLI's one line for the board's file `write` made, exit 2, OUTDIR as it was; the line
+    and report.json."""
+    out = tmp_path / "out"
+    shutil.copytree(ran_on_board, out)
+    kept = {name: (out / name).read_text() for name in ("report.json", "report.md", "manifest.json")}
+    result = write(out, tmp_path)
+    refused = run_cli("device", "import", str(out), str(result))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert {name: (out / name).read_text() for name in kept} == kept
+    return lines[0], refused.stdout + (out / "report.json").read_text()
+
+
+@pytest.mark.parametrize("write, field", REFUSED)
+def test_a_malformed_file_from_the_board_is_refused_naming_the_field(ran_on_board: Path, tmp_path: Path,
+                                                                      write, field: str) -> None:
+    line, _ = _refused(ran_on_board, tmp_path, write)
+    assert field in line, line
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+def test_a_reference_file_out_of_the_bundle_is_refused_unread(ran_on_board: Path, tmp_path: Path,
+                                                              escape) -> None:
+    line, seen = _refused(ran_on_board, tmp_path, _folder(escape))
+    assert "outputs[0].file" in line and str(SECRET) not in line + seen, line
+
+
+def test_a_trtexec_folder_brought_back_beside_outdir_is_judged(ran_on_board: Path, tmp_path: Path) -> None:
+    """The honest folder the refusals above start from imports (exit 0): each refusal is its edit's."""
+    out = tmp_path / "out"
+    shutil.copytree(ran_on_board, out)
+    imported = run_cli("device", "import", str(out), str(_board_folder(out, tmp_path)))
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads((out / "report.json").read_text())["device"]["outputs"][0]["passed"] is True
+
+
+def test_a_trtexec_log_whose_numbers_are_not_numbers_is_no_crash(ran_on_board: Path, tmp_path: Path) -> None:
+    """trtexec.log is the board's text too: what does not parse as a number is no measurement."""
+    out = tmp_path / "out"
+    shutil.copytree(ran_on_board, out)
+    board = _board_folder(out, tmp_path)
+    (board / "trtexec.log").write_text("=== Performance summary ===\n[I] Throughput: ... qps\n[I] Latency: "
+                                       "min = 1e5e5 ms, mean = 2.5 ms, percentile(99%) = -.- ms\n")
+    imported = run_cli("device", "import", str(out), str(board))
+    assert imported.returncode == 0 and "Traceback" not in imported.stderr, imported.stderr
+    latency = json.loads((out / "report.json").read_text())["device"]["latency"]
+    assert latency["mean_ms"] == 2.5 and latency["throughput_per_s"] is None and latency["p99_ms"] is None
