@@ -2,6 +2,8 @@
 `module.path:factory`, or a module in the API), a proven ONNX export for the target out.
 
     sources.py    what the user gave, loaded: the module, its example inputs, its dynamic axes
+    pt2_archive.py    a .pt2 read once and checked before torch opens it: no pickle, library or
+    pt2_program.py    string in it that torch would run as code
     exporters.py  torch.onnx's two exporters, registered by name, and the opset ceiling
     failures.py   an exporter's exception as one classified line with a hint
     proof.py      torch against ONNX Runtime on the example inputs and a second size per axis

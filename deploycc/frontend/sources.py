@@ -246,10 +246,13 @@ def _load_pt2(path: Path, torch: Any) -> Any:
         raise ModelInputError(f"{path}: no such file")
     import logging
 
+    from deploycc.frontend.pt2_archive import read_checked
+
+    checked = read_checked(path, torch)  # torch reads these bytes, not the file again
     logger = logging.getLogger("torch.export")  # logs its own traceback before raising
     level, logger.level = logger.level, logging.CRITICAL
     try:
-        return torch.export.load(str(path))
+        return torch.export.load(checked)
     except Exception as error:
         raise ModelInputError(
             f"{path}: not a torch.export archive ({first_line(error)})",
