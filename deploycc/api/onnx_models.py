@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.errors import ModelInputError, OptionError, OutputExists
+from deploycc.errors import ModelInputError, OptionError
 from deploycc.records.targets import TargetListing, TargetSummary
 from deploycc.taxonomy import Precision
 
@@ -192,17 +192,13 @@ def legalize_onnx(
     Returns the report; `report.success` says whether the output was written (see `summary`).
     An existing `output` is refused unless `force`, as `build` refuses an existing directory.
     """
+    from deploycc import io
     from deploycc.pipeline.legalize import legalize as run
 
-    if output is not None:
-        from deploycc.io import refuse_overwrite
-
-        source = Path(model)
-        refuse_overwrite(Path(output), (source, source.with_name(source.name + ".data")))
-        if Path(output).exists() and not force:
-            raise OutputExists(output)
-    resolved = target if not isinstance(target, str) else get_target(target, jetpack=jetpack)
-    return run(model, resolved, options, output=output, progress=progress)
+    inputs = [Path(model), *([options.inputs] if options is not None and options.inputs else [])]
+    with io.claim([Path(output) if output is not None else None], inputs=inputs, force=force):
+        resolved = target if not isinstance(target, str) else get_target(target, jetpack=jetpack)
+        return run(model, resolved, options, output=output, progress=progress)
 
 
 def build_onnx(

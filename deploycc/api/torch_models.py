@@ -82,17 +82,25 @@ def legalize_torch(
     its order that does both), then legalized as an ONNX file is."""
     import tempfile
 
+    from deploycc import io
     from deploycc.frontend.build import export_for_target
 
     source = torch_source(model, example_inputs, dynamic=dynamic)
     source.exporters = _exporters(exporters) or source.exporters
     source.accept_trace_warnings = accept_trace_warnings or source.accept_trace_warnings
     resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
-    with tempfile.TemporaryDirectory(prefix="deploycc-export-") as folder:
+    # the torch files are inputs too; the output is claimed before the export, not after it
+    with io.claim([Path(output) if output is not None else None], inputs=_given_files(model, example_inputs),
+                  force=force), tempfile.TemporaryDirectory(prefix="deploycc-export-") as folder:
         exported, path = export_for_target(source, resolved, Path(folder))
         report = legalize_onnx(path, resolved, output, options, progress=progress, force=force)
     report.source, report.export = source.label, exported
     return report
+
+
+def _given_files(*given: Any) -> list[Path]:
+    """The files among a torch model's arguments (a .pt2, an .npz of example inputs)."""
+    return [Path(item) for item in given if isinstance(item, (str, Path)) and Path(item).is_file()]
 
 
 def build_torch(

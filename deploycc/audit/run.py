@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc import io
 from deploycc.audit.isolate import WORKER, run_isolated
 from deploycc.audit.report import summarize, write_reports
 from deploycc.audit.store import CellStore
@@ -144,7 +145,7 @@ def read_hints(model: Path) -> dict[str, Any]:
     path = hints_path(model)
     if not path.is_file():
         return {}
-    raw = path.read_bytes()
+    raw = _confined(path, path.name, "itself").read_bytes()
     try:
         data = json.loads(raw)
         shapes = {str(name): [d if isinstance(d, int) else str(d) for d in dims]
@@ -156,13 +157,13 @@ def read_hints(model: Path) -> dict[str, Any]:
     inputs = data.get("inputs")
     digest = hashlib.sha256(raw)
     if inputs:
-        npz = path.parent / str(inputs)
+        npz = _confined(path, str(inputs), "inputs")
         if not npz.is_file():
             raise OptionError(f"{path}: names inputs {inputs!r}, which does not exist")
         digest.update(npz.read_bytes())
     calibration = data.get("calibration")
     if calibration:
-        folder = path.parent / str(calibration)
+        folder = _confined(path, str(calibration), "calibration data")
         if not folder.is_dir():
             raise OptionError(f"{path}: names calibration data {calibration!r}, which is not a folder")
         for sample in sorted(folder.glob("*.npz")):
@@ -172,6 +173,18 @@ def read_hints(model: Path) -> dict[str, Any]:
             "hints_sha256": digest.hexdigest()[:16], **axes}
 
 
+def _confined(hints: Path, named: str, what: str) -> Path:
+    """A file a hints file names, kept to the hints file's folder: a corpus says what its models
+    take, never where else on this machine to read (an absolute path, `..`, a symlink out are
+    refused before anything is read)."""
+    folder = hints.parent.resolve()
+    file = hints.parent / named
+    if not file.resolve().is_relative_to(folder):
+        raise OptionError(f"{hints}: names {what} {named!r} outside its folder {folder}",
+                          hint="keep a model's inputs and samples beside it")
+    return file
+
+
 def hinted_family(model: Path) -> str:
     """The family a model's hints name ("family": "timm"), and its exporter where they name one
     ("timm / dynamo"), for grouping the audit page; '' if none."""
@@ -179,9 +192,9 @@ def hinted_family(model: Path) -> str:
 
     path = hints_path(model)
     try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
+        data = json.loads(_confined(path, path.name, "itself").read_text()) if path.is_file() else {}
         family, exporter = data.get("family"), data.get("exporter")
-    except (ValueError, AttributeError, OSError):
+    except (ValueError, AttributeError, OSError, OptionError):
         return ""
     if not isinstance(family, str):
         return ""
@@ -260,6 +273,7 @@ REFERENCES = "references"  # under OUTDIR: the originals' outputs, shared by a m
 # folder goes when its last cell of the run ends (exports of a large model take GBs: 9 GB for 50)
 EXPORTS = "exports"
 PROOFS = "proofs"  # under OUTDIR: the verdicts of rewrite proofs, shared by all cells
+CELLS = "cells"  # under OUTDIR: each finished cell's result, by key (store.py)
 
 
 def cell_folders(models: list[Path], targets: list[Target]) -> dict[tuple[Path, str], str]:
@@ -382,11 +396,27 @@ def audit(paths: Sequence[str | Path], target_names: Sequence[str], outdir: str 
     """`progress(counts by status, total)` as cells finish; `finished(cell, done, total)` with each
     cell that ran (not those reused)."""
     options = options or AuditOptions()
-    started = time.perf_counter()
     out = Path(outdir)
     models = discover(paths)
+    # the folders a run empties or replaces never hold a model of the corpus
+    io.refuse_inputs([out / name for name in (BUILDS, EXPORTS, PROOFS, REFERENCES, CELLS)],
+                     [m for m in models if not is_factory(m)])
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"{out}: exists and is not a directory", hint="give -o a folder")
+    if options.stored_only:  # a report of another audit's cells as it runs: it writes no cell
+        return _audit(models, target_names, out, options, jetpack, progress, finished)
+    with io.output_lock(out):  # two audits into one OUTDIR would each take the other's cells
+        # what cells killed in an earlier run left (the resume runs them again in fresh folders)
+        io.remove_stale_partials(out / BUILDS)
+        return _audit(models, target_names, out, options, jetpack, progress, finished)
+
+
+def _audit(models: list[Path], target_names: Sequence[str], out: Path, options: AuditOptions,
+           jetpack: str | None, progress: Callable[[Counter[str], int], None] | None,
+           finished: Callable[[CellResult, int, int], None] | None) -> AuditReport:
+    started = time.perf_counter()
     targets = resolve_targets(target_names, jetpack)
-    store = CellStore(out / "cells")
+    store = CellStore(out / CELLS)
     cells = plan(models, targets, options, out, jetpack)
     specs: dict[str, CellSpec] = {}
     for key, spec in cells:  # copies of a model (the same bytes) share a key: run once, shown for each

@@ -130,6 +130,7 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
     from deploycc.report import console
     from deploycc.report.progress import progress_status
 
+    example_inputs = flags.get("example_inputs")
     source = torch_source(model, flags)
     options = options_from_flags(**flags)
     if partition:
@@ -145,17 +146,20 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
                                           build_engines=False)
         emit(split, as_json, console.render_partition)
         ctx.exit(split.exit_code)
-    status = progress_status("legalizing", quiet=as_json)
-    with status as update:
-        if source is not None:
-            report = api.legalize_torch(source, target=target, output=output, options=options,
-                                        jetpack=jetpack, progress=update, force=force)
-        else:
-            report = api.legalize(model, target=target, output=output, options=options, jetpack=jetpack,
-                                  progress=update, force=force)
-    if report_path:
-        from deploycc.io import write_text_atomic
+    from deploycc import io
 
-        write_text_atomic(Path(report_path), report.to_json())
+    # every file this command reads is an input its outputs must not be, the report included
+    inputs = [Path(model), *(Path(p) for p in (options.inputs, example_inputs) if p)]
+    with io.claim([Path(output) if output else None], inputs=inputs, force=force,
+                  reports=[Path(report_path) if report_path else None]):
+        with progress_status("legalizing", quiet=as_json) as update:
+            if source is not None:
+                report = api.legalize_torch(source, target=target, output=output, options=options,
+                                            jetpack=jetpack, progress=update, force=force)
+            else:
+                report = api.legalize(model, target=target, output=output, options=options, jetpack=jetpack,
+                                      progress=update, force=force)
+        if report_path:
+            io.write_text_atomic(Path(report_path), report.to_json())
     emit(report, as_json, console.render_legalize)
     ctx.exit(report.exit_code)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,28 +28,19 @@ def probe_command(target: str, output: str | None, limit: int | None, cases: tup
     from deploycc.audit.probe import capability_table
     from deploycc.backends.registry import get_backend
     from deploycc.errors import OptionError
-    from deploycc.io import write_text_atomic
-    from deploycc.report.progress import progress_bar
+    from deploycc.io import claim, write_text_atomic
 
     resolved = api.get_target(target)
     if get_backend(resolved.backend.kind).builds_on_device:
         raise OptionError(f"probe runs the cases on the backend itself; {resolved.name} needs TensorRT on "
                           "the device", hint="run deploycc probe on the device")
-    with progress_bar(f"probing {resolved.name}", quiet=as_json) as update:
-        def finished(op: str, results: list, done: int, total: int) -> None:
-            # off a terminal, where the bar is silent: a line per op (a full run has ~1,900 cases)
-            failing = [r.case for r in results if r.legalized != "pass"]
-            more = f", +{len(failing) - 3}" if len(failing) > 3 else ""
-            update.line(f"[{done}/{total}] {op}: {sum(r.raw == 'pass' for r in results)}/{len(results)} "
-                        f"pass as exported, {len(results) - len(failing)}/{len(results)} after deploycc"
-                        + (f" (failing after deploycc: {', '.join(failing[:3])}{more})" if failing else ""))
-
-        report = api.probe(resolved.name, limit=limit, names=list(cases) or None, jobs=jobs,
-                           progress=lambda done, total: update("cases", done, total), finished=finished)
-    if output:
-        write_text_atomic(Path(output), json.dumps(capability_table(report), indent=1, sort_keys=True) + "\n")
-    if report_path:
-        write_text_atomic(Path(report_path), report.to_json() + "\n")
+    with claim([], reports=[Path(p) if p else None for p in (output, report_path)]):
+        report = _probe(resolved.name, limit, cases, jobs, as_json)
+        if output:
+            table = capability_table(report)
+            write_text_atomic(Path(output), json.dumps(table, indent=1, sort_keys=True) + "\n")
+        if report_path:
+            write_text_atomic(Path(report_path), report.to_json() + "\n")
     if as_json:
         click.echo(report.to_json())
         return
@@ -57,3 +49,21 @@ def probe_command(target: str, output: str | None, limit: int | None, cases: tup
                f"{len(report.disagreements)} disagreement(s) with the declared table; {report.seconds:.0f} s")
     for item in report.disagreements[:20]:
         click.echo(f"  {item['case']}: {item['kind']} {item['detail']}")
+
+
+def _probe(target: str, limit: int | None, cases: tuple[str, ...], jobs: int, as_json: bool) -> Any:
+    from deploycc import api
+    from deploycc.report.progress import progress_bar
+
+    with progress_bar(f"probing {target}", quiet=as_json) as update:
+        def finished(op: str, results: list, done: int, total: int) -> None:
+            # off a terminal, where the bar is silent: a line per op (a full run has ~1,900 cases)
+            failing = [r.case for r in results if r.legalized != "pass"]
+            more = f", +{len(failing) - 3}" if len(failing) > 3 else ""
+            update.line(f"[{done}/{total}] {op}: {sum(r.raw == 'pass' for r in results)}/{len(results)} "
+                        f"pass as exported, {len(results) - len(failing)}/{len(results)} after deploycc"
+                        + (f" (failing after deploycc: {', '.join(failing[:3])}{more})" if failing else ""))
+
+        report = api.probe(target, limit=limit, names=list(cases) or None, jobs=jobs,
+                           progress=lambda done, total: update("cases", done, total), finished=finished)
+    return report

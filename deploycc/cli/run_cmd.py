@@ -23,23 +23,26 @@ def run_command(ctx: click.Context, folder: Path, inputs: Path, output: Path | N
     """
     import numpy as np
 
+    from deploycc.io import claim, staging_prefix
     from deploycc.runtime import Chain
     from deploycc.verify.inputs import load_npz
 
-    feeds = load_npz(inputs)
-    chain = Chain.load(folder)
-    try:
-        outputs = chain.run(feeds)
-    finally:
-        chain.close()
+    with claim([], inputs=[inputs, *(p for p in folder.rglob("*") if p.is_file())], reports=[output]):
+        feeds = load_npz(inputs)
+        chain = Chain.load(folder)
+        try:
+            outputs = chain.run(feeds)
+        finally:
+            chain.close()
+        if output is not None:
+            import tempfile
+
+            with tempfile.NamedTemporaryFile(dir=output.parent, prefix=staging_prefix(output), delete=False) \
+                    as handle:
+                np.savez(handle, **outputs)  # type: ignore[arg-type]
+            Path(handle.name).replace(output)  # whole or not at all
     for name, array in outputs.items():
         click.echo(f"{name}: {array.dtype} {list(array.shape)}")
     for index, seconds in chain.seconds.items():
         click.echo(f"segment {index}: {seconds * 1e3:.3f} ms")
-    if output is not None:
-        import tempfile
-
-        with tempfile.NamedTemporaryFile(dir=output.parent, suffix=".npz", delete=False) as handle:
-            np.savez(handle, **outputs)  # type: ignore[arg-type]
-        Path(handle.name).replace(output)  # whole or not at all
     ctx.exit(0)

@@ -61,7 +61,8 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
     source, batch_note = at_target_batch(source, target)
     record = _record(source, target, batch_note)
     expected = reference_outputs(source)
-    with io.StagedDirectory(outdir, force=options.force) as staged:
+    archive = (Path(source.label),) if source.kind in ("pt2", "torchscript") else ()
+    with io.StagedDirectory(outdir, force=options.force, protect=archive) as staged:
         staging = staged.staging
         built: list[tuple[ExportAttempt, BuildReport, Path]] = []
         finals: dict[str, tuple[Verification, str] | None] = {}  # torch against each build's result

@@ -9,7 +9,8 @@ tensors stay memory-mapped.
 Writing (write.py): a model saved atomically, weights streamed; a text file through a rename.
 
 The file system (files.py): output directories staged beside their place and renamed into it,
-sha256, tar.
+sha256, tar. What may be written at all (outputs.py): never an input, an existing output only when
+forced, under a lock beside it; a killed run's staging removed by the next.
 
 Callers use the names below (`from deploycc import io; io.load(...)`); a constant a test changes
 is changed on its own module (`deploycc.io.write.STREAM_TENSOR_BYTES`), where it is read.
@@ -17,7 +18,6 @@ is changed on its own module (`deploycc.io.write.STREAM_TENSOR_BYTES`), where it
 
 from deploycc.io.checker import LARGE_TENSOR_BYTES, check_proto, onnxruntime_loads
 from deploycc.io.files import (
-    PARTIAL_MARK,
     StagedDirectory,
     copy_file,
     scratch_folder,
@@ -26,6 +26,19 @@ from deploycc.io.files import (
 )
 from deploycc.io.map_types import MAP_TYPES, restore_map_types, strip_map_types
 from deploycc.io.node_order import sort_topologically
+from deploycc.io.outputs import (
+    PARTIAL_MARK,
+    OutputBusy,
+    claim,
+    model_files,
+    output_lock,
+    refuse_existing,
+    refuse_inputs,
+    remove_stale,
+    remove_stale_partials,
+    staging_prefix,
+    written_files,
+)
 from deploycc.io.read import (
     LoadedModel,
     ReadProto,
@@ -47,7 +60,7 @@ from deploycc.io.validate import (
     validate_external_data,
     validate_inline_tensors,
 )
-from deploycc.io.write import refuse_overwrite, save, write_streamed, write_text_atomic
+from deploycc.io.write import save, write_streamed, write_text_atomic
 
 __all__ = [
     "EXTERNAL_DATA_KEYS",
@@ -57,24 +70,32 @@ __all__ = [
     "PARTIAL_MARK",
     "ExternalFile",
     "LoadedModel",
+    "OutputBusy",
     "ReadProto",
     "StagedDirectory",
     "check_proto",
+    "claim",
     "copy_file",
     "copy_model",
     "from_proto",
     "load",
+    "model_files",
     "onnxruntime_loads",
+    "output_lock",
     "peek",
     "read_checked",
     "read_proto",
-    "refuse_overwrite",
+    "refuse_existing",
+    "refuse_inputs",
+    "remove_stale",
+    "remove_stale_partials",
     "restore_map_types",
     "safe_location",
     "save",
     "scratch_folder",
     "sha256_file",
     "sort_topologically",
+    "staging_prefix",
     "strip_map_types",
     "tar_folder",
     "to_loaded",
@@ -84,4 +105,5 @@ __all__ = [
     "validate_inline_tensors",
     "write_streamed",
     "write_text_atomic",
+    "written_files",
 ]

@@ -13,29 +13,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-PARTIAL_MARK = ".partial-"
+from deploycc.io.outputs import (
+    output_lock,
+    refuse_inputs,
+    remove_stale,
+    remove_stale_partials,
+    staging_prefix,
+)
 
 
 def _terminated(signum: int, frame: Any) -> None:
     from deploycc.errors import Terminated
 
     raise Terminated(f"terminated by signal {signum}")
-
-
-def _remove_stale(parent: Path, name: str) -> None:
-    """Staging folders left by a killed build (its pid is gone) are removed."""
-    import shutil
-
-    for candidate in parent.glob(f".{name}{PARTIAL_MARK}*"):
-        pid_text = candidate.name[len(f".{name}{PARTIAL_MARK}"):].split("-")[0]
-        if not pid_text.isdigit():
-            continue
-        try:
-            os.kill(int(pid_text), 0)
-        except ProcessLookupError:
-            shutil.rmtree(candidate, ignore_errors=True)
-        except PermissionError:
-            continue
 
 
 def failed_run(folder: Path) -> bool:
@@ -80,24 +70,29 @@ class StagedDirectory:
             raise OutputExists(outdir)
         if outdir.exists() and not outdir.is_dir():
             raise OptionError(f"{outdir}: exists and is not a directory")
-        inside = [p for p in protect if p.resolve().is_relative_to(outdir.resolve())]
-        if inside:
-            raise OptionError(f"{outdir}: holds the input {inside[0]}, which replacing it would delete",
-                              hint="choose another output directory")
+        refuse_inputs([outdir], protect)
         self.force = force
         self.path: Path | None = None
         self._previous_handler: Any = None
+        self._lock = contextlib.ExitStack()
 
     def __enter__(self) -> StagedDirectory:
         import signal
         import tempfile
         import threading
 
+        from deploycc.errors import OutputExists
+
         parent = self.outdir.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale(parent, self.outdir.name)
-        self.path = Path(tempfile.mkdtemp(prefix=f".{self.outdir.name}{PARTIAL_MARK}{os.getpid()}-",
-                                          dir=parent))
+        with contextlib.ExitStack() as held:
+            held.enter_context(output_lock(self.outdir))  # makes the parent, or says it cannot
+            # again under the lock: a run that finished meanwhile made the folder
+            self.replaces_failed = self.outdir.is_dir() and not self.force and failed_run(self.outdir)
+            if self.outdir.exists() and not self.force and not self.replaces_failed:
+                raise OutputExists(self.outdir)
+            remove_stale_partials(parent)
+            self.path = Path(tempfile.mkdtemp(prefix=staging_prefix(self.outdir), dir=parent))
+            self._lock = held.pop_all()
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, _terminated)
         return self
@@ -132,6 +127,7 @@ class StagedDirectory:
             signal.signal(signal.SIGTERM, self._previous_handler)
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
+        self._lock.close()
 
 
 # Scratch files (a model rewritten for one ORT session, arrays handed to a child process) go to
@@ -152,7 +148,7 @@ def scratch_folder(prefix: str, size: int = 0) -> Any:
     import tempfile
 
     if _ram_has_room(SCRATCH_MARGIN * size + RAM_SPARE):
-        _remove_stale_scratch()
+        remove_stale(RAM_FOLDER, SCRATCH_MARK)
         with contextlib.suppress(OSError):
             return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_MARK}{os.getpid()}-{prefix}", dir=RAM_FOLDER)
     return tempfile.TemporaryDirectory(prefix=prefix)
@@ -170,24 +166,6 @@ def _ram_has_room(needed: int) -> bool:
     except (OSError, ValueError):
         return False
     return available >= needed
-
-
-def _remove_stale_scratch() -> None:
-    import shutil
-
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(RAM_FOLDER):
-            if not entry.name.startswith(SCRATCH_MARK):
-                continue
-            pid_text = entry.name[len(SCRATCH_MARK):].split("-")[0]
-            if not pid_text.isdigit():
-                continue
-            try:
-                os.kill(int(pid_text), 0)
-            except ProcessLookupError:
-                shutil.rmtree(entry.path, ignore_errors=True)
-            except PermissionError:
-                continue
 
 
 def user_cache_dir(*parts: str) -> Path:

@@ -1,6 +1,6 @@
 """Writing: a model saved atomically (a temporary folder beside the output, then renamed into
-place), weights streamed rather than copied; a text file written through a rename; and the
-refusal to overwrite an input model or its data.
+place), weights streamed rather than copied; a text file written through a rename. What it
+must never overwrite is outputs.py's to say.
 """
 
 from __future__ import annotations
@@ -9,22 +9,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploycc.errors import ModelInputError
 from deploycc.io.map_types import MAP_TYPES, restore_map_types
+from deploycc.io.outputs import (
+    PARTIAL_MARK,
+    refuse_existing,
+    refuse_inputs,
+    remove_stale,
+    staging_prefix,
+    written_files,
+)
 
 if TYPE_CHECKING:
     import onnx_ir as ir
-
-
-def refuse_overwrite(output: Path, protect: tuple[Path, ...]) -> None:
-    """Refuse an output path that is a directory or would replace an input file or its data."""
-    resolved = output.resolve()
-    for guarded in protect:
-        if guarded.resolve() in (resolved, resolved.with_name(output.name + ".data")):
-            raise ModelInputError(f"{output}: refusing to overwrite the input model or its data",
-                                  hint="choose another output path with -o")
-    if output.is_dir():
-        raise ModelInputError(f"{output}: output path is a directory")
 
 
 def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
@@ -47,12 +43,14 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
 
     target = Path(path)
     data_name = target.name + ".data"
-    refuse_overwrite(target, protect)
+    refuse_inputs(written_files(target), protect)
+    refuse_existing([target], force=True)  # a directory is never replaced
     target.parent.mkdir(parents=True, exist_ok=True)
     weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values()
                        if v.const_value is not None)
     external = force_external or weight_bytes > external_threshold_bytes or holds_external_data(model)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    remove_stale(target.parent, f".{target.name}{PARTIAL_MARK}")  # a killed save's copy of the weights
+    staging = Path(tempfile.mkdtemp(prefix=staging_prefix(target), dir=target.parent))
     try:
         staged = staging / target.name
         if external:
@@ -146,7 +144,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    handle, temporary = tempfile.mkstemp(prefix=staging_prefix(path), dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)

@@ -71,7 +71,9 @@ def _build(model: str | Path, target: Target, outdir: str | Path, options: Build
         # read now: the manifest records the options, not the samples an API caller passed
         options = dataclasses.replace(options, quantize=dataclasses.replace(
             options.quantize, samples=None, validation_samples=None))
-    with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
+    given = (options.legalize.inputs, options.quantize.calibration, options.quantize.validation)
+    with io.StagedDirectory(outdir, force=options.force,
+                            protect=(source, *(Path(p) for p in given if p is not None))) as staged:
         staging = staged.staging
         if staged.replaces_failed:
             notes.append(f"replaces {outdir}/, which held only the report of a failed build")

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -117,7 +118,8 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
     exported (axes fixed as asked) is legal and verifies, that one is the result, and a note says
     why deploycc's rewrites were set aside. A GPU computes integer ops exactly: a model bound for
     one is judged against the spec's values, not a saturating CPU kernel's (verify/exact.py)."""
-    with exact_integers(target.device.kind == "GPU"):
+    with exact_integers(target.device.kind == "GPU"), \
+            io.output_lock(Path(output)) if output is not None else contextlib.nullcontext():
         return _legalize(path, target, options, output=output, progress=progress)
 
 
@@ -129,13 +131,10 @@ def _legalize(path: str | Path, target: Target, options: LegalizeOptions | None 
     started = time.perf_counter()
     options = options or LegalizeOptions()
     mode = options.effective_mode(target)
-    if output is not None:  # fail fast on the obvious case; the input's own data files below
-        source = Path(path)
-        io.refuse_overwrite(Path(output), (source, source.with_name(source.name + ".data")))
+    if output is not None:  # the input model and its weight files are never an output
+        io.refuse_inputs(io.written_files(Path(output)), [Path(path)])
     fallback = None if options.only_passes == ("axes",) else as_exported_options(options)
-    if output is not None:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".deploycc-", dir=Path(output).parent if output else None))
+    staging = _staging(Path(output) if output is not None else None)
     chosen: tuple[_Attempt, _Outcome] | None = None
     tried: list[_Attempt] = []
     blames: list[Blame] = []
@@ -162,9 +161,6 @@ def _legalize(path: str | Path, target: Target, options: LegalizeOptions | None 
             if is_fallback and not attempt.final.legal and (mode == "full" or _opset_refused(attempt.final)):
                 as_exported = "; ".join(_problems(attempt.final))
                 break  # not legal as exported either: the first attempt's report stands
-            if output is not None:
-                io.refuse_overwrite(Path(output), (attempt.loaded.path, *(
-                    attempt.loaded.path.parent / f.location for f in attempt.loaded.external_files)))
             outcome = _judge_and_write(target, current, attempt, mode, output, staging, progress)
             verification = outcome.verification
             if outcome.success or (verification is not None and verification.needs_inputs):
@@ -217,6 +213,16 @@ def _legalize(path: str | Path, target: Target, options: LegalizeOptions | None 
         notes=state.notes, fed_layouts=state.fed_layouts, files=[str(f) for f in outcome.files],
         seconds=round(time.perf_counter() - started, 3), as_exported="" if outcome.success else as_exported,
         blame=blames)
+
+
+def _staging(output: Path | None) -> Path:
+    """A folder for the attempts' files beside `output` (a rename puts the result in place), named
+    with this process' id: what a killed run left in that folder (a complete-looking model) is
+    removed here."""
+    if output is None:
+        output = Path(tempfile.gettempdir()) / "deploycc-legalize"
+    io.remove_stale_partials(output.parent)
+    return Path(tempfile.mkdtemp(prefix=io.staging_prefix(output), dir=output.parent))
 
 
 def _verify_run(path: str | Path, target: Target, precision: Precision

@@ -73,7 +73,7 @@ def test_full_mode_refuses_and_writes_nothing(tmp_path: Path, write_model) -> No
     assert not out.exists()
     assert report.unresolved and report.unresolved[0].op == "Mystery"
     assert "no rule" in report.unresolved[0].rules_tried[0]
-    assert not list(tmp_path.glob(".deploycc-*")), "staging folder left behind"
+    assert not list(tmp_path.glob(".*")), "staging folder or lock file left behind"
 
 
 def test_final_report_names_the_declining_rule(tmp_path: Path, write_model) -> None:
