@@ -44,3 +44,13 @@ def type_name(value: ir.Value) -> str | None:
     if kind == "OptionalType":
         return f"optional({element})" if element else None
     return element
+
+
+def stored_bytes(tensor: ir.TensorProtocol) -> int:
+    """The bytes a tensor holds: onnx-ir's nbytes, which has no bit width for a STRING tensor
+    (TypeError, an internal error on a model with a string initializer), where that is the
+    strings' lengths."""
+    try:
+        return int(tensor.nbytes)
+    except TypeError:
+        return int(sum(len(item) for item in tensor.numpy().reshape(-1)))

@@ -60,7 +60,9 @@ class Failure(Name):
 # What a process or an exception says when memory ran out, matched without case: MemoryError,
 # C++'s std::bad_alloc (ONNX Runtime's session init), ENOMEM ("[Errno 12] Cannot allocate memory",
 # glibc's "cannot allocate memory for thread-local data" when a thread starts past the limit).
-OUT_OF_MEMORY_MARKERS = ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory")
+# numpy's "Unable to allocate 8.00 TiB", ORT's "Failed to allocate memory".
+OUT_OF_MEMORY_MARKERS = ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory",
+                         "unable to allocate", "failed to allocate memory")
 
 
 def says_out_of_memory(text: str) -> bool:

@@ -33,9 +33,12 @@ if TYPE_CHECKING:
 
 def _category(error: BaseException) -> Failure:
     """The failure category of an exception that ended a cell (backend errors by default)."""
+    from deploycc.budget import TooLarge
     from deploycc.errors import DynamicShapeError, ModelInputError
     from deploycc.passes.opset import OpsetConversionError
 
+    if isinstance(error, TooLarge):  # past the memory or time budget (budget.py)
+        return Failure.TIMEOUT if error.resource == "time" else Failure.OUT_OF_MEMORY
     if isinstance(error, MemoryError) or says_out_of_memory(str(error)):  # ENOMEM, bad_alloc
         return Failure.OUT_OF_MEMORY
     if isinstance(error, ModelInputError):

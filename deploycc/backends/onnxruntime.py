@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploycc import budget
 from deploycc.backends.base import (
     Artifact,
     Backend,
@@ -68,6 +69,8 @@ class OrtRunner(Runner):
         artifact still gets this machine's layout transforms; "disabled" to run ops as written."""
         import onnxruntime as ort
 
+        if any(provider != "CPUExecutionProvider" for provider in providers):
+            budget.lift_ceiling()  # a GPU provider maps device memory the ceiling would count
         started = time.perf_counter()
         self.session = ort.InferenceSession(str(path), session_options(level, threads), providers=providers)
         self.load_seconds = time.perf_counter() - started
@@ -270,6 +273,8 @@ class OnnxRuntimeBackend(Backend):
                                   external_data=external)
         if request.fail_on_fallback and provider != "CPUExecutionProvider":
             options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        if provider != "CPUExecutionProvider":
+            budget.lift_ceiling()
         try:
             ort.InferenceSession(str(request.model), options, providers=[provider])
         except Exception as error:

@@ -63,12 +63,28 @@ class LazyGroup(click.Group):
              epilog="Exit codes: 0 ok, 1 findings (illegal/failed), 2 bad input or options (or a full disk), "
                     "3 internal error.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.option("--memory-budget", metavar="SIZE",
+              help="Memory a command may use (4G, 512M): what it makes is checked against it first, and "
+                   "the process is capped at it. Default: 1 GiB plus 64 times the model's bytes, at most "
+                   "half the machine's memory.")
+@click.option("--run-seconds", type=click.FloatRange(min=1), metavar="S",
+              help="Seconds one run of the model may take. Default: 20 plus 1 per 5 MB of model.")
 @click.version_option(package_name="deploycc")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, memory_budget: str | None, run_seconds: float | None) -> None:
     """deploycc: a target-aware deployment compiler driver for ONNX models."""
+    from deploycc import budget
+
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if memory_budget is not None:  # the environment carries them to an audit's cells
+        try:
+            os.environ[budget.MEMORY_ENV] = str(budget.parse_size(memory_budget))
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--memory-budget") from None
+    if run_seconds is not None:
+        os.environ[budget.RUN_SECONDS_ENV] = str(run_seconds)
+    budget.enable_ceiling()
 
 
 _MAIN_PID = os.getpid()
@@ -115,6 +131,13 @@ def main(argv: list[str] | None = None) -> Any:
         reason = str(interrupt) or "interrupted"
         click.echo(f"deploycc: {reason}; nothing was written", err=True)
         sys.exit(130)
+    except MemoryError:  # past the ceiling budget.enable_ceiling set: the model asked too much
+        if debug:
+            raise
+        from deploycc import budget
+
+        click.echo(f"deploycc: error: {budget.out_of_memory('this command').for_cli()}", err=True)
+        sys.exit(EXIT_USAGE)
     except OSError as error:
         if debug:
             raise

@@ -310,10 +310,13 @@ class HalfEmulation:
 
 
 def _ran(loaded: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from deploycc.budget import TooLarge
     from deploycc.verify.runner import run_session
 
     try:
         return run_session(loaded, feeds)
+    except TooLarge:
+        raise
     except Exception as error:  # ORT raises its own types: the analysis says why in one line
         raise _run_error(error) from None
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploycc import budget
 from deploycc.errors import ModelInputError, OptionError
 from deploycc.frontend import FACTORY, first_line, source_kind
 
@@ -75,6 +76,10 @@ def load_source(spec: str | Path, *, example_inputs: Path | None = None, input_s
     `example_inputs` (an .npz keyed by input name), else `--input name:dims[:dtype]`, else the
     factory's or the .pt2's own."""
     kind = source_kind(spec)
+    if kind == "factory":  # the user's own code, run as asked: bounded by half the machine only
+        budget.note_model_bytes(budget.machine_memory())
+    elif Path(spec).is_file():
+        budget.note_model_bytes(Path(spec).stat().st_size)
     torch = torch_module()
     label = str(spec)
     given: tuple[Any, ...] | None = None
@@ -371,6 +376,7 @@ def _finite(value: Any) -> int | None:
 def _from_npz(path: Path, names: list[str], torch: Any) -> tuple[Any, ...]:
     import numpy as np
 
+    budget.require_npz(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc import budget
 from deploycc.errors import ModelInputError
 from deploycc.io.checker import check_proto, onnxruntime_loads
 from deploycc.io.map_types import MAP_TYPES, restore_map_types, strip_map_types
@@ -21,6 +22,7 @@ from deploycc.io.validate import (
     validate_declared_dims,
     validate_external_data,
     validate_inline_tensors,
+    validate_names,
 )
 
 if TYPE_CHECKING:
@@ -123,7 +125,9 @@ def read_checked(path: str | os.PathLike[str], *, check: bool = True) -> ReadPro
     model_path = Path(path)
     proto = read_proto(model_path)
     external_files = validate_external_data(proto, model_path)
+    budget.note_model_bytes(model_path.stat().st_size + sum(file.size_bytes for file in external_files))
     validate_inline_tensors(proto, model_path)
+    validate_names(proto, model_path)
     notes = validate_declared_dims(proto, model_path)
     split = rename_redefinitions(proto.graph)  # before the sort: it reads each name's writer
     if split:
@@ -200,9 +204,25 @@ def peek(path: str | os.PathLike[str], *, check: bool = False) -> LoadedModel:
     return kept
 
 
+def as_string_tensors(model: ir.Model) -> None:
+    """A STRING constant that a fold made as a plain ir.Tensor (constant folding of an Identity of
+    a string initializer), as the StringTensor that onnx-ir can serialize: saving it was an
+    internal error."""
+    import onnx_ir as ir
+
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if tensor is not None and tensor.dtype == ir.DataType.STRING and not isinstance(
+                    tensor, (ir.StringTensor, ir.TensorProtoTensor)):
+                value.const_value = ir.StringTensor(tensor.numpy(), shape=ir.Shape(tensor.shape.numpy()),
+                                                    name=tensor.name)
+
+
 def to_proto(model: ir.Model) -> Any:
     import onnx_ir as ir
 
+    as_string_tensors(model)
     proto = ir.serde.serialize_model(model)
     restore_map_types(proto, model.meta.get(MAP_TYPES))
     return proto

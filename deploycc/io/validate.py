@@ -176,6 +176,38 @@ def _walk_value_infos(graph: onnx.GraphProto, where: str = "graph"):
                 yield from _walk_value_infos(sub, f"node '{node.name or node.op_type}' subgraph")
 
 
+def validate_names(proto: onnx.ModelProto, path: Path) -> None:
+    """ONNX names are UTF-8 text; protobuf hands a name that is not as bytes, which nothing can
+    write back (onnx-ir's serializer failed: an internal error) and ONNX Runtime's Python cannot
+    name as an input or output. Refused here, naming the bytes."""
+
+    def refuse(name: object, where: str) -> None:
+        if isinstance(name, bytes):
+            raise model_error(path, f"{where} is named {name[:40]!r}, which is not UTF-8 text "
+                                    f"(ONNX names are UTF-8)")
+
+    def walk(graph: onnx.GraphProto, where: str) -> None:
+        refuse(graph.name, f"{where} itself")
+        for values in (graph.input, graph.output, graph.value_info, graph.initializer):
+            for value in values:
+                refuse(value.name, f"{where}: a value")
+        for node in graph.node:
+            refuse(node.name, f"{where}: a node")
+            for name in (*node.input, *node.output, node.op_type, node.domain):
+                refuse(name, f"{where}: node '{node.name}'")
+            for attr in node.attribute:
+                refuse(attr.name, f"{where}: node '{node.name}' attribute")
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    walk(sub, f"{where}: node '{node.name}' subgraph")
+
+    walk(proto.graph, "graph")
+    for function in proto.functions:
+        refuse(function.name, "a function")
+        for node in function.node:
+            for name in (node.name, *node.input, *node.output, node.op_type):
+                refuse(name, f"function '{function.name}'")
+
+
 def validate_declared_dims(proto: onnx.ModelProto, path: Path) -> list[str]:
     """Negative tensor dims and absurdly large declared dims are refused before anything sizes a
     buffer by them. A negative dim declared on a value (PaddlePaddle exports write -1 for a

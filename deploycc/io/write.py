@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deploycc.dtypes import stored_bytes
 from deploycc.io.map_types import MAP_TYPES, restore_map_types
 from deploycc.io.outputs import (
     PARTIAL_MARK,
@@ -18,6 +19,7 @@ from deploycc.io.outputs import (
     staging_prefix,
     written_files,
 )
+from deploycc.io.read import as_string_tensors
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -46,7 +48,8 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
     refuse_inputs(written_files(target), protect)
     refuse_existing([target], force=True)  # a directory is never replaced
     target.parent.mkdir(parents=True, exist_ok=True)
-    weight_bytes = sum(v.const_value.nbytes for v in model.graph.initializers.values()
+    as_string_tensors(model)
+    weight_bytes = sum(stored_bytes(v.const_value) for v in model.graph.initializers.values()
                        if v.const_value is not None)
     external = force_external or weight_bytes > external_threshold_bytes or holds_external_data(model)
     remove_stale(target.parent, f".{target.name}{PARTIAL_MARK}")  # a killed save's copy of the weights
@@ -106,8 +109,8 @@ def write_streamed(model: ir.Model, path: Path) -> None:
 
     graph = model.graph
     order = list(graph.initializers.values())
-    streamed = [v for v in order if v.const_value is not None and v.const_value.nbytes > STREAM_TENSOR_BYTES
-                and v.const_value.dtype not in (ir.DataType.STRING,)]
+    streamed = [v for v in order if v.const_value is not None and v.const_value.dtype != ir.DataType.STRING
+                and v.const_value.nbytes > STREAM_TENSOR_BYTES]
     if not streamed:
         ir.save(model, path)
         return

@@ -84,6 +84,7 @@ def keep_runnable_branches(model: ir.Model, judged: set[ir.Node] | None = None) 
     import onnx_ir as ir
 
     from deploycc import io
+    from deploycc.dtypes import stored_bytes
     from deploycc.graph.graphs import constant_tensor
     from deploycc.verify.inputs import generate
 
@@ -95,7 +96,8 @@ def keep_runnable_branches(model: ir.Model, judged: set[ir.Node] | None = None) 
     candidates = [(i, node) for i, node in enumerate(graph) if node.op_type == "If"
                   and node.domain in ("", "ai.onnx") and constant_tensor(node.inputs[0]) is None
                   and node not in judged]
-    weights = sum(v.const_value.nbytes for v in graph.initializers.values() if v.const_value is not None)
+    weights = sum(stored_bytes(v.const_value) for v in graph.initializers.values()
+                  if v.const_value is not None)
     if not candidates or len(candidates) > MAX_CANDIDATES or weights > MAX_WEIGHT_BYTES:
         return []
     proto = io.to_proto(model)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from deploycc.dtypes import stored_bytes
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 from deploycc.taxonomy import Condition, Legality, Precision
 
@@ -148,7 +149,7 @@ class LegalizePass(Pass):
 
         certificate = Certificate(rule=rule, node="<graph>", op=op, status=UNPROVEN)
         before = None
-        weights = sum(v.const_value.nbytes for v in state.model.graph.initializers.values()
+        weights = sum(stored_bytes(v.const_value) for v in state.model.graph.initializers.values()
                       if v.const_value is not None)
         if state.options.prove and weights < (256 << 20):
             before = serialize(state.model)

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from deploycc.dtypes import stored_bytes
 from deploycc.errors import DeployccError
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 from deploycc.passes.opset_meaning import drop_stale_attributes, respell_values, unchanged_between
@@ -277,7 +278,7 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     graph = model.graph
     current = model.opset_imports.get("", model.opset_imports.get("ai.onnx", version))
     held = {name: value for name, value in graph.initializers.items()
-            if value.const_value is not None and value.const_value.nbytes > LARGE_TENSOR_BYTES}
+            if value.const_value is not None and stored_bytes(value.const_value) > LARGE_TENSOR_BYTES}
     original_inputs = list(graph.inputs)
     for name, value in held.items():
         assert value.const_value is not None

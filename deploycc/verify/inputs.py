@@ -8,12 +8,14 @@ edge values (zeros, signed zeros, negatives, large magnitudes) where rewrites te
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deploycc import budget
 from deploycc.errors import OptionError
 from deploycc.graph.graphs import dims_of
 
@@ -239,6 +241,7 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
                                   hint="build with --dynamic-batch (or legalize without --batch)")
             dims = [batch, *dims[1:]]
         dtype = value.dtype.numpy()
+        budget.require(f"drawing input '{value.name}' {dims}", math.prod(dims), dtype.itemsize)
         read = (ranges_from or {}).get(value.name or "", value)
         int_range = _range_from_uses(read) if np.issubdtype(dtype, np.integer) else None
         if int_range is not None:
@@ -271,6 +274,7 @@ def load_npz(path: str | Path, expected: Mapping[str, ir.Value] | None = None) -
         return OptionError(f"{file}: not a valid .npz: {reason}",
                            hint="write one with numpy.savez(path, **{input_name: array})")
 
+    budget.require_npz(file)
     try:
         loaded = np.load(file, allow_pickle=False)
     except (zipfile.BadZipFile, EOFError, ValueError):  # ValueError: numpy took it for pickled data

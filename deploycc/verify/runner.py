@@ -93,6 +93,10 @@ def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1,
     options.log_severity_level = 4  # errors come back as exceptions
     options.intra_op_num_threads = threads or int(os.environ.get(THREADS_ENV) or 0)
     options.inter_op_num_threads = 1
+    # An allocation that fails past the memory ceiling (budget.py) raises std::bad_alloc cleanly
+    # from plain malloc; ORT's arena aborted the process instead (an assertion in
+    # BFCArena::RemoveFreeChunkFromBin, on a Loop growing a scan output to the ceiling).
+    options.enable_cpu_mem_arena = False
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     elif exact:
@@ -103,10 +107,27 @@ def session(source: bytes | Path, *, optimize: bool = False, threads: int = 1,
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def run_session(loaded: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_session(loaded: Any, feeds: dict[str, np.ndarray], seconds: float | None = None
+                ) -> dict[str, np.ndarray]:
+    """The session's outputs on the feeds, within the run time budget (a Loop of 10^9 trips is
+    stopped) and the memory ceiling (an allocation that fails is budget.TooLarge, not a crash);
+    `seconds` in place of budget.run_seconds() (a process that has not read the model)."""
+    import onnxruntime as ort
+
+    from deploycc import budget
+
     names = [o.name for o in loaded.get_outputs()]
     wanted = {i.name for i in loaded.get_inputs()}
-    results = loaded.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    options = ort.RunOptions()
+    with budget.Deadline(options, seconds) as deadline:
+        try:
+            results = loaded.run(names, {k: v for k, v in feeds.items() if k in wanted}, options)
+        except Exception as error:
+            if deadline.expired:
+                raise budget.over_time("running the model on ONNX Runtime", deadline.seconds) from None
+            if budget.says_out_of_memory(error):
+                raise budget.out_of_memory("running the model on ONNX Runtime") from None
+            raise
     return as_arrays(dict(zip(names, results, strict=True)))
 
 
@@ -148,7 +169,14 @@ def serialize(model: ir.Model) -> bytes:
     return io.to_proto(model).SerializeToString()
 
 
-def _run_job(model: str, feeds_file: str, out_file: str, optimize: bool, exact: bool) -> tuple[int, str]:
+def _without_objects(array: np.ndarray) -> np.ndarray:
+    """A STRING tensor (ORT's object array of str) as numpy's fixed-width text, which an .npz
+    holds without pickling (the files between the processes are read with allow_pickle off)."""
+    return array.astype(str) if array.dtype == object else array
+
+
+def _run_job(model: str, feeds_file: str, out_file: str, optimize: bool, exact: bool,
+             seconds: float) -> tuple[int, str]:
     """In the ORT process: the model on the feeds, outputs saved to `out_file`; (0, "") or the
     exit code of the stage that failed (3 load, 4 run) and the error's first line."""
     import json
@@ -162,16 +190,17 @@ def _run_job(model: str, feeds_file: str, out_file: str, optimize: bool, exact: 
     except Exception as error:
         return 3, _first_line(error)
     try:
-        outputs = run_session(loaded, feeds)
+        outputs = run_session(loaded, feeds, seconds)
     except Exception as error:
         return 4, _first_line(error)
     names = list(outputs)
-    np.savez(out_file, **{f"o{i}": outputs[name] for i, name in enumerate(names)})  # type: ignore[arg-type]
+    np.savez(out_file, **{f"o{i}": _without_objects(outputs[name]) for i, name in enumerate(names)})  # type: ignore[arg-type]
     Path(out_file + ".json").write_text(json.dumps(names))
     return 0, ""
 
 
-def _probe_job(model: str, out_file: str, stop_at_first: bool, feeds_files: list[str]) -> tuple[int, str]:
+def _probe_job(model: str, out_file: str, stop_at_first: bool, feeds_files: list[str],
+               seconds: float) -> tuple[int, str]:
     """In the ORT process: per set of feeds, "" when some output carries a signal, else why not,
     written to `out_file` as each set is judged; (3, why) when the model does not load."""
     import json
@@ -189,7 +218,7 @@ def _probe_job(model: str, out_file: str, stop_at_first: bool, feeds_files: list
         with np.load(feeds_file, allow_pickle=False) as archive:
             feeds = {name: archive[name] for name in archive.files}
         try:
-            flat = degenerate_outputs(run_session(loaded, feeds))
+            flat = degenerate_outputs(run_session(loaded, feeds, seconds))
             reasons = "; ".join(f"{name} {why}" for name, why in flat.items())
             verdict = f"no signal: {reasons}" if reasons else ""
         except Exception as error:
@@ -237,6 +266,9 @@ def die_with_parent() -> None:
         pass
 
 
+# what a run stopped by its deadline says (budget.over_time), from the ORT process too
+OVER_TIME = "running the model on ONNX Runtime did not finish"
+LOAD_SECONDS = 60  # what an isolated run may take beyond the run itself: starting, loading the model
 ENDED = 6  # the ORT process ended without answering (it could not start: a memory limit, ...)
 
 
@@ -385,15 +417,16 @@ atexit.register(_close_idle)
 
 
 def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, optimize: bool = True,
-                     timeout: float = 1800) -> dict[str, np.ndarray]:
+                     timeout: float | None = None) -> dict[str, np.ndarray]:
     """run_ort in a separate process: a model that crashes ONNX Runtime (it segfaults on some
     malformed-but-checker-valid models, found by tests/hostile/test_fuzz.py) fails this call
-    with RunError instead of killing deploycc."""
+    with RunError instead of killing deploycc. The run may take `timeout` seconds, by default
+    the budget's (budget.run_seconds), and the process a minute more to load the model."""
     import json
 
     import numpy as np
 
-    from deploycc import io
+    from deploycc import budget, io
 
     size = sum(array.nbytes for array in feeds.values()) + (len(source) if isinstance(source, bytes) else 0)
     with io.scratch_folder("deploycc-ort-", size) as folder:
@@ -403,15 +436,21 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
             model.write_bytes(source)
         else:
             model = source
-        np.savez(work / "feeds.npz", **feeds)  # type: ignore[arg-type]
+        np.savez(work / "feeds.npz", **{name: _without_objects(a) for name, a in feeds.items()})  # type: ignore[arg-type]
         out = str(work / "outputs.npz")
+        seconds = budget.run_seconds() if timeout is None else timeout
         code, error = _in_ort_process("run", [str(model), str(work / "feeds.npz"), out, optimize,
-                                              EXACT.get()], timeout)
+                                              EXACT.get(), seconds], seconds + LOAD_SECONDS)
         if code < 0:
             raise RunError(f"onnxruntime crashed on this model (its process died by signal {-code})",
                            stage="crash")
         if code == ENDED:  # says nothing of the model
             raise RunError(error, stage="crash")
+        if code in (3, 4) and budget.says_out_of_memory(error):
+            raise budget.out_of_memory("loading the model in ONNX Runtime" if code == 3 else
+                                       "running the model on ONNX Runtime")
+        if code == 4 and error.startswith(OVER_TIME):
+            raise budget.over_time("running the model on ONNX Runtime", seconds)
         if code != 0:
             raise RunError(error or f"onnxruntime exited {code}", stage="run" if code == 4 else "load")
         names = json.loads(Path(out + ".json").read_text())
@@ -420,7 +459,7 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
 
 
 def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_at_first: bool = True,
-                 timeout: float = 1800) -> list[str]:
+                 timeout: float | None = None) -> list[str]:
     """Run the model on ORT CPU (in a child process, one session) on each set of inputs in turn:
     per set "" when it ran and some floating-point output carries a signal, else why not ("fails:
     ...", "no signal: ..."). With `stop_at_first` the list ends at the first good set. A model
@@ -429,7 +468,7 @@ def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_a
 
     import numpy as np
 
-    from deploycc import io
+    from deploycc import budget, io
 
     size = sum(array.nbytes for feeds in feed_sets for array in feeds.values())
     with io.scratch_folder("deploycc-probe-", size) as folder:
@@ -437,9 +476,11 @@ def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_a
         files = []
         for index, feeds in enumerate(feed_sets):
             files.append(str(work / f"feeds{index}.npz"))
-            np.savez(files[-1], **feeds)  # type: ignore[arg-type]
+            np.savez(files[-1], **{name: _without_objects(a) for name, a in feeds.items()})  # type: ignore[arg-type]
         out = work / "verdicts.json"
-        code, error = _in_ort_process("probe", [str(source), str(out), stop_at_first, files], timeout)
+        seconds = budget.run_seconds() if timeout is None else timeout
+        code, error = _in_ort_process("probe", [str(source), str(out), stop_at_first, files, seconds],
+                                      seconds * len(feed_sets) + LOAD_SECONDS)
         if code == 3:
             raise RunError(error or "onnxruntime cannot load the model")
         if code == ENDED:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deploycc.budget import TooLarge
 from deploycc.taxonomy import Precision
 from deploycc.verify.compare import (
     MISMATCH_SHARE,
@@ -193,9 +194,11 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
         try:
             feeds, original_feeds, described = feeds_for(graph, options, fed_layouts, shapes, original,
                                                          content)
-        except MemoryError:  # a declared size no machine draws (a hostile model's 2**31 rows)
+        except (MemoryError, TooLarge) as error:  # a declared size no machine draws (2**31 rows)
             described = ", ".join(f"{name} {'x'.join(map(str, dims))}" for name, dims in shapes.items())
-            why_not = f"inputs of {_drawn_elements(shapes):,} elements do not fit in memory ({described})"
+            budget = f": {error.message}" if isinstance(error, TooLarge) else ""
+            why_not = (f"inputs of {_drawn_elements(shapes):,} elements do not fit in memory ({described})"
+                       f"{budget}")
             continue
         if content != NOISE and not pictures_possible(feeds):
             continue  # no image input to draw as a picture: the noise was this size's draw

@@ -112,8 +112,10 @@ class TensorRTBackend(Backend):
     def build(self, request: BuildRequest) -> Artifact:
         if request.bundle_only or self.unavailable_reason() is not None:
             return bundle.write_bundle(request)
+        from deploycc import budget
         from deploycc.backends.tensorrt.engine import build_plan
 
+        budget.lift_ceiling()  # CUDA's mappings are not the host memory the ceiling guards
         plan = request.outdir / PLAN_NAME
         placement, details = build_plan(request, request.model, plan)
         return Artifact(kind="tensorrt-plan", files=[PLAN_NAME, PLAN_NAME + ".json"],
@@ -125,8 +127,10 @@ class TensorRTBackend(Backend):
         reason = self.unavailable_reason()
         if reason is not None:
             raise BackendUnavailable(f"cannot run a TensorRT engine: {reason}")
+        from deploycc import budget
         from deploycc.backends.tensorrt.engine import TensorRTRunner
 
+        budget.lift_ceiling()
         return TensorRTRunner(outdir / artifact.files[0])
 
 
