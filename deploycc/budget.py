@@ -23,7 +23,7 @@ import re
 import threading
 
 from deploycc import taxonomy
-from deploycc.errors import DeployccError
+from deploycc.errors import DeployccError, OptionError
 
 MEMORY_ENV = "DEPLOYCC_MEMORY_BUDGET"
 RUN_SECONDS_ENV = "DEPLOYCC_RUN_SECONDS"
@@ -90,7 +90,10 @@ def note_model_bytes(size: int) -> None:
 def memory_bytes() -> int:
     given = os.environ.get(MEMORY_ENV)
     if given:
-        return parse_size(given)
+        try:
+            return parse_size(given)
+        except ValueError as error:
+            raise OptionError(f"{MEMORY_ENV}: {error}") from None
     return min(machine_memory() // 2, FLOOR_BYTES + BYTES_PER_MODEL_BYTE * _model_bytes)
 
 
@@ -101,7 +104,10 @@ def tensor_bytes() -> int:
 def run_seconds() -> float:
     given = os.environ.get(RUN_SECONDS_ENV)
     if given:
-        return float(given)
+        try:
+            return float(given)
+        except ValueError:
+            raise OptionError(f"{RUN_SECONDS_ENV}: not a number of seconds: {given!r}") from None
     return RUN_FLOOR_SECONDS + _model_bytes / MODEL_BYTES_PER_SECOND
 
 

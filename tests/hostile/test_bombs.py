@@ -93,3 +93,14 @@ def test_the_budget_stops_what_would_outgrow_it(tmp_path: Path) -> None:
     assert os.waitstatus_to_exitcode(status) in (0, 1), said[-2000:]
     assert "needed more memory than the budget allows" in said, said[-2000:]
     assert usage.ru_maxrss << 10 < 1 << 30  # its high-water mark: 256 MiB of budget and the libraries
+
+
+@pytest.mark.parametrize("setting", [("--memory-budget", "lots"), ("env", "lots")])
+def test_a_budget_that_is_no_size_is_a_one_line_error(setting: tuple[str, str], tmp_path: Path) -> None:
+    path = {bomb.name: bomb for bomb in all_bombs()}["input-2e40"].write(tmp_path)
+    flag, value = setting
+    argv = [*CLI, *((flag, value) if flag != "env" else ()), "check", str(path), "--target", "ort-cpu"]
+    env = {**os.environ, "DEPLOYCC_MEMORY_BUDGET": value} if flag == "env" else None
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=HANG_SECONDS)
+    assert done.returncode == 2 and "not a size: 'lots'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
