@@ -2,18 +2,20 @@
 machine and with the model a command was given.
 
 A model file of a few kilobytes can ask for terabytes (a Tile, a Range, a declared input dim) or
-loop for ever. So every stage that materialises a tensor (a fold, a drawn input, an array read
-from an .npz) asks `require` first, with the element count computed in Python integers (they
-do not overflow), and a model run stops at `run_seconds`. What no check foresaw (an intermediate
-ONNX Runtime allocates) meets the ceiling: the command line sets the process's data limit
-(RLIMIT_DATA) to what it had at start plus the memory budget, so that it ends as exit 2 "too
-large" instead of being killed by the kernel, taking other processes with it.
+loop for ever. So every stage that materialises a tensor (a drawn input, an array read from an
+.npz) asks `require` first, with the element count computed in Python integers (they do not
+overflow; a fold past its own limit is left unfolded), and a model run stops at `run_seconds`.
+What no check foresaw (an intermediate ONNX Runtime allocates) meets the ceiling: the command
+line sets the process's data limit (RLIMIT_DATA) to what it had at start plus the memory budget,
+so that it ends as exit 2 "too large" instead of being killed by the kernel, taking other
+processes with it.
 
-The budget: 1 GiB plus 64 times the bytes of the largest model read (its file and external data:
-a real model's activations stay within that; a few-kilobyte bomb gets the GiB), never more than
-half the machine's memory. `--memory-budget` (DEPLOYCC_MEMORY_BUDGET) sets it outright. One
-tensor may take a quarter of it. A run of a model may take 20 s plus a second per 5 MB of model
-(`--run-seconds`, DEPLOYCC_RUN_SECONDS).
+The budget: 1 GiB plus 128 times the bytes of the largest model read (its file and external data)
+plus 64 times the bytes of the largest set of inputs drawn or read (a real model's activations
+stay within that; a few-kilobyte bomb gets the GiB), never more than half the machine's memory.
+`--memory-budget` (DEPLOYCC_MEMORY_BUDGET) sets it outright. One tensor may take a quarter of it.
+A run of a model may take 20 s plus a second per 5 MB of model (`--run-seconds`,
+DEPLOYCC_RUN_SECONDS).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ MEMORY_ENV = "DEPLOYCC_MEMORY_BUDGET"
 RUN_SECONDS_ENV = "DEPLOYCC_RUN_SECONDS"
 
 FLOOR_BYTES = 1 << 30
-BYTES_PER_MODEL_BYTE = 64
+# A language model's logits over a large vocabulary (BLOOM's 250,880: 490 MB in float64 where
+# verification compares them) outgrow its weights: 64 was too few for a 65 MB BLOOM
+BYTES_PER_MODEL_BYTE = 128
+# and a small network on large inputs (a super-resolution model on 1080p frames) is sized by them
+BYTES_PER_INPUT_BYTE = 64
 TENSOR_SHARE = 4  # one tensor may take a quarter of the budget: it is copied, converted, compared
 RUN_FLOOR_SECONDS = 20.0
 MODEL_BYTES_PER_SECOND = 5 << 20
@@ -39,6 +45,7 @@ LIBRARY_ROOM_BYTES = 512 << 20
 
 _lock = threading.Lock()
 _model_bytes = 0
+_input_bytes = 0
 _ceiling_base: int | None = None  # the process's data size when the ceiling was turned on
 
 
@@ -87,6 +94,17 @@ def note_model_bytes(size: int) -> None:
     _apply_ceiling()
 
 
+def note_input_bytes(size: int) -> None:
+    """A set of inputs of `size` bytes was drawn or read (each checked by `require` first): the
+    budget grows with the largest set, and the ceiling with it."""
+    global _input_bytes
+    with _lock:
+        if size <= _input_bytes:
+            return
+        _input_bytes = size
+    _apply_ceiling()
+
+
 def memory_bytes() -> int:
     given = os.environ.get(MEMORY_ENV)
     if given:
@@ -94,7 +112,8 @@ def memory_bytes() -> int:
             return parse_size(given)
         except ValueError as error:
             raise OptionError(f"{MEMORY_ENV}: {error}") from None
-    return min(machine_memory() // 2, FLOOR_BYTES + BYTES_PER_MODEL_BYTE * _model_bytes)
+    return min(machine_memory() // 2,
+               FLOOR_BYTES + BYTES_PER_MODEL_BYTE * _model_bytes + BYTES_PER_INPUT_BYTE * _input_bytes)
 
 
 def tensor_bytes() -> int:

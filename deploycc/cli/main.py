@@ -65,8 +65,8 @@ class LazyGroup(click.Group):
 @click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
 @click.option("--memory-budget", metavar="SIZE",
               help="Memory a command may use (4G, 512M): what it makes is checked against it first, and "
-                   "the process is capped at it. Default: 1 GiB plus 64 times the model's bytes, at most "
-                   "half the machine's memory.")
+                   "the process is capped at it. Default: 1 GiB plus 128 times the model's bytes and 64 "
+                   "times its inputs', at most half the machine's memory.")
 @click.option("--run-seconds", type=click.FloatRange(min=1), metavar="S",
               help="Seconds one run of the model may take. Default: 20 plus 1 per 5 MB of model.")
 @click.version_option(package_name="deploycc")

@@ -252,6 +252,7 @@ def generate(values: Sequence[ir.Value], *, seed: int = 0, edges: bool = False,
         channel_axis = image_channel_axis(dims) if np.issubdtype(dtype, np.floating) else None
         if content != NOISE and channel_axis is not None:
             feeds[value.name or ""] = picture(dims, channel_axis, content, rng).astype(dtype)
+    budget.note_input_bytes(sum(array.nbytes for array in feeds.values()))
     return feeds
 
 
@@ -291,6 +292,7 @@ def load_npz(path: str | Path, expected: Mapping[str, ir.Value] | None = None) -
             raise not_npz("it holds object (pickled) arrays; only plain arrays are read") from None
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise not_npz(f"damaged: {reason}") from None
+    budget.note_input_bytes(sum(array.nbytes for array in arrays.values()))
     if expected is None:
         return arrays
     missing = sorted(set(expected) - set(arrays))
