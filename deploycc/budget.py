@@ -156,15 +156,16 @@ def says_out_of_memory(error: BaseException | str) -> bool:
     return isinstance(error, MemoryError) or taxonomy.says_out_of_memory(str(error))
 
 
-def _data_size() -> int:
+def status_kib(key: str) -> int | None:
+    """A field of this process's /proc/self/status in KiB (VmData, VmRSS, VmSize); None off Linux."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmData:"):
-                    return int(line.split()[1]) << 10
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
     except OSError:
-        pass
-    return 0
+        return None
+    return None
 
 
 def enable_ceiling() -> None:
@@ -172,7 +173,7 @@ def enable_ceiling() -> None:
     plus the memory budget; raised as larger models are read. The command line's, not the API's:
     a library does not set limits on its caller's process."""
     global _ceiling_base
-    _ceiling_base = _data_size() + LIBRARY_ROOM_BYTES
+    _ceiling_base = ((status_kib("VmData") or 0) << 10) + LIBRARY_ROOM_BYTES
     _apply_ceiling()
 
 
@@ -250,7 +251,9 @@ def require_npz(path: os.PathLike[str] | str) -> None:
     try:
         with zipfile.ZipFile(path) as archive:
             for member in archive.infolist():
-                if not member.filename.endswith(".npy"):
+                if not member.filename.endswith(".npy"):  # numpy reads such a member whole, as bytes
+                    require(f"{path}: member '{member.filename}'", member.file_size, 1)
+                    total += member.file_size
                     continue
                 with archive.open(member) as stream:
                     version = np.lib.format.read_magic(stream)

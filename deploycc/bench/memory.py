@@ -15,28 +15,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STATUS = Path("/proc/self/status")
+from deploycc.budget import status_kib
+
 CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-def _status_kib(key: str) -> int | None:
-    try:
-        for line in STATUS.read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def rss_bytes() -> int | None:
-    kib = _status_kib("VmRSS")
+    kib = status_kib("VmRSS")
     return None if kib is None else kib * 1024
 
 
 def address_space_bytes() -> int | None:
     """What this process has mapped (VmSize): what RLIMIT_AS counts."""
-    kib = _status_kib("VmSize")
+    kib = status_kib("VmSize")
     return None if kib is None else kib * 1024
 
 
@@ -91,7 +82,7 @@ class RssPeak:
             self._thread.join()
             peak = self._sampled or None
         else:
-            kib = _status_kib("VmHWM")
+            kib = status_kib("VmHWM")
             peak = None if kib is None else kib * 1024
         report = self.report
         report.peak_rss_bytes = peak

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
 from deploycc.errors import ModelInputError
+from deploycc.io.node_order import subgraphs
 
 if TYPE_CHECKING:
     import onnx
@@ -197,8 +198,8 @@ def validate_names(proto: onnx.ModelProto, path: Path) -> None:
                 refuse(name, f"{where}: node '{node.name}'")
             for attr in node.attribute:
                 refuse(attr.name, f"{where}: node '{node.name}' attribute")
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    walk(sub, f"{where}: node '{node.name}' subgraph")
+            for sub in subgraphs(node):
+                walk(sub, f"{where}: node '{node.name}' subgraph")
 
     walk(proto.graph, "graph")
     for function in proto.functions:

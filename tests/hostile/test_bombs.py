@@ -104,3 +104,20 @@ def test_a_budget_that_is_no_size_is_a_one_line_error(setting: tuple[str, str], 
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=HANG_SECONDS)
     assert done.returncode == 2 and "not a size: 'lots'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_npz_member_that_is_no_array_is_sized_before_numpy_reads_it(tmp_path: Path, monkeypatch) -> None:
+    """numpy hands a member whose name does not end in .npy back as its bytes, read whole: a few
+    hundred KB of zip that inflate to 96 MiB, past a 64 MiB tensor budget, is refused first."""
+    import zipfile
+
+    from deploycc.budget import TooLarge
+    from deploycc.verify.inputs import load_npz
+
+    monkeypatch.setenv("DEPLOYCC_MEMORY_BUDGET", str(256 << 20))
+    path = tmp_path / "raw.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x", bytes(96 << 20))
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(TooLarge, match="member 'x'"):
+        load_npz(path)
