@@ -19,6 +19,8 @@ import numpy as np
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
+    from onnxscript.rewriter.pattern import RewriteRuleClassBase
+
     from deploycc.targets.schema import Target
 
 
@@ -36,6 +38,11 @@ def _per_channel(weights, extra, channels: int | None = None) -> np.ndarray | No
     if shape != [1, channels] + [1] * (rank - 2):
         return None
     return extra.numpy().reshape(-1)
+
+
+def _commuted_rules(*rule_classes: type[RewriteRuleClassBase]) -> list:
+    """Each rule class's rule in both operand orders of its commutative ops."""
+    return [commuted for rule in rule_classes for commuted in rule.rule().commute()]
 
 
 def _conv_bias_rules() -> list:
@@ -96,8 +103,7 @@ def _conv_bias_rules() -> list:
     class ConvWithoutBiasMulScale(ConvMulScale):
         with_bias = False
 
-    return [commuted for rule in (ConvAddBias, ConvWithoutBiasAddBias, ConvMulScale, ConvWithoutBiasMulScale)
-            for commuted in rule.rule().commute()]
+    return _commuted_rules(ConvAddBias, ConvWithoutBiasAddBias, ConvMulScale, ConvWithoutBiasMulScale)
 
 
 def _scalar(value) -> float | None:
@@ -110,11 +116,10 @@ def _scalar(value) -> float | None:
     return number if np.isfinite(number) and number != 0.0 else None
 
 
-def _scale_and_transpose_bias_rules() -> list:
+def _scaled_input_conv_rules() -> list:
     """Conv(x * s) with s one constant value -> Conv(x) with W' = W * s: a convolution is linear in
     its input and zero padding scales to zero (Gelu's trailing * 0.5 before the next Conv, 13 times
-    in PP-OCRv6's detector). ConvTranspose followed by the Add of one constant per output channel
-    -> the ConvTranspose's bias (its weights are [C_in, C_out / group, ...])."""
+    in PP-OCRv6's detector)."""
     import onnx_ir as ir
     from onnxscript.rewriter import pattern
 
@@ -146,6 +151,46 @@ def _scale_and_transpose_bias_rules() -> list:
     class ScaledInputConvWithoutBias(ScaledInputConv):
         with_bias = False
 
+    return _commuted_rules(ScaledInputConv, ScaledInputConvWithoutBias)
+
+
+def _input_shift_as_bias(c, w, conv_out) -> np.ndarray | None:
+    """The bias change per output channel that Conv(x + c) -> Conv(x) needs, or None where the fold
+    does not hold."""
+    attributes = conv_out.producer().attributes
+    if any(attributes.get_ints("pads", ()) or ()) or \
+            attributes.get_string("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return None
+    weights, shift = w.const_value, c.const_value
+    if weights is None or shift is None or shift.dtype != weights.dtype or len(weights.shape) < 3:
+        return None
+    kernel = weights.numpy().astype(np.float64)
+    values = shift.numpy().astype(np.float64)
+    outputs, per_group = kernel.shape[0], kernel.shape[1]
+    group = attributes.get_int("group", 1) or 1
+    spatial = kernel.ndim - 2
+    if values.ndim > kernel.ndim:
+        return None
+    broadcast = (1,) * (kernel.ndim - values.ndim) + values.shape
+    if values.size == 1:
+        per_input = np.full(per_group * group, values.reshape(-1)[0])
+    elif broadcast == (1, per_group * group) + (1,) * spatial:
+        per_input = values.reshape(-1)
+    else:
+        return None
+    if not np.isfinite(per_input).all() or outputs % group:
+        return None
+    first_input = (np.arange(outputs) // (outputs // group)) * per_group
+    taken = per_input[first_input[:, None] + np.arange(per_group)[None, :]]  # [M, C/g]
+    return (kernel.sum(axis=tuple(range(2, kernel.ndim))) * taken).sum(axis=1)
+
+
+def _shifted_input_conv_rules() -> list:
+    import onnx_ir as ir
+    from onnxscript.rewriter import pattern
+
+    from deploycc.graph.private_api import MatchResult
+
     class ShiftedInputConv(pattern.RewriteRuleClassBase):
         """Conv(x + c) with c one value, or one per input channel, and no padding -> Conv(x) with
         B'[m] = B[m] + sum over m's window of W * c: every window reads c at every tap (a padded
@@ -158,45 +203,16 @@ def _scale_and_transpose_bias_rules() -> list:
             inputs = (shifted, w, b) if self.with_bias else (shifted, w)
             return op.Conv(*inputs, _allow_other_attributes=True, _outputs=["conv_out"])
 
-        def _shift(self, c, w, conv_out) -> np.ndarray | None:
-            """The bias change per output channel, or None where the fold does not hold."""
-            attributes = conv_out.producer().attributes
-            if any(attributes.get_ints("pads", ()) or ()) or \
-                    attributes.get_string("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-                return None
-            weights, shift = w.const_value, c.const_value
-            if weights is None or shift is None or shift.dtype != weights.dtype or len(weights.shape) < 3:
-                return None
-            kernel = weights.numpy().astype(np.float64)
-            values = shift.numpy().astype(np.float64)
-            outputs, per_group = kernel.shape[0], kernel.shape[1]
-            group = attributes.get_int("group", 1) or 1
-            spatial = kernel.ndim - 2
-            if values.ndim > kernel.ndim:
-                return None
-            broadcast = (1,) * (kernel.ndim - values.ndim) + values.shape
-            if values.size == 1:
-                per_input = np.full(per_group * group, values.reshape(-1)[0])
-            elif broadcast == (1, per_group * group) + (1,) * spatial:
-                per_input = values.reshape(-1)
-            else:
-                return None
-            if not np.isfinite(per_input).all() or outputs % group:
-                return None
-            first_input = (np.arange(outputs) // (outputs // group)) * per_group
-            taken = per_input[first_input[:, None] + np.arange(per_group)[None, :]]  # [M, C/g]
-            return (kernel.sum(axis=tuple(range(2, kernel.ndim))) * taken).sum(axis=1)
-
         def check(self, context, x, c, w, conv_out, b=None) -> MatchResult:
             result = MatchResult()
             if b is not None and b.const_value is None:
                 return result.fail("the bias must be a constant")
-            if self._shift(c, w, conv_out) is None:
+            if _input_shift_as_bias(c, w, conv_out) is None:
                 return result.fail("the Conv pads, or the constant is not one value (per input channel)")
             return result
 
         def rewrite(self, op, x, c, w, conv_out, b=None):
-            shift = self._shift(c, w, conv_out)
+            shift = _input_shift_as_bias(c, w, conv_out)
             assert shift is not None
             dtype = w.const_value.numpy().dtype
             base = b.const_value.numpy().astype(np.float64) if b is not None else np.zeros_like(shift)
@@ -205,6 +221,17 @@ def _scale_and_transpose_bias_rules() -> list:
 
     class ShiftedInputConvWithoutBias(ShiftedInputConv):
         with_bias = False
+
+    return _commuted_rules(ShiftedInputConv, ShiftedInputConvWithoutBias)
+
+
+def _conv_transpose_bias_rules() -> list:
+    """ConvTranspose followed by the Add of one constant per output channel -> the ConvTranspose's
+    bias (its weights are [C_in, C_out / group, ...])."""
+    import onnx_ir as ir
+    from onnxscript.rewriter import pattern
+
+    from deploycc.graph.private_api import MatchResult
 
     class ConvTransposeAddBias(pattern.RewriteRuleClassBase):
         with_bias = True
@@ -238,9 +265,7 @@ def _scale_and_transpose_bias_rules() -> list:
     class ConvTransposeWithoutBiasAddBias(ConvTransposeAddBias):
         with_bias = False
 
-    return [commuted for rule in (ScaledInputConv, ScaledInputConvWithoutBias, ShiftedInputConv,
-                                  ShiftedInputConvWithoutBias, ConvTransposeAddBias,
-                                  ConvTransposeWithoutBiasAddBias) for commuted in rule.rule().commute()]
+    return _commuted_rules(ConvTransposeAddBias, ConvTransposeWithoutBiasAddBias)
 
 
 def fusion_rules(target: Target) -> list:
@@ -248,7 +273,9 @@ def fusion_rules(target: Target) -> list:
 
     rules = [
         *_conv_bias_rules(),
-        *_scale_and_transpose_bias_rules(),
+        *_scaled_input_conv_rules(),
+        *_shifted_input_conv_rules(),
+        *_conv_transpose_bias_rules(),
         common.fuse_batchnorm_into_conv_rule,
         common.fuse_batchnorm_into_conv_transpose_rule,
         common.transpose_transpose_rule,
