@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import OptionError
-from deploycc.taxonomy import Precision
+from deploycc.taxonomy import LegalizeMode, Precision
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from deploycc.targets.schema import Target
 
-MODES = ("full", "partial")
+MODES = (LegalizeMode.FULL, LegalizeMode.PARTIAL)
 DEFAULT_FOLD_LIMIT_BYTES = 16 << 20  # a folded tensor larger than this stays a computation
 
 
@@ -31,7 +31,7 @@ class LegalizeOptions:
     input_layout: dict[str, str] = field(default_factory=dict)  # input name ("*" = all 4-D) -> layout fed
     keep_outputs: list[str] | None = None
     keep_map_outputs: bool = False  # ZipMap stays even where the target has none (map_outputs pass)
-    mode: str | None = None  # None: the target's default (partial for ORT, full otherwise)
+    mode: LegalizeMode | None = None  # None: the target's default (partial for ORT, full otherwise)
     disable_passes: tuple[str, ...] = ()
     only_passes: tuple[str, ...] = ()
     # Rules set aside inside the passes that apply named rules (the catalog's, tidy's, fuse's):
@@ -47,11 +47,15 @@ class LegalizeOptions:
     # recognizer declares its height dynamic and takes only 48): a corpus's hints give them.
     sample_shapes: dict[str, list[int]] = field(default_factory=dict)
 
-    def effective_mode(self, target: Target) -> str:
+    def __post_init__(self) -> None:
+        if self.mode is not None:  # an API caller's "partial"
+            self.mode = LegalizeMode(self.mode)
+
+    def effective_mode(self, target: Target) -> LegalizeMode:
         """The asked mode, else the target's; a target that partitions writes one legalized file
         in partial mode (`build` then cuts it into segments)."""
-        mode = self.mode if self.mode is not None else target.mode
-        return "partial" if mode == "partition" else mode
+        mode = LegalizeMode(self.mode if self.mode is not None else target.mode)
+        return LegalizeMode.PARTIAL if mode == LegalizeMode.PARTITION else mode
 
 
 @dataclass

@@ -176,3 +176,22 @@ class ProofStatus(Name):
     PROVEN = "proven"
     FAILED = "failed"
     UNPROVEN = "unproven"
+
+
+class Failed(Name):
+    """Where a runtime failed a model (RunError.stage, BackendError.stage): what the failure says
+    of the model. A refusal of the inputs it was given is not a numeric mismatch, and a crash of
+    the runtime's process says nothing of the model's validity."""
+
+    BUILD = "build"  # the engine could not be built
+    LOAD = "load"  # the model (or the built engine) could not be loaded
+    RUN = "run"  # loaded, and failed on the inputs it was given
+    CRASH = "crash"  # the runtime's process died or hung
+
+
+class LegalizeMode(Name):
+    """How legalization ends when a node stays illegal (`--mode`, a target's `mode`)."""
+
+    FULL = "full"  # every node legal, else the legalization fails
+    PARTIAL = "partial"  # illegal nodes kept, for another runtime or the host to run
+    PARTITION = "partition"  # partial, then cut into device and host segments (build --partition)

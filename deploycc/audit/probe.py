@@ -30,7 +30,7 @@ from typing import Any
 from deploycc.audit.conformance import ATOL, RTOL, outcome
 from deploycc.io.files import user_cache_dir
 from deploycc.results import Result
-from deploycc.taxonomy import Legality
+from deploycc.taxonomy import Legality, LegalizeMode
 
 CHUNK = 40
 
@@ -99,8 +99,8 @@ def _legalized(case: Any, target_name: str) -> tuple[bytes | None, str]:
         source, out = Path(folder) / "case.onnx", Path(folder) / "legal.onnx"
         onnx.save(case.model, source)
         try:
-            report = legalize(source, resolve(target_name), LegalizeOptions(verify=False, prove=False,
-                                                                            mode="partial"), output=out)
+            unchecked = LegalizeOptions(verify=False, prove=False, mode=LegalizeMode.PARTIAL)
+            report = legalize(source, resolve(target_name), unchecked, output=out)
         except DeployccError as error:
             return None, str(error)[:160]
         except Exception as error:

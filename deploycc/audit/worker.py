@@ -20,7 +20,16 @@ from deploycc.errors import PrecisionRefused
 from deploycc.records.audit import FROM_LEGALITY, HOST_SEGMENTS, CellResult, CellSpec
 from deploycc.records.export import DATA_DEPENDENT, NOT_PROVEN, OPSET_CEILING, TORCH_FAILURE, UNSUPPORTED_OP
 from deploycc.results import from_dict
-from deploycc.taxonomy import BuildStatus, CellStatus, Failure, Precision, Severity, Stage, says_out_of_memory
+from deploycc.taxonomy import (
+    BuildStatus,
+    CellStatus,
+    Failure,
+    LegalizeMode,
+    Precision,
+    Severity,
+    Stage,
+    says_out_of_memory,
+)
 from deploycc.verify import reference
 
 if TYPE_CHECKING:
@@ -241,7 +250,7 @@ def _from_build(result: CellResult, report: BuildReport, spec: CellSpec, target:
         refused = bool(result.legal_as_exported) and report.stage == Stage.LEGALIZE and \
             not (legalized is not None and legalized.as_exported)
         result.regressed = refused or bool(report.original_on_backend)
-        if (spec.partition or target.mode == "partition") and report.stage == Stage.LEGALIZE:
+        if (spec.partition or target.mode == LegalizeMode.PARTITION) and report.stage == Stage.LEGALIZE:
             _with_host_segments(spec, target, options, result, exported)
 
 

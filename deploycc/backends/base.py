@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import DeployccError, OptionError
-from deploycc.taxonomy import Failure, Name, Precision
+from deploycc.taxonomy import Failed, Failure, Name, Precision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,13 +25,13 @@ if TYPE_CHECKING:
 
 
 class BackendError(DeployccError):
-    """The backend refused or failed to build or run: exit 1, the stage is named. `stage` is
-    "run" when a built engine failed on the inputs it was given; `category` is an audit failure
+    """The backend refused or failed to build or run: exit 1, the stage is named. `stage` (taxonomy.Failed)
+    is RUN when a built engine failed on the inputs it was given; `category` is an audit failure
     category when the backend knows better than "backend-error" (e.g. dynamic-shape)."""
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None, stage: str = "build",
+    def __init__(self, message: str, hint: str | None = None, stage: Failed = Failed.BUILD,
                  category: Failure | None = None) -> None:
         super().__init__(message, hint)
         self.stage = stage

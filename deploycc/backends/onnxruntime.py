@@ -32,7 +32,7 @@ from deploycc.backends.base import (
 )
 from deploycc.backends.ort_gpu import GPU_BUNDLE, TENSORRT, write_gpu_bundle
 from deploycc.device.bundle import BUNDLE_DIR
-from deploycc.taxonomy import Precision
+from deploycc.taxonomy import Failed, Precision
 
 if TYPE_CHECKING:
     from deploycc.options import BuildOptions
@@ -86,7 +86,7 @@ class OrtRunner(Runner):
         except Exception as error:  # ORT's own exception types: the engine failed on these inputs
             first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
             raise BackendError(f"ONNX Runtime failed to run on these inputs: {first[:300]}",
-                               stage="run") from None
+                               stage=Failed.RUN) from None
         if all(isinstance(result, np.ndarray) for result in results):
             return dict(zip(self._outputs, results, strict=True))
         from deploycc.verify.runner import as_arrays

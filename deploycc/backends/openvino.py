@@ -27,7 +27,7 @@ from deploycc.backends.base import (
     Runner,
 )
 from deploycc.io.files import trim_cache, user_cache_dir
-from deploycc.taxonomy import Failure, Precision
+from deploycc.taxonomy import Failed, Failure, Precision
 
 if TYPE_CHECKING:
     from deploycc.options import BuildOptions
@@ -76,8 +76,8 @@ def _compile_error(core: Any, xml: Path, error: RuntimeError) -> BackendError:
     if dynamic:
         return BackendError(f"OpenVINO cannot compile this graph while its dims are dynamic ({detail})",
                             hint="fix the dynamic dims: --batch N, or --shape NAME:DIMS per input",
-                            stage="load", category=Failure.DYNAMIC_SHAPE)
-    return BackendError(f"OpenVINO cannot compile this graph: {detail}", stage="load")
+                            stage=Failed.LOAD, category=Failure.DYNAMIC_SHAPE)
+    return BackendError(f"OpenVINO cannot compile this graph: {detail}", stage=Failed.LOAD)
 
 
 def _conversion_error(message: str) -> BackendError:
@@ -197,7 +197,7 @@ class OpenVinoRunner(Runner):
             results = self.request.infer(feeds)
         except RuntimeError as error:  # the plugin rejects these inputs (a kernel wider than the data)
             raise BackendError(f"OpenVINO failed to run on these inputs: {inference_problem(error)}",
-                               stage="run") from None
+                               stage=Failed.RUN) from None
         return {name: results[port].copy() for name, port in zip(self._outputs, self.compiled.outputs,
                                                                    strict=True)}
 

@@ -15,7 +15,7 @@ from deploycc.cli.legalize_cmd import options_from_flags, pipeline_options
 from deploycc.cli.torch_flags import torch_options, torch_source
 from deploycc.errors import OptionError
 from deploycc.options import BuildOptions, QuantizeOptions
-from deploycc.taxonomy import Precision
+from deploycc.taxonomy import LegalizeMode, Precision
 
 # The precisions a build takes on the command line; the flag's string becomes a Precision here.
 PRECISION_CHOICE = click.Choice([p.value for p in (Precision.FP32, Precision.FP16, Precision.BF16,
@@ -140,7 +140,7 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
     report: Any
     render: Callable[[Any], None]
     partition = partition or (not engine_only and flags.get("mode") is None
-                              and api.get_target(target, jetpack=jetpack).mode == "partition")
+                              and api.get_target(target, jetpack=jetpack).mode == LegalizeMode.PARTITION)
     if source is not None and not partition:
         if engine_only:
             raise OptionError("--engine-only takes a device bundle, not a torch model")

@@ -12,6 +12,7 @@ from deploycc.cli.torch_flags import torch_options
 from deploycc.errors import OptionError
 from deploycc.options import MODES, LegalizeOptions
 from deploycc.passes import PASS_NAMES
+from deploycc.taxonomy import LegalizeMode
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -46,7 +47,7 @@ def options_from_flags(shape: tuple[str, ...], batch: int | None, dynamic_batch:
     return LegalizeOptions(
         opset=opset, shapes=shapes, batch=batch, dynamic_batch=dynamic_batch,
         input_layout=_layouts(input_layout), keep_outputs=_split(keep_outputs) or None,
-        keep_map_outputs=keep_map_outputs, mode=mode,
+        keep_map_outputs=keep_map_outputs, mode=LegalizeMode(mode) if mode else None,
         disable_passes=tuple(_split(disable_pass)), only_passes=tuple(_split(only_pass)),
         disable_rules=tuple(_split(disable_rule)),
         simplifier=simplifier, prove=prove, verify=verify, inputs=Path(inputs) if inputs else None,
@@ -72,7 +73,7 @@ def pipeline_options(command=None, *, dynamic_batch_flag: bool = True):
         click.option("--keep-map-outputs", is_flag=True,
                      help="Keep ZipMap outputs (sequences of maps) where the target has no ZipMap, "
                           "instead of returning the probability tensor."),
-        click.option("--mode", type=click.Choice(MODES),
+        click.option("--mode", type=click.Choice([mode.value for mode in MODES]),
                      help="full: fail unless all legal (TensorRT/OpenVINO default); partial: leave "
                           "what the runtime falls back on (ORT default)."),
         click.option("--disable-pass", multiple=True, metavar="NAME",

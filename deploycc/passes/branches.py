@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from deploycc.taxonomy import Failed
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx
@@ -39,7 +41,7 @@ def _loads(model: bytes, feeds: dict[str, np.ndarray]) -> bool | None:
     try:
         run_ort_isolated(model, feeds, optimize=True, timeout=300)
     except RunError as error:
-        return None if error.stage == "crash" else error.stage == "run"
+        return None if error.stage == Failed.CRASH else error.stage == Failed.RUN
     return True
 
 

@@ -24,7 +24,7 @@ from deploycc.pipeline.outcome import RUN_REFUSED, Clock, listing, next_step_aft
 from deploycc.pipeline.placement import plan_placement, write_prediction
 from deploycc.records.build import BuildReport
 from deploycc.results import SkippedStep
-from deploycc.taxonomy import BuildStatus, Failure, Precision, SafetyStep, Stage
+from deploycc.taxonomy import BuildStatus, Failed, Failure, Precision, SafetyStep, Stage
 from deploycc.verify.exact import exact_integers
 from deploycc.verify.runner import RunError
 
@@ -223,15 +223,15 @@ def _stages(source: Path, target: Target, options: BuildOptions, staging: Path, 
     except (BackendError, BackendUnavailable) as error:
         done.message = str(error)
         done.failure_category = getattr(error, "category", None)
-        if getattr(error, "stage", None) == "load":  # the engine built but does not load
+        if getattr(error, "stage", None) == Failed.LOAD:  # the engine built but does not load
             done.stage = Stage.BUILD
-        elif getattr(error, "stage", None) == "run":  # it loaded and refused the inputs: not a mismatch
+        elif getattr(error, "stage", None) == Failed.RUN:  # it loaded and refused the inputs: not a mismatch
             done.failure_category = done.failure_category or Failure.BACKEND_ERROR
             done.message = f"{RUN_REFUSED}: {error}"
         done.original_on_backend = _original_runs_on_backend(backend, request, source, staging, legalized,
                                                              options)
     except RunError as error:  # the reference run, when legalize did not verify
-        done.status, done.message = (NEEDS_INPUTS if error.stage == "run" else FAILED), str(error)
+        done.status, done.message = (NEEDS_INPUTS if error.stage == Failed.RUN else FAILED), str(error)
     for judged in (legalized.verification, done.verification):
         if judged is not None and judged.inputs == str(staging / VERIFY_INPUTS):
             judged.inputs = SAMPLE_DESCRIBED  # not the staging path
@@ -408,14 +408,14 @@ def _verify_and_bench(source: Path, staging: Path, artifact: Artifact, backend: 
             try:
                 actual = runner.run(feeds)
             except BackendError as error:
-                if error.stage != "run":
+                if error.stage != Failed.RUN:
                     raise
                 refused = refused or error
                 continue
             try:
                 expected, reference = reference_outputs(source, original_feeds)
             except RunError as error:
-                if error.stage != "run" or shapes is candidates[0]:
+                if error.stage != Failed.RUN or shapes is candidates[0]:
                     raise
                 continue  # the engine's fallback size is one the original refuses
             break

@@ -27,7 +27,7 @@ from deploycc.passes.base import Pass, PipelineState
 from deploycc.pipeline.blame import find_blame
 from deploycc.pipeline.manager import InvariantError, run_passes, source_ops
 from deploycc.records.legalize import Blame, LegalizeReport, PassRecord, Unresolved
-from deploycc.taxonomy import Legality, Precision, Refusal, Severity
+from deploycc.taxonomy import Legality, LegalizeMode, Precision, Refusal, Severity
 from deploycc.verify.exact import exact_integers
 
 if TYPE_CHECKING:
@@ -158,7 +158,8 @@ def _legalize(path: str | Path, target: Target, options: LegalizeOptions | None 
                 current = following
                 continue
             assert attempt.loaded is not None and attempt.final is not None
-            if is_fallback and not attempt.final.legal and (mode == "full" or _opset_refused(attempt.final)):
+            refused = mode == LegalizeMode.FULL or _opset_refused(attempt.final)
+            if is_fallback and not attempt.final.legal and refused:
                 as_exported = "; ".join(_problems(attempt.final))
                 break  # not legal as exported either: the first attempt's report stands
             outcome = _judge_and_write(target, current, attempt, mode, output, staging, progress)
@@ -270,7 +271,7 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
     """Verify the attempt's model and move it to `output` when it is legal (or mode partial)."""
     state, loaded, final = attempt.state, attempt.loaded, attempt.final
     assert state is not None and loaded is not None and final is not None
-    success = final.legal or (mode == "partial" and not _opset_refused(final))
+    success = final.legal or (mode == LegalizeMode.PARTIAL and not _opset_refused(final))
     reason = "" if success else "; ".join(_problems(final))
     verification = None
     files: list[Path] = []
@@ -332,7 +333,7 @@ def _summary(legal: bool, mode: str, verification: Verification | None, final: T
     problems = "; ".join(_problems(final))
     if verification is not None and not verification.passed:
         return f"verification failed: {verification.problem}"
-    if not legal and (mode == "full" or _opset_refused(final)):
+    if not legal and (mode == LegalizeMode.FULL or _opset_refused(final)):
         return f"{problems} on {target.name}; not written (mode {mode})"
     where = f"written to {output}" if output else "not written (no -o)"
     if not legal:

@@ -24,7 +24,7 @@ from deploycc.errors import OptionError
 from deploycc.options import BuildOptions
 from deploycc.pipeline.build import FAILED, LEGALIZED, PENDING, VERIFIED
 from deploycc.records.partition import PartitionReport
-from deploycc.taxonomy import Legality, Precision
+from deploycc.taxonomy import Legality, LegalizeMode, Precision
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -96,7 +96,8 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     from deploycc.verify.verification import compare_all, drawn_content, reference_outputs, signature_feeds
 
     options = options or BuildOptions()
-    options = replace(options, legalize=replace(options.legalize, mode="partial"))  # the caller's stay
+    # the caller's options stay as they were
+    options = replace(options, legalize=replace(options.legalize, mode=LegalizeMode.PARTIAL))
     source, outdir = Path(model), Path(outdir)
     precision = options.effective_precision(target)
     if min_segment_nodes < 1:

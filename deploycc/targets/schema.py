@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deploycc.taxonomy import Precision
+from deploycc.taxonomy import LegalizeMode, Precision
 
 # The backends a target file may name: kind -> the class that builds for it, as "module:Class"
 # (backends/registry.py imports it when first asked for). This is the one table of kinds: a new
@@ -29,7 +29,7 @@ SHAPE_POLICIES = ("static", "dynamic")
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 # What the target does with nodes no rule makes legal: refuse the model (full), leave them for
 # the runtime to fall back on (partial, ONNX Runtime's way), or run them on the host (partition).
-LEGALIZE_MODES = ("full", "partial", "partition")
+LEGALIZE_MODES = tuple(LegalizeMode)
 # "extended" keeps the saved model portable across CPUs; "all" adds layout transforms (NCHWc)
 # tied to the building machine's instruction set.
 OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
@@ -250,12 +250,15 @@ class Target:
     jetpack: JetPack | None
     source_file: str
     provenance: tuple[tuple[str, str], ...] = field(default=())
-    mode: str = "full"  # one of LEGALIZE_MODES: the default of `legalize --mode` and `build`
+    mode: LegalizeMode = LegalizeMode.FULL  # the default of `legalize --mode` and `build`
     export: ExportPolicy = ExportPolicy()  # the PyTorch front end's choices for this target
     # ONNX Runtime with a GPU provider: the targets of the providers ORT places a node on when the
     # primary one has no kernel for it, in order (ort-trt: ort-cuda, ort-cpu); `check` predicts
     # each node's provider from their tables
     fallback: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", LegalizeMode(self.mode))  # a TOML file's string
 
     def to_dict(self, with_ops: bool = False) -> dict[str, Any]:
         data = asdict(self)

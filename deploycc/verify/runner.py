@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.taxonomy import Failed
 from deploycc.verify.exact import EXACT, with_exact_integers
 
 if TYPE_CHECKING:
@@ -26,11 +27,10 @@ REFERENCE = "onnx.reference"
 
 
 class RunError(Exception):
-    """The model could not be run by any reference runtime; the message says why. `stage` is
-    "run" when the runtime loaded the model and failed on the inputs it was given, "crash" when
-    the runtime's process died or hung (which says nothing of the model's validity), else "load"."""
+    """The model could not be run by any reference runtime; the message says why. `stage` says
+    where (taxonomy.Failed: RUN, CRASH, else LOAD)."""
 
-    def __init__(self, message: str, stage: str = "load") -> None:
+    def __init__(self, message: str, stage: Failed = Failed.LOAD) -> None:
         super().__init__(message)
         self.stage = stage
 
@@ -400,7 +400,7 @@ def _in_ort_process(job: str, args: list[Any], timeout: float) -> tuple[int, str
     try:
         code, error = worker.ask(job, args, timeout)
     except TimeoutError:
-        raise RunError(f"onnxruntime did not finish in {timeout:g} s", stage="crash") from None
+        raise RunError(f"onnxruntime did not finish in {timeout:g} s", stage=Failed.CRASH) from None
     if worker.alive:
         with _idle_lock:
             _idle.append(worker)
@@ -443,16 +443,17 @@ def run_ort_isolated(source: bytes | Path, feeds: dict[str, np.ndarray], *, opti
                                               EXACT.get(), seconds], seconds + LOAD_SECONDS)
         if code < 0:
             raise RunError(f"onnxruntime crashed on this model (its process died by signal {-code})",
-                           stage="crash")
+                           stage=Failed.CRASH)
         if code == ENDED:  # says nothing of the model
-            raise RunError(error, stage="crash")
+            raise RunError(error, stage=Failed.CRASH)
         if code in (3, 4) and budget.says_out_of_memory(error):
             raise budget.out_of_memory("loading the model in ONNX Runtime" if code == 3 else
                                        "running the model on ONNX Runtime")
         if code == 4 and error.startswith(OVER_TIME):
             raise budget.over_time("running the model on ONNX Runtime", seconds)
         if code != 0:
-            raise RunError(error or f"onnxruntime exited {code}", stage="run" if code == 4 else "load")
+            raise RunError(error or f"onnxruntime exited {code}",
+                           stage=Failed.RUN if code == 4 else Failed.LOAD)
         names = json.loads(Path(out + ".json").read_text())
         with np.load(out, allow_pickle=False) as archive:
             return {name: archive[f"o{i}"] for i, name in enumerate(names)}
@@ -484,12 +485,12 @@ def probe_inputs(source: Path, feed_sets: list[dict[str, np.ndarray]], *, stop_a
         if code == 3:
             raise RunError(error or "onnxruntime cannot load the model")
         if code == ENDED:
-            raise RunError(error, stage="crash")
+            raise RunError(error, stage=Failed.CRASH)
         verdicts: list[str] = json.loads(out.read_text()) if out.exists() else []
         if code != 0:  # died on the set after the last verdict written
             if len(verdicts) >= len(feed_sets):
                 return verdicts
             verdicts.append(f"fails: onnxruntime crashed (exit {code})")
             if code < 0 and len(verdicts) == 1:
-                raise RunError("onnxruntime crashed on this model", stage="crash")
+                raise RunError("onnxruntime crashed on this model", stage=Failed.CRASH)
         return verdicts

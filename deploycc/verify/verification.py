@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deploycc.budget import TooLarge
-from deploycc.taxonomy import Precision
+from deploycc.taxonomy import Failed, Precision
 from deploycc.verify.compare import (
     MISMATCH_SHARE,
     TOLERANCES,
@@ -102,9 +102,9 @@ def _compute_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[st
     try:
         return run_ort_isolated(path, feeds), ORT
     except RunError as ort_error:
-        if ort_error.stage == "run":
+        if ort_error.stage == Failed.RUN:
             raise
-        if ort_error.stage == "crash" or path.stat().st_size > (1 << 30):  # died or hung: not a refusal
+        if ort_error.stage == Failed.CRASH or path.stat().st_size > (1 << 30):  # died or hung: not a refusal
             raise RunError(f"cannot run the original: {ort_error}") from None
         try:
             return run_reference(path.read_bytes(), feeds), REFERENCE
@@ -205,7 +205,7 @@ def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: 
         try:
             expected, reference = _run_original(original, original_feeds)
         except RunError as error:
-            if error.stage != "run":
+            if error.stage != Failed.RUN:
                 return Verification(False, ORT, described, precision, problem=str(error))
             why_not = f"the original model fails on {described} ({error})"
             continue
