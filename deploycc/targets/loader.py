@@ -175,6 +175,17 @@ def _keys(record: type) -> set[str]:
     return {f.name for f in fields(record)}
 
 
+def _required_table(top: Reader, key: str) -> Reader:
+    table = top.table(key, required=True)
+    assert table is not None  # required=True raises rather than return None
+    return table
+
+
+def _table_or_empty(top: Reader, key: str) -> Reader:
+    """An optional table; an absent one reads as empty, so each of its keys takes its default."""
+    return top.table(key) or Reader({}, top.file, f"{key}.")
+
+
 def build_target(path: Path, jetpack: str | None) -> Target:
     raw = read_target_data(path)
     data, jetpack_info = apply_jetpack(raw, path, jetpack)
@@ -182,20 +193,63 @@ def build_target(path: Path, jetpack: str | None) -> Target:
     top.reject_unknown(TARGET_KEYS - {"jetpack", "extends"})
     if top.integer("schema", default=1) != 1:
         raise top.fail("schema", "only schema 1 is understood by this deploycc")
+    backend_r, device_r, opset_r, ops_r = _required_tables(top)
+    table = _target_op_table(top, ops_r, path)
+    low, high, preferred = _opset_bounds(opset_r)
+    dtypes_r = _table_or_empty(top, "dtypes")
+    dtypes_r.reject_unknown(_keys(DtypePolicy))
+    computed = _computed_as(dtypes_r)
+    shapes_r = _required_table(top, "shapes")
+    precision = _precision_policy(_required_table(top, "precision"))
+    memory_r = _table_or_empty(top, "memory")
+    memory_r.reject_unknown(_keys(Memory))
+    dla = _dla(top.table("dla"), path)
+    placement_r = _table_or_empty(top, "placement")
+    placement_r.reject_unknown({"fallback", "note"})
+    provenance_r = _table_or_empty(top, "provenance")
+    export_r = _table_or_empty(top, "export")
+    return Target(
+        name=top.text("name", required=True),
+        description=top.text("description", default=""),
+        aliases=top.strings("aliases"),
+        mode=top.choice("mode", LEGALIZE_MODES, default="full"),
+        backend=_backend_spec(backend_r),
+        device=_device(device_r),
+        opset=OpsetRange(min=low, max=high, preferred=preferred, statement=opset_r.text("statement")),
+        ops=table,
+        dtypes=DtypePolicy(
+            unsupported=dtypes_r.strings("unsupported", KNOWN_DTYPES),
+            computed_as=computed,
+            notes=dtypes_r.strings("notes"),
+        ),
+        shapes=_shape_policy(shapes_r),
+        precision=precision,
+        memory=_memory(memory_r),
+        dla=dla,
+        jetpack=jetpack_info,
+        source_file=str(path),
+        provenance=tuple((k, str(v)) for k, v in sorted(provenance_r.data.items())),
+        export=_export_policy(export_r, high),
+        fallback=placement_r.strings("fallback"),
+    )
 
-    backend_r = top.table("backend", required=True)
-    device_r = top.table("device", required=True)
-    opset_r = top.table("opset", required=True)
-    ops_r = top.table("ops", required=True)
-    assert backend_r and device_r and opset_r and ops_r
+
+def _required_tables(top: Reader) -> tuple[Reader, Reader, Reader, Reader]:
+    """The backend, device, opset and ops tables every target has, each holding only known keys."""
+    backend_r, device_r, opset_r, ops_r = (_required_table(top, key)
+                                           for key in ("backend", "device", "opset", "ops"))
     # A table's keys are its record's fields: a field added to the schema is a key accepted here.
     backend_r.reject_unknown(_keys(BackendSpec))
     device_r.reject_unknown(_keys(Device))
     opset_r.reject_unknown(_keys(OpsetRange))
     ops_r.reject_unknown({"table", "function_expansion", "function_expansion_max_opset"})
+    return backend_r, device_r, opset_r, ops_r
 
-    table_name = ops_r.text("table", required=True)
-    table = load_table(find_table(table_name, path))
+
+def _target_op_table(top: Reader, ops_r: Reader, path: Path) -> OpTable:
+    """The op table `[ops] table` names, with the target's inline `[[op]]` entries replacing the table's
+    for the same op, its `[[restrict]]` overlays applied and its function expansion settings."""
+    table = load_table(find_table(ops_r.text("table", required=True), path))
     inline = tuple(_op_entry(row) for row in top.tables("op"))
     if inline:
         replaced = {(e.domain, e.op) for e in inline}
@@ -208,93 +262,81 @@ def build_target(path: Path, jetpack: str | None) -> Target:
         table = replace(table, function_expansion=ops_r.flag("function_expansion"))
     if "function_expansion_max_opset" in ops_r.data:
         table = replace(table, function_expansion_max_opset=ops_r.integer("function_expansion_max_opset"))
+    return table
 
+
+def _opset_bounds(opset_r: Reader) -> tuple[int, int, int]:
+    """`[opset]`'s min, max and preferred, the preferred one within the other two."""
     low = opset_r.integer("min", default=1)
     high = opset_r.integer("max", required=True)
     preferred = opset_r.integer("preferred", default=high)
     if not low <= preferred <= high:
         raise opset_r.fail("preferred", f"{preferred} is outside [{low}, {high}]")
+    return low, high, preferred
 
-    dtypes_r = top.table("dtypes") or Reader({}, path, "dtypes.")
-    dtypes_r.reject_unknown(_keys(DtypePolicy))
-    computed_r = dtypes_r.table("computed_as") or Reader({}, path, "dtypes.computed_as.")
+
+def _computed_as(dtypes_r: Reader) -> tuple[tuple[str, str], ...]:
+    """`[dtypes.computed_as]`: each known dtype the target computes in another, sorted by source."""
+    computed_r = dtypes_r.table("computed_as") or Reader({}, dtypes_r.file, "dtypes.computed_as.")
     computed = []
     for source in sorted(computed_r.data):
         if source not in KNOWN_DTYPES:
             raise computed_r.fail(source, "unknown dtype")
         computed.append((source, computed_r.choice(source, tuple(sorted(KNOWN_DTYPES)))))
+    return tuple(computed)
 
-    shapes_r = top.table("shapes", required=True)
-    precision_r = top.table("precision", required=True)
-    assert shapes_r and precision_r
-    supported_precisions = tuple(Precision(p) for p in precision_r.strings("supported", PRECISIONS))
-    if not supported_precisions:
+
+def _precision_policy(precision_r: Reader) -> PrecisionPolicy:
+    supported = tuple(Precision(p) for p in precision_r.strings("supported", PRECISIONS))
+    if not supported:
         raise precision_r.fail("supported", "must list at least one precision")
-    default_precision = Precision(precision_r.choice("default", supported_precisions))
+    default = Precision(precision_r.choice("default", supported))
     refused = []
     for refused_r in precision_r.tables("refused"):
         refused_r.reject_unknown({"precision", "reason", "instead"})
         refused.append((Precision(refused_r.choice("precision", PRECISIONS)),
                         refused_r.text("reason", required=True),
-                        Precision(refused_r.choice("instead", supported_precisions))))
-    memory_r = top.table("memory") or Reader({}, path, "memory.")
-    memory_r.reject_unknown(_keys(Memory))
+                        Precision(refused_r.choice("instead", supported))))
+    return PrecisionPolicy(supported=supported, default=default, refused=tuple(refused))
 
-    dla = None
-    dla_r = top.table("dla")
-    if dla_r is not None:
-        dla_r.reject_unknown(_keys(Dla))
-        dla_table_name = dla_r.text("table")
-        dla = Dla(
-            cores=dla_r.integer("cores", required=True),
-            precisions=tuple(Precision(p) for p in dla_r.strings("precisions", PRECISIONS)),
-            table=load_table(find_table(dla_table_name, path)) if dla_table_name else None,
-            shape_policy=dla_r.choice("shape_policy", SHAPE_POLICIES, default="static"),
-        )
 
-    placement_r = top.table("placement") or Reader({}, path, "placement.")
-    placement_r.reject_unknown({"fallback", "note"})
-    provenance_r = top.table("provenance") or Reader({}, path, "provenance.")
-    export_r = top.table("export") or Reader({}, path, "export.")
-    return Target(
-        name=top.text("name", required=True),
-        description=top.text("description", default=""),
-        aliases=top.strings("aliases"),
-        mode=top.choice("mode", LEGALIZE_MODES, default="full"),
-        backend=BackendSpec(
-            kind=backend_r.choice("kind", tuple(BACKENDS)),
-            version=backend_r.text("version", required=True),
-            execution_provider=backend_r.text("execution_provider"),
-            performance_hint=backend_r.choice("performance_hint", PERFORMANCE_HINTS, optional=True),
-            optimization_level=backend_r.choice("optimization_level", OPTIMIZATION_LEVELS, optional=True),
-        ),
-        device=Device(
-            kind=device_r.choice("kind", DEVICE_KINDS),
-            name=device_r.text("name", default=""),
-            compute_capability=device_r.text("compute_capability"),
-            memory_mb=device_r.integer("memory_mb"),
-        ),
-        opset=OpsetRange(min=low, max=high, preferred=preferred, statement=opset_r.text("statement")),
-        ops=table,
-        dtypes=DtypePolicy(
-            unsupported=dtypes_r.strings("unsupported", KNOWN_DTYPES),
-            computed_as=tuple(computed),
-            notes=dtypes_r.strings("notes"),
-        ),
-        shapes=_shape_policy(shapes_r),
-        precision=PrecisionPolicy(supported=supported_precisions, default=default_precision,
-                                  refused=tuple(refused)),
-        memory=Memory(
-            budget_mb=memory_r.integer("budget_mb"),
-            workspace_mb=memory_r.integer("workspace_mb"),
-            note=memory_r.text("note"),
-        ),
-        dla=dla,
-        jetpack=jetpack_info,
-        source_file=str(path),
-        provenance=tuple((k, str(v)) for k, v in sorted(provenance_r.data.items())),
-        export=_export_policy(export_r, high),
-        fallback=placement_r.strings("fallback"),
+def _dla(dla_r: Reader | None, path: Path) -> Dla | None:
+    if dla_r is None:
+        return None
+    dla_r.reject_unknown(_keys(Dla))
+    dla_table_name = dla_r.text("table")
+    return Dla(
+        cores=dla_r.integer("cores", required=True),
+        precisions=tuple(Precision(p) for p in dla_r.strings("precisions", PRECISIONS)),
+        table=load_table(find_table(dla_table_name, path)) if dla_table_name else None,
+        shape_policy=dla_r.choice("shape_policy", SHAPE_POLICIES, default="static"),
+    )
+
+
+def _backend_spec(backend_r: Reader) -> BackendSpec:
+    return BackendSpec(
+        kind=backend_r.choice("kind", tuple(BACKENDS)),
+        version=backend_r.text("version", required=True),
+        execution_provider=backend_r.text("execution_provider"),
+        performance_hint=backend_r.choice("performance_hint", PERFORMANCE_HINTS, optional=True),
+        optimization_level=backend_r.choice("optimization_level", OPTIMIZATION_LEVELS, optional=True),
+    )
+
+
+def _device(device_r: Reader) -> Device:
+    return Device(
+        kind=device_r.choice("kind", DEVICE_KINDS),
+        name=device_r.text("name", default=""),
+        compute_capability=device_r.text("compute_capability"),
+        memory_mb=device_r.integer("memory_mb"),
+    )
+
+
+def _memory(memory_r: Reader) -> Memory:
+    return Memory(
+        budget_mb=memory_r.integer("budget_mb"),
+        workspace_mb=memory_r.integer("workspace_mb"),
+        note=memory_r.text("note"),
     )
 
 
