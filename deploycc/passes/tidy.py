@@ -36,6 +36,7 @@ The whole-model verification checks the result like any pass's.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
@@ -49,7 +50,13 @@ from deploycc.passes.rnn_state import drop_zero_initial_states
 from deploycc.passes.shape_values import merge_equal_shape_values
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import onnx_ir as ir
+
+    from deploycc.backends.base import Backend
+
+    MergeStep = tuple[str, Callable[[ir.Graph], int]]  # (the count it keeps, the step)
 
 ROUNDS = 4
 DEDUP_MAX_ELEMENTS = 1024
@@ -213,8 +220,6 @@ def _rules(state: PipelineState) -> list:
     they write carries `allowzero`, born in 14, taken off again where it means nothing)."""
     from onnxscript.rewriter.rules import common
 
-    from deploycc.backends.registry import get_backend
-
     candidates = [
         (common.cast_cast_rule, ("Cast",), 1), (common.no_op_cast_rule, (), 1),
         (common.no_op_expand_rule, (), 1), (common.no_op_transpose_rule, (), 1),
@@ -232,7 +237,7 @@ def _rules(state: PipelineState) -> list:
     ops, opset = state.target.ops, state.opsets.get("", 1)
     if opset >= 14 and ops.lookup("", "HardSwish"):
         candidates += [(rule, ("HardSwish",), 14) for rule in _hard_swish_rules(as_hard_sigmoid=False)]
-    elif not get_backend(state.target.backend.kind).fuses_written_out_activations:
+    elif not _target_backend(state).fuses_written_out_activations:
         candidates += [(rule, ("HardSigmoid", "Mul"), 11) for rule in _hard_swish_rules(as_hard_sigmoid=True)]
     return [rule for rule, writes, born in candidates
             if opset >= born and all(op == "Identity" or ops.lookup("", op) for op in writes)
@@ -263,6 +268,127 @@ OWN_STEPS = (ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES, CONCAT_OF_CONCAT, SIBLING_MA
              ZERO_INITIAL_STATE, ADJACENT_DIMS)
 
 
+def _target_backend(state: PipelineState) -> Backend:
+    """The backend of the target being built for: the one place tidy asks for it."""
+    from deploycc.backends.registry import get_backend
+
+    return get_backend(state.target.backend.kind)
+
+
+def _merge_steps(state: PipelineState) -> list[MergeStep]:
+    """The merges of tidy's own that the options leave on and the opset and the target allow."""
+    opset, ops = state.model.opset_imports.get("", 1), state.target.ops
+    # tidy's own merges, in the order they run each round: (name, count kept, step, whether
+    # the opset and the target have what it writes)
+    return [(counter, step) for name, counter, step, possible in (
+        (CONCAT_OF_CONCAT, "concats_spliced", inline_concat_of_concat, True),
+        (ZERO_INITIAL_STATE, "zero_states_left_out", drop_zero_initial_states, True),
+        (SLICE_OF_SLICE, "slices_merged", merge_slice_chains, opset >= 10),
+        (ADJACENT_DIMS, "dims_read_as_one", slice_adjacent_dims,
+         opset >= 10 and bool(ops.lookup("", "Slice"))),
+        (SIBLING_MATMULS, "matmuls_merged", lambda graph: merge_sibling_matmuls(graph, opset),
+         bool(ops.lookup("", "Split"))),
+    ) if possible and name not in state.options.disable_rules]
+
+
+@dataclass
+class _Merger:
+    """tidy's merges over one model, each call to a fixed point; `counts` and the time symbolic
+    inference took add up over the calls."""
+
+    model: ir.Model
+    skip: set[str]
+    steps: list[MergeStep]
+    lift_branches: bool
+    counts: dict[str, int]
+    inference_s: float = 0.0
+
+    def merge(self) -> None:
+        """Lift and deduplicate, then merge subexpressions and shape values to a fixed point:
+        ORT's inference names more dims alike once chains computing them are one."""
+        from onnx_ir.passes.common import DeduplicateInitializersPass, RemoveUnusedNodesPass
+
+        if self.model.ir_version >= 4:
+            self.counts["lifted"] += lift_constants(self.model.graph, subgraphs=self.lift_branches)
+        DeduplicateInitializersPass(size_limit=DEDUP_MAX_ELEMENTS)(self.model)
+        reads_shapes = any(node.op_type in ("Shape", "Size") for node in self.model.graph)
+        for _ in range(ROUNDS):
+            self.counts["rounds"] += 1
+            again = self._merge_round(reads_shapes)
+            RemoveUnusedNodesPass()(self.model)
+            if not again:
+                break
+
+    def _merge_round(self, reads_shapes: bool) -> bool:
+        """One round of every merge; whether any of them changed the graph."""
+        from onnx_ir.passes.common import CommonSubexpressionEliminationPass
+
+        again = CommonSubexpressionEliminationPass(size_limit=CSE_MAX_ELEMENTS)(self.model).modified
+        if ONE_UNKNOWN_RESHAPE_DIM not in self.skip:
+            self.counts["reshapes_known"] += one_unknown_reshape_dim(self.model.graph)
+        for counter, step in self.steps:
+            merged_here = step(self.model.graph)
+            self.counts[counter] += merged_here
+            again |= bool(merged_here)
+        # Symbolic inference costs a serialization and, on images with dynamic height and
+        # width, sympy work that grows with the depth (SSDlite: 7 s a time): only where
+        # shapes are read, and again only while it is quick.
+        if reads_shapes and self.inference_s < SLOW_INFERENCE_S and SHAPE_VALUES not in self.skip:
+            again |= self._merge_shape_values()
+        return again
+
+    def _merge_shape_values(self) -> bool:
+        """shape_values.py's merge, timed; whether it merged or made known any value."""
+        started = time.perf_counter()
+        merged, known = merge_equal_shape_values(self.model)
+        self.inference_s += time.perf_counter() - started
+        self.counts["shape_values_merged"] += merged
+        self.counts["shape_values_known"] += known
+        return bool(merged or known)
+
+
+def _rewrite_chains(model: ir.Model, rules: list) -> bool:
+    """The chain rules once, and what a model below the newest opset then needs; whether they
+    changed the model."""
+    from onnx.defs import onnx_opset_version as onnx_defs_version
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+    from onnxscript.rewriter import RewritePass
+
+    from deploycc.passes.opset_meaning import drop_stale_attributes
+
+    if not RewritePass(rules)(model).modified:
+        return False
+    newest = onnx_defs_version()
+    if model.opset_imports.get("", newest) < newest:
+        _allowzero_before_14(model)
+        drop_stale_attributes(model, newest, model.opset_imports[""])
+    RemoveUnusedNodesPass()(model)
+    return True
+
+
+def _notes(nodes_removed: int, counts: dict[str, int]) -> list[str]:
+    notes = [f"{nodes_removed} node(s) fewer"] if nodes_removed else []
+    if counts["lifted"]:
+        notes.append(f"{counts['lifted']} Constant node(s) became initializers")
+    if counts["shape_values_merged"] or counts["shape_values_known"]:
+        notes.append(f"shape values: {counts['shape_values_merged']} merged with an equal one, "
+                     f"{counts['shape_values_known']} known in full")
+    if counts["reshapes_known"]:
+        notes.append(f"{counts['reshapes_known']} Reshape shape(s) made constant (-1 computed)")
+    if counts["concats_spliced"]:
+        notes.append(f"{counts['concats_spliced']} Concat(s) spliced into the Concat reading them")
+    if counts["matmuls_merged"]:
+        notes.append(f"{counts['matmuls_merged']} MatMul(s) merged into a sibling reading the same input")
+    if counts["zero_states_left_out"]:
+        notes.append(f"{counts['zero_states_left_out']} all-zero recurrent state input(s) left out")
+    if counts["dims_read_as_one"]:
+        notes.append(f"{counts['dims_read_as_one']} node(s) fewer: adjacent dims of a shape read "
+                     "as one Slice")
+    if counts["slices_merged"]:
+        notes.append(f"{counts['slices_merged']} Slice(s) of a Slice on other axes merged")
+    return notes
+
+
 class TidyPass(Pass):
     name = "tidy"
     summary = ("lift constants, merge duplicate initializers and subexpressions, collapse op chains, "
@@ -273,100 +399,20 @@ class TidyPass(Pass):
         return [*OWN_STEPS, *dict.fromkeys(rule.name for rule in _rules(state))]
 
     def run(self, state: PipelineState) -> PassOutcome:
-        from onnx.defs import onnx_opset_version as onnx_defs_version
-        from onnx_ir.passes.common import (
-            CommonSubexpressionEliminationPass,
-            DeduplicateInitializersPass,
-            RemoveUnusedNodesPass,
-        )
-        from onnxscript.rewriter import RewritePass
-
-        from deploycc.backends.registry import get_backend
         from deploycc.graph.graphs import structure
-        from deploycc.passes.opset_meaning import drop_stale_attributes
 
         model = state.model
         before, shape_before = len(model.graph), structure(model)
         counts = {"lifted": 0, "rounds": 0, "shape_values_merged": 0, "shape_values_known": 0,
                   "reshapes_known": 0, "concats_spliced": 0, "matmuls_merged": 0, "slices_merged": 0,
                   "zero_states_left_out": 0, "dims_read_as_one": 0}
-        opset = model.opset_imports.get("", 1)
-        skip = set(state.options.disable_rules)
-        ops = state.target.ops
-        # tidy's own merges, in the order they run each round: (name, count kept, step, whether
-        # the opset and the target have what it writes)
-        merges = [(counter, step) for name, counter, step, possible in (
-            (CONCAT_OF_CONCAT, "concats_spliced", inline_concat_of_concat, True),
-            (ZERO_INITIAL_STATE, "zero_states_left_out", drop_zero_initial_states, True),
-            (SLICE_OF_SLICE, "slices_merged", merge_slice_chains, opset >= 10),
-            (ADJACENT_DIMS, "dims_read_as_one", slice_adjacent_dims,
-             opset >= 10 and bool(ops.lookup("", "Slice"))),
-            (SIBLING_MATMULS, "matmuls_merged", lambda graph: merge_sibling_matmuls(graph, opset),
-             bool(ops.lookup("", "Split"))),
-        ) if possible and name not in skip]
-
-        slow = {"inference_s": 0.0}
-        lift_branches = get_backend(state.target.backend.kind).subgraph_initializers
-
-        def merge() -> None:
-            """Lift and deduplicate, then merge subexpressions and shape values to a fixed point:
-            ORT's inference names more dims alike once chains computing them are one."""
-            if model.ir_version >= 4:
-                counts["lifted"] += lift_constants(model.graph, subgraphs=lift_branches)
-            DeduplicateInitializersPass(size_limit=DEDUP_MAX_ELEMENTS)(model)
-            reads_shapes = any(node.op_type in ("Shape", "Size") for node in model.graph)
-            for _ in range(ROUNDS):
-                counts["rounds"] += 1
-                again = CommonSubexpressionEliminationPass(size_limit=CSE_MAX_ELEMENTS)(model).modified
-                if ONE_UNKNOWN_RESHAPE_DIM not in skip:
-                    counts["reshapes_known"] += one_unknown_reshape_dim(model.graph)
-                for counter, step in merges:
-                    merged_here = step(model.graph)
-                    counts[counter] += merged_here
-                    again |= bool(merged_here)
-                # Symbolic inference costs a serialization and, on images with dynamic height and
-                # width, sympy work that grows with the depth (SSDlite: 7 s a time): only where
-                # shapes are read, and again only while it is quick.
-                if reads_shapes and slow["inference_s"] < SLOW_INFERENCE_S and SHAPE_VALUES not in skip:
-                    started = time.perf_counter()
-                    merged, known = merge_equal_shape_values(model)
-                    slow["inference_s"] += time.perf_counter() - started
-                    counts["shape_values_merged"] += merged
-                    counts["shape_values_known"] += known
-                    again |= bool(merged or known)
-                RemoveUnusedNodesPass()(model)
-                if not again:
-                    break
-
-        merge()
+        merger = _Merger(model, set(state.options.disable_rules), _merge_steps(state),
+                         _target_backend(state).subgraph_initializers, counts)
+        merger.merge()
         rules = _rules(state)
         # The chain rules once (each is linear in the graph, and ~20 of them are the pass's main
         # cost on a large graph); what they make alike is merged after them.
-        if rules and RewritePass(rules)(model).modified:
-            newest = onnx_defs_version()
-            if model.opset_imports.get("", newest) < newest:
-                _allowzero_before_14(model)
-                drop_stale_attributes(model, newest, model.opset_imports[""])
-            RemoveUnusedNodesPass()(model)
-            merge()
-        after = len(model.graph)
-        notes = [f"{before - after} node(s) fewer"] if after != before else []
-        if counts["lifted"]:
-            notes.append(f"{counts['lifted']} Constant node(s) became initializers")
-        if counts["shape_values_merged"] or counts["shape_values_known"]:
-            notes.append(f"shape values: {counts['shape_values_merged']} merged with an equal one, "
-                         f"{counts['shape_values_known']} known in full")
-        if counts["reshapes_known"]:
-            notes.append(f"{counts['reshapes_known']} Reshape shape(s) made constant (-1 computed)")
-        if counts["concats_spliced"]:
-            notes.append(f"{counts['concats_spliced']} Concat(s) spliced into the Concat reading them")
-        if counts["matmuls_merged"]:
-            notes.append(f"{counts['matmuls_merged']} MatMul(s) merged into a sibling reading the same input")
-        if counts["zero_states_left_out"]:
-            notes.append(f"{counts['zero_states_left_out']} all-zero recurrent state input(s) left out")
-        if counts["dims_read_as_one"]:
-            notes.append(f"{counts['dims_read_as_one']} node(s) fewer: adjacent dims of a shape read "
-                         "as one Slice")
-        if counts["slices_merged"]:
-            notes.append(f"{counts['slices_merged']} Slice(s) of a Slice on other axes merged")
+        if rules and _rewrite_chains(model, rules):
+            merger.merge()
+        notes = _notes(before - len(model.graph), counts)
         return PassOutcome(structure(model) != shape_before, notes, counts)
