@@ -26,7 +26,7 @@ from deploycc.errors import OptionError
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import onnx_ir as ir
 
@@ -95,90 +95,120 @@ def reshape_keeps(wanted: Sequence[int | str], dims: Sequence[int | str | None],
     return inferred <= 1
 
 
+def _dropout_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
+        return None
+    ratio = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+    training = _const(node.inputs[2]) if len(node.inputs) > 2 else None
+    if training is not None and bool(training):
+        return None if ratio is None or float(ratio) != 0 else x
+    return x
+
+
+def _cast_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    import onnx_ir as ir
+
+    to = node.attributes.get_int("to")
+    source = _dtype(x)
+    if source is not None and to is not None and ir.DataType(to).name == source:
+        return x
+    producer = x.producer()
+    if producer is not None and producer.op_type == "Cast" and producer.domain in ("", "ai.onnx"):
+        origin = producer.inputs[0]
+        if origin is not None and _dtype(origin) == _dtype(node.outputs[0]) and \
+                (_dtype(origin), _dtype(x)) in LOSSLESS_WIDENING:
+            return origin
+    return None
+
+
+def _flatten_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    """[a, b] flattened at axis 1 is [a, b]."""
+    dims = _dims(x)
+    return x if dims is not None and len(dims) == 2 and node.attributes.get_int("axis", 1) in (1, -1) \
+        else None
+
+
+def _transpose_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    perm = node.attributes.get_ints("perm")
+    if perm is not None and list(perm) == list(range(len(perm))):
+        return x
+    return x if perm is not None and _only_moves_unit_dims_into_reshapes(node, list(perm)) else None
+
+
+def _scatter_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    if len(node.inputs) <= 1:
+        return None
+    # No index, no update: folding Swin3D's shifted-window mask (torchvision, TorchScript) leaves
+    # ScatterNDs with indices of shape [0, 49, 49, 3], which OpenVINO 2026.4 reads as a scalar
+    # and refuses ("Indices rank ... expected to be at least 1").
+    indices = _static(node.inputs[1])
+    if indices is None:
+        return None
+    indexed = indices[:-1] if node.op_type == "ScatterND" else indices
+    return x if 0 in indexed else None
+
+
+def _reshape_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+    dims = _dims(x)
+    if dims is None or wanted is None or wanted.size != len(dims):
+        return None
+    allowzero = bool(node.attributes.get_int("allowzero", 0))
+    return x if reshape_keeps(wanted.tolist(), dims, allowzero) else None
+
+
+def _expand_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+    dims = _dims(x)
+    if dims is None or wanted is None:
+        return None
+    return x if _broadcast_keeps(dims, [int(d) for d in wanted.reshape(-1)]) else None
+
+
+def _pad_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    pads = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+    if pads is None:
+        attr = node.attributes.get_ints("pads")
+        pads = np.asarray(attr) if attr is not None else None
+    return x if pads is not None and not pads.any() else None
+
+
+def _slice_input(node: ir.Node, x: ir.Value) -> ir.Value | None:
+    if len(node.inputs) < 3:
+        return None
+    starts, ends = _const(node.inputs[1]), _const(node.inputs[2])
+    axes = _const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else None
+    steps = _const(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
+    if starts is None or ends is None or (steps is not None and (steps != 1).any()):
+        return None
+    shape = _static(x)
+    rank = len(shape) if shape is not None else (x.shape.rank() if x.shape is not None else None)
+    if rank is None:
+        return None
+    axes_list = [int(a) % rank for a in (axes if axes is not None else range(len(starts)))]
+    for axis, start, end in zip(axes_list, starts.reshape(-1), ends.reshape(-1), strict=True):
+        size = shape[axis] if shape is not None else None
+        if start != 0 or not (end >= INT64_MAX // 2 or (size is not None and end >= size)):
+            return None
+    return x
+
+
+# What each op forwards when it computes nothing, read from the node and its first input.
+FORWARDED_INPUT: dict[str, Callable[[ir.Node, ir.Value], ir.Value | None]] = {
+    "Dropout": _dropout_input, "Cast": _cast_input, "Flatten": _flatten_input,
+    "Transpose": _transpose_input, "ScatterND": _scatter_input, "ScatterElements": _scatter_input,
+    "Reshape": _reshape_input, "Expand": _expand_input, "Pad": _pad_input, "Slice": _slice_input,
+}
+
+
 def passthrough_input(node: ir.Node) -> ir.Value | None:
     """The value this node merely forwards, or None when it computes something."""
-    op = node.op_type
     if node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
         return None
-    x = node.inputs[0]
-    if op == "Dropout":
-        if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
-            return None
-        ratio = _const(node.inputs[1]) if len(node.inputs) > 1 else None
-        training = _const(node.inputs[2]) if len(node.inputs) > 2 else None
-        if training is not None and bool(training):
-            return None if ratio is None or float(ratio) != 0 else x
-        return x
-    if op == "Cast":
-        import onnx_ir as ir
-
-        to = node.attributes.get_int("to")
-        source = _dtype(x)
-        if source is not None and to is not None and ir.DataType(to).name == source:
-            return x
-        producer = x.producer()
-        if producer is not None and producer.op_type == "Cast" and producer.domain in ("", "ai.onnx"):
-            origin = producer.inputs[0]
-            if origin is not None and _dtype(origin) == _dtype(node.outputs[0]) and \
-                    (_dtype(origin), _dtype(x)) in LOSSLESS_WIDENING:
-                return origin
-        return None
-    if op in NEUTRAL_OPERAND and len(node.inputs) == 2:
-        return _neutral_arithmetic(node, op)
-    if op == "Flatten":  # [a, b] flattened at axis 1 is [a, b]
-        dims = _dims(x)
-        return x if dims is not None and len(dims) == 2 and node.attributes.get_int("axis", 1) in (1, -1) \
-            else None
-    if op == "Transpose":
-        perm = node.attributes.get_ints("perm")
-        if perm is not None and list(perm) == list(range(len(perm))):
-            return x
-        return x if perm is not None and _only_moves_unit_dims_into_reshapes(node, list(perm)) else None
-    if op in ("ScatterND", "ScatterElements") and len(node.inputs) > 1:
-        # No index, no update: folding Swin3D's shifted-window mask (torchvision, TorchScript) leaves
-        # ScatterNDs with indices of shape [0, 49, 49, 3], which OpenVINO 2026.4 reads as a scalar
-        # and refuses ("Indices rank ... expected to be at least 1").
-        indices = _static(node.inputs[1])
-        if indices is None:
-            return None
-        indexed = indices[:-1] if op == "ScatterND" else indices
-        return x if 0 in indexed else None
-    shape = _static(x)
-    if op == "Reshape":
-        wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
-        dims = _dims(x)
-        if dims is None or wanted is None or wanted.size != len(dims):
-            return None
-        allowzero = bool(node.attributes.get_int("allowzero", 0))
-        return x if reshape_keeps(wanted.tolist(), dims, allowzero) else None
-    if op == "Expand":
-        wanted = _const(node.inputs[1]) if len(node.inputs) > 1 else None
-        dims = _dims(x)
-        if dims is None or wanted is None:
-            return None
-        return x if _broadcast_keeps(dims, [int(d) for d in wanted.reshape(-1)]) else None
-    if op == "Pad":
-        pads = _const(node.inputs[1]) if len(node.inputs) > 1 else None
-        if pads is None:
-            attr = node.attributes.get_ints("pads")
-            pads = np.asarray(attr) if attr is not None else None
-        return x if pads is not None and not pads.any() else None
-    if op == "Slice" and len(node.inputs) >= 3:
-        starts, ends = _const(node.inputs[1]), _const(node.inputs[2])
-        axes = _const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else None
-        steps = _const(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
-        if starts is None or ends is None or (steps is not None and (steps != 1).any()):
-            return None
-        rank = len(shape) if shape is not None else (x.shape.rank() if x.shape is not None else None)
-        if rank is None:
-            return None
-        axes_list = [int(a) % rank for a in (axes if axes is not None else range(len(starts)))]
-        for axis, start, end in zip(axes_list, starts.reshape(-1), ends.reshape(-1), strict=True):
-            size = shape[axis] if shape is not None else None
-            if start != 0 or not (end >= INT64_MAX // 2 or (size is not None and end >= size)):
-                return None
-        return x
-    return None
+    if node.op_type in NEUTRAL_OPERAND:
+        return _neutral_arithmetic(node, node.op_type) if len(node.inputs) == 2 else None
+    forwarded = FORWARDED_INPUT.get(node.op_type)
+    return forwarded(node, node.inputs[0]) if forwarded is not None else None
 
 
 def _only_moves_unit_dims_into_reshapes(node: ir.Node, perm: list[int]) -> bool:
