@@ -12,11 +12,13 @@ would allocate terabytes first. Ops whose output size follows from their constan
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deploycc.passes.base import Pass, PassOutcome, PipelineState
 
 if TYPE_CHECKING:
+    import numpy as np
     import onnx_ir as ir
 
 GROWING_OPS = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad",
@@ -158,35 +160,76 @@ FOLD_ROUNDS = 8
 SMALL_GROWTH_ELEMENTS = 4096  # Swin-T's shifted-window mask is built on a 56 x 56 ConstantOfShape
 
 
+def _nodes_and_branches(body: ir.Graph) -> list[ir.Node]:
+    """The body's nodes and those of its If branches, nested or not."""
+    from deploycc.graph.graphs import subgraphs_of
+
+    # If branches too: silero-vad asks for its spectrogram's rank inside each sample-rate
+    # branch (Shape(Shape(x)) == 2), which shape inference knows there. Not Loop or Scan
+    # bodies, whose carried values may change shape from one iteration to the next.
+    found = []
+    for node in body:
+        found.append(node)
+        if node.op_type == "If":
+            for branch in subgraphs_of(node):
+                found += _nodes_and_branches(branch)
+    return found
+
+
+def _static_read(node: ir.Node) -> np.ndarray | None:
+    """What a Shape, or a Gather of a Shape in the same graph, produces, where every dim it reads
+    is static; else None."""
+    import numpy as np
+
+    source = node if node.op_type == "Shape" else node.inputs[0].producer() if node.inputs[0] else None
+    if source is None or source.op_type != "Shape" or source.graph is not node.graph or not source.inputs:
+        return None
+    x = source.inputs[0]
+    if x is None or x.shape is None:
+        return None
+    start = source.attributes.get_int("start", 0)
+    end = source.attributes.get_int("end", None)
+    # Plain lists: numpy would unpack a symbolic dim's name into characters.
+    dims = [d if isinstance(d, int) else None for d in x.shape][start:end]
+    if node.op_type == "Shape":
+        picked, form = dims, (len(dims),)
+    else:
+        index = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+        if index is None or node.attributes.get_int("axis", 0) != 0 or index.ndim > 1:
+            return None
+        positions = [int(i) for i in index.reshape(-1)]
+        if not all(-len(dims) <= i < len(dims) for i in positions):
+            return None
+        picked, form = [dims[i] for i in positions], tuple(index.shape)
+    if not all(isinstance(d, int) for d in picked):
+        return None
+    return np.array(picked, dtype=np.int64).reshape(form)
+
+
+def _replace_with_initializer(graph: ir.Graph, output: ir.Value, known: np.ndarray) -> None:
+    """Every use of `output` reads a new initializer of `graph` holding `known` instead."""
+    import onnx_ir as ir
+
+    name = f"{output.name}_static"
+    while name in graph.initializers:
+        name += "_"
+    value = ir.Value(name=name, shape=ir.Shape(list(known.shape)), type=ir.TensorType(ir.DataType.INT64),
+                     const_value=ir.tensor(known, name=name))
+    graph.register_initializer(value)
+    output.replace_all_uses_with(value)
+
+
 def read_static_dims(model: ir.Model, *, infer: bool = True) -> int:
     """Shape(x) and Gather(Shape(x), i) whose dims are static, however dynamic the rest of x is,
     become constants (onnxscript's folder does this for a 1-D index only; TorchScript writes
     x.shape[1] with a scalar one). Shapes are inferred first (`infer`): a Pad whose pads just
     folded has a static width only then, which a Swin window partition reads in turn, so the fold
     pass alternates the two until nothing more is read. Returns how many reads were replaced."""
-    import numpy as np
-    import onnx_ir as ir
-
-    from deploycc.graph.graphs import subgraphs_of
     from deploycc.graph.shapes import infer_shapes
-
-    graph = model.graph
-
-    def nodes_and_branches(body: ir.Graph) -> list[ir.Node]:
-        # If branches too: silero-vad asks for its spectrogram's rank inside each sample-rate
-        # branch (Shape(Shape(x)) == 2), which shape inference knows there. Not Loop or Scan
-        # bodies, whose carried values may change shape from one iteration to the next.
-        found = []
-        for node in body:
-            found.append(node)
-            if node.op_type == "If":
-                for branch in subgraphs_of(node):
-                    found += nodes_and_branches(branch)
-        return found
 
     if model.ir_version < 4:  # an IR-3 initializer must also be a graph input
         return 0
-    nodes = nodes_and_branches(graph)
+    nodes = _nodes_and_branches(model.graph)
     if not any(node.op_type == "Shape" for node in nodes):
         return 0  # nothing to read: spare the shape inference (a full serialization)
     if infer:
@@ -199,36 +242,10 @@ def read_static_dims(model: ir.Model, *, infer: bool = True) -> int:
         output = node.outputs[0]
         if output.is_graph_output() or not output.uses():
             continue
-        source = node if node.op_type == "Shape" else node.inputs[0].producer() if node.inputs[0] else None
-        if source is None or source.op_type != "Shape" or source.graph is not node.graph or not source.inputs:
+        known = _static_read(node)
+        if known is None:
             continue
-        x = source.inputs[0]
-        if x is None or x.shape is None:
-            continue
-        start = source.attributes.get_int("start", 0)
-        end = source.attributes.get_int("end", None)
-        # Plain lists: numpy would unpack a symbolic dim's name into characters.
-        dims = [d if isinstance(d, int) else None for d in x.shape][start:end]
-        if node.op_type == "Shape":
-            picked, form = dims, (len(dims),)
-        else:
-            index = _const(node.inputs[1]) if len(node.inputs) > 1 else None
-            if index is None or node.attributes.get_int("axis", 0) != 0 or index.ndim > 1:
-                continue
-            positions = [int(i) for i in index.reshape(-1)]
-            if not all(-len(dims) <= i < len(dims) for i in positions):
-                continue
-            picked, form = [dims[i] for i in positions], tuple(index.shape)
-        if not all(isinstance(d, int) for d in picked):
-            continue
-        known = np.array(picked, dtype=np.int64).reshape(form)
-        name = f"{output.name}_static"
-        while name in graph.initializers:
-            name += "_"
-        value = ir.Value(name=name, shape=ir.Shape(list(known.shape)), type=ir.TensorType(ir.DataType.INT64),
-                         const_value=ir.tensor(known, name=name))
-        graph.register_initializer(value)
-        output.replace_all_uses_with(value)
+        _replace_with_initializer(model.graph, output, known)
         replaced += 1
     return replaced
 
@@ -340,13 +357,76 @@ def gather_elements_constants(model: ir.Model, limit_elements: int) -> int:
     return folded
 
 
+@dataclass
+class _FoldCounts:
+    """What the fold rounds did, kept as they go: a round that fails leaves the earlier ones'."""
+
+    rounds: int = 0  # rounds in which onnxscript's folder returned
+    folder_modified: bool = False
+    read: int = 0
+    split: int = 0
+    gathered: int = 0
+
+
+def _fold_rounds(model: ir.Model, limit_elements: int, counts: _FoldCounts) -> None:
+    """Fold, split and gather constants and read static dims, until a round finds nothing new to
+    read, split or gather (at most FOLD_ROUNDS)."""
+    from onnxscript.optimizer import fold_constants
+
+    # The first round reads the shapes onnx infers for the whole model; later ones
+    # those the folder infers node by node as it goes (onnx_shape_inference), so that
+    # a chain of blocks each reading its input's dims is read in one round, not one
+    # block a round (DaViT: 13 whole-model inferences and 8 s, now 3 and 4 s).
+    for round_ in range(FOLD_ROUNDS):
+        folded = fold_constants(model, input_size_limit=limit_elements,
+                                output_size_limit=limit_elements,
+                                should_fold=size_guard(limit_elements),
+                                onnx_shape_inference=round_ > 0)
+        counts.rounds += 1
+        counts.folder_modified = counts.folder_modified or folded.modified
+        splits = split_constants(model, limit_elements)
+        gathers = gather_elements_constants(model, limit_elements)
+        reading = read_static_dims(model, infer=round_ == 0)
+        counts.read += reading
+        counts.split += splits
+        counts.gathered += gathers
+        if not reading + splits + gathers:
+            break
+
+
+def _castlikes_with_saturate(model: ir.Model) -> list[ir.Node]:
+    """onnxscript's folder turns CastLike into Cast and drops `saturate` (found by `deploycc
+    probe`: float8 casts with saturate=0 came out saturating): the nodes to hide from it."""
+    from deploycc.graph.graphs import all_graphs
+
+    return [node for graph in all_graphs(model.graph) for node in graph
+            if node.op_type == "CastLike" and node.domain in ("", "ai.onnx")
+            and "saturate" in node.attributes]
+
+
+def _restore_declared_outputs(graph: ir.Graph,
+                              declared: list[tuple[ir.TypeProtocol | None, ir.Shape | None]]) -> None:
+    """Graph outputs left without a type or shape get back the ones declared before folding."""
+    for value, (type_, shape) in zip(graph.outputs, declared, strict=True):
+        # An inlined If hands its outputs to branch values that carry no type of their own.
+        value.type = value.type or type_
+        value.shape = value.shape or shape
+
+
+def _fold_notes(nodes_folded: int, counts: _FoldCounts) -> list[str]:
+    notes = [f"folded {nodes_folded} node(s)"] if nodes_folded else []
+    notes += [f"{counts.read} read(s) of static dims became constants"] if counts.read else []
+    notes += [f"{counts.split} Split(s) of a constant became constants"] if counts.split else []
+    notes += [f"{counts.gathered} GatherElements of constants became constants"] if counts.gathered else []
+    return notes
+
+
 class FoldPass(Pass):
     name = "fold"
     summary = "fold constant subgraphs (size-bounded before evaluation); Constant nodes become initializers"
 
     def run(self, state: PipelineState) -> PassOutcome:
         from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
-        from onnxscript.optimizer import fold_constants
 
         from deploycc.graph.graphs import all_graphs, forget_discarded_readers, structure
         from deploycc.graph.held_back import held_back
@@ -358,59 +438,33 @@ class FoldPass(Pass):
         modified = constants_not_inputs(state.model)
         if modified:
             notes.append("IR 3: initializers listed as graph inputs are constants (now IR 4)")
-        # onnxscript's folder turns CastLike into Cast and drops `saturate` (found by `deploycc
-        # probe`: float8 casts with saturate=0 came out saturating); hide those from it.
-        held = [node for graph in all_graphs(state.model.graph) for node in graph
-                if node.op_type == "CastLike" and node.domain in ("", "ai.onnx")
-                and "saturate" in node.attributes]
+        held = _castlikes_with_saturate(state.model)
         graph = state.model.graph
         declared = [(value.type, value.shape) for value in graph.outputs]
         branch_notes = keep_runnable_branches(state.model, state.judged_branches)
         notes += branch_notes
-        read = split = gathered = 0
+        counts = _FoldCounts()
         shape_before = structure(state.model)
         try:
             with held_back(state.model, held):
-                # The first round reads the shapes onnx infers for the whole model; later ones
-                # those the folder infers node by node as it goes (onnx_shape_inference), so that
-                # a chain of blocks each reading its input's dims is read in one round, not one
-                # block a round (DaViT: 13 whole-model inferences and 8 s, now 3 and 4 s).
-                for round_ in range(FOLD_ROUNDS):
-                    folded = fold_constants(state.model, input_size_limit=limit_elements,
-                                            output_size_limit=limit_elements,
-                                            should_fold=size_guard(limit_elements),
-                                            onnx_shape_inference=round_ > 0)
-                    modified = modified or folded.modified or bool(branch_notes)
-                    splits = split_constants(state.model, limit_elements)
-                    gathers = gather_elements_constants(state.model, limit_elements)
-                    reading = read_static_dims(state.model, infer=round_ == 0)
-                    read += reading
-                    split += splits
-                    gathered += gathers
-                    reading += splits + gathers
-                    if not reading:
-                        break
+                _fold_rounds(state.model, limit_elements, counts)
         except Exception as error:
             # onnxscript's folder fails on some nodes (SplitToSequence with a scalar split, found by
             # `deploycc probe`). It rewrites one node at a time in order and stops at the failing one,
             # so what it folded before stands; the rest stays as it was, and verification checks all.
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             notes.append(f"constant folding stopped early: {first[:160]}")
-        for value, (type_, shape) in zip(graph.outputs, declared, strict=True):
-            # An inlined If hands its outputs to branch values that carry no type of their own.
-            value.type = value.type or type_
-            value.shape = value.shape or shape
+        modified = modified or counts.folder_modified or (counts.rounds > 0 and bool(branch_notes))
+        _restore_declared_outputs(graph, declared)
         forget_discarded_readers(state.model.graph)  # the branches of the Ifs that folded
         RemoveUnusedNodesPass()(state.model)
         LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=16)(state.model)
         rewritten = sum(constant_as_tensor(node) for graph in all_graphs(state.model.graph) for node in graph)
         modified = modified or bool(rewritten)
         after = len(state.model.graph)
-        notes += [f"folded {before - after} node(s)"] if before != after else []
-        notes += [f"{read} read(s) of static dims became constants"] if read else []
-        notes += [f"{split} Split(s) of a constant became constants"] if split else []
-        notes += [f"{gathered} GatherElements of constants became constants"] if gathered else []
-        modified = modified or bool(read or split or gathered) or structure(state.model) != shape_before
+        notes += _fold_notes(before - after, counts)
+        modified = modified or bool(counts.read or counts.split or counts.gathered) \
+            or structure(state.model) != shape_before
         return PassOutcome(modified or before != after, notes,
                            {"limit_bytes": state.options.fold_limit_bytes})
 
