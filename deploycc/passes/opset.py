@@ -15,6 +15,7 @@ the rule catalog rewrites them first, and an op no rule can rewrite is named wit
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ from deploycc.passes.opset_meaning import drop_stale_attributes, respell_values,
 from deploycc.taxonomy import Legality, Refusal
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import onnx
     import onnx_ir as ir
 
@@ -270,18 +273,56 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
     memory-mapped as they were, into the converted model.
     """
     import onnx
+
+    from deploycc.io import MAP_TYPES, from_proto
+
+    current = model.opset_imports.get("", model.opset_imports.get("ai.onnx", version))
+    proto, tensors = _proto_without_large_initializers(model, current, version)
+    converted = onnx.version_converter.convert_version(proto, version)
+    read, defined = _names(converted.graph)
+    _convert_bodies(converted, converted.graph, current, version, _Scope(), read | defined)
+    result = from_proto(converted, like=model)
+    if MAP_TYPES in model.meta:
+        result.meta[MAP_TYPES] = model.meta[MAP_TYPES]
+    _release_held_nodes(result)
+    drop_stale_attributes(result, current, version)
+    respell_values(result, current, version)
+    _put_back_initializers(result.graph, tensors)
+    return result
+
+
+def _proto_without_large_initializers(model: ir.Model, current: int, version: int,
+                                      ) -> tuple[onnx.ModelProto, dict[str, ir.TensorProtocol]]:
+    """The model as protobuf with its large initializers as graph inputs, and their tensors by
+    name; the model itself is left as it was."""
     import onnx_ir as ir
 
-    from deploycc.graph.held_back import HOLD_DOMAIN, held_back
-    from deploycc.io import LARGE_TENSOR_BYTES, MAP_TYPES, from_proto
+    from deploycc.graph.graphs import all_graphs
+    from deploycc.graph.held_back import held_back
 
-    graph = model.graph
-    current = model.opset_imports.get("", model.opset_imports.get("ai.onnx", version))
+    with _large_initializers_as_inputs(model.graph) as tensors:
+        # Nodes whose op has the same signature at both opsets need no adapter (onnx's converter
+        # lacks many, e.g. Sub 14 -> 13): hide them in a private domain while it runs.
+        held_nodes = [node for sub in all_graphs(model.graph) for node in sub
+                      if node.domain in ("", "ai.onnx") and unchanged_between(node, current, version)]
+        with held_back(model, held_nodes):
+            proto = ir.serde.serialize_model(model)
+    return proto, tensors
+
+
+@contextmanager
+def _large_initializers_as_inputs(graph: ir.Graph) -> Iterator[dict[str, ir.TensorProtocol]]:
+    """Inside the block the large initializers are graph inputs without a value; after it they
+    are initializers again and the graph inputs are as they were. Yields their tensors by name."""
+    from deploycc.io import LARGE_TENSOR_BYTES
+
     held = {name: value for name, value in graph.initializers.items()
             if value.const_value is not None and stored_bytes(value.const_value) > LARGE_TENSOR_BYTES}
     original_inputs = list(graph.inputs)
+    tensors: dict[str, ir.TensorProtocol] = {}
     for name, value in held.items():
         assert value.const_value is not None
+        tensors[name] = value.const_value
         if value.shape is None:
             value.shape = value.const_value.shape  # type: ignore[assignment]
         if value.dtype is None:
@@ -289,43 +330,36 @@ def convert_opset(model: ir.Model, version: int) -> ir.Model:
         graph.initializers.pop(name)
         if value not in graph.inputs:
             graph.inputs.append(value)
-    tensors = {name: value.const_value for name, value in held.items()}
     for value in held.values():
         value.const_value = None
-    # Nodes whose op has the same signature at both opsets need no adapter (onnx's converter
-    # lacks many, e.g. Sub 14 -> 13): hide them in a private domain while it runs.
-    from deploycc.graph.graphs import all_graphs
-
-    held_nodes = [node for sub in all_graphs(graph) for node in sub if node.domain in ("", "ai.onnx") and
-                  unchanged_between(node, current, version)]
     try:
-        with held_back(model, held_nodes):
-            proto = ir.serde.serialize_model(model)
+        yield tensors
     finally:
         for name, value in held.items():
             value.const_value = tensors[name]
             graph.initializers[name] = value
         graph.inputs.clear()
         graph.inputs.extend(original_inputs)
-    converted = onnx.version_converter.convert_version(proto, version)
-    read, defined = _names(converted.graph)
-    _convert_bodies(converted, converted.graph, current, version, _Scope(), read | defined)
-    result = from_proto(converted, like=model)
-    if MAP_TYPES in model.meta:
-        result.meta[MAP_TYPES] = model.meta[MAP_TYPES]
-    result.opset_imports.pop(HOLD_DOMAIN, None)
-    for node in (n for sub in all_graphs(result.graph) for n in sub):
+
+
+def _release_held_nodes(model: ir.Model) -> None:
+    """The nodes hidden from the converter in the private domain go back to the default one."""
+    from deploycc.graph.graphs import all_graphs
+    from deploycc.graph.held_back import HOLD_DOMAIN
+
+    model.opset_imports.pop(HOLD_DOMAIN, None)
+    for node in (n for sub in all_graphs(model.graph) for n in sub):
         if node.domain == HOLD_DOMAIN:
             node.domain = ""
-    drop_stale_attributes(result, current, version)
-    respell_values(result, current, version)
-    new_graph = result.graph
-    for value in list(new_graph.inputs):
+
+
+def _put_back_initializers(graph: ir.Graph, tensors: dict[str, ir.TensorProtocol]) -> None:
+    """The graph inputs that stood in for large initializers become those initializers again."""
+    for value in list(graph.inputs):
         if value.name in tensors:
-            new_graph.inputs.remove(value)
+            graph.inputs.remove(value)
             value.const_value = tensors[value.name]
-            new_graph.register_initializer(value)
-    return result
+            graph.register_initializer(value)
 
 
 @dataclass
