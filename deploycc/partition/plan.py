@@ -250,6 +250,60 @@ def _cut_reasons(segments: list[Segment], nodes: list[ir.Node], host_reasons: di
     return found
 
 
+def _host_data_sized(segments: list[Segment], nodes: list[ir.Node], known: set[str], placement: list[str],
+                     sized: dict[int, list[str]], decisions: dict[int, str]) -> bool:
+    """Sends to the host the nodes of device segments that read a tensor of data-decided size made
+    outside them (`_reading_data_sized`), noting what each reads; whether any moved."""
+    moved = False
+    for segment in segments:
+        if segment.placement != DEVICE:
+            continue
+        for i, names in _reading_data_sized(nodes, segment, known).items():
+            placement[i] = HOST
+            sized[i] = names
+            decisions[i] = f"kept on the host: reads {', '.join(names)}, whose size the data decides"
+            moved = True
+    return moved
+
+
+def _why_not_worth_launch(segment: Segment, segment_count: int, moved_bytes: int, *, min_segment_nodes: int,
+                          flops_per_byte: float) -> str | None:
+    """Why a device segment is not worth a launch (see the module's docstring), or None when it is."""
+    small = len(segment.nodes) < min_segment_nodes
+    cheap = segment_count > 1 and flops_per_byte > 0 and \
+        segment.flops < flops_per_byte * moved_bytes + LAUNCH_FLOPS
+    if small:
+        return (f"its device segment was not worth a launch ({len(segment.nodes)} node(s), fewer "
+                f"than --min-segment-nodes {min_segment_nodes})")
+    if cheap:
+        return (f"its device segment was not worth a launch ({segment.flops} FLOPs for {moved_bytes} "
+                f"bytes across its cuts and one more launch)")
+    return None
+
+
+def _host_not_worth_launch(graph: ir.Graph, segments: list[Segment], nodes: list[ir.Node],
+                           placement: list[str], decisions: dict[int, str], *, min_segment_nodes: int,
+                           flops_per_byte: float) -> bool:
+    """Sends to the host every device segment not worth its launch; whether any moved."""
+    values = {v.name: v for node in nodes for v in node.outputs}
+    values.update({v.name: v for v in graph.inputs})
+    moved = False
+    for segment in segments:
+        if segment.placement != DEVICE:
+            continue
+        moved_bytes = sum(tensor_bytes(values[name]) for name in segment.inputs + segment.outputs
+                          if name in values)
+        why = _why_not_worth_launch(segment, len(segments), moved_bytes, min_segment_nodes=min_segment_nodes,
+                                    flops_per_byte=flops_per_byte)
+        if why is None:
+            continue
+        for i in segment.nodes:
+            placement[i] = HOST
+            decisions[i] = f"kept on the host: {why}"
+        moved = True
+    return moved
+
+
 def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_nodes: int = 1,
          flops_per_byte: float = FLOPS_PER_BYTE, static_cuts: bool = False) -> PartitionPlan:
     """Segments of the graph for a judge that returns, per node, why it is illegal ([] = legal).
@@ -268,40 +322,11 @@ def plan(graph: ir.Graph, legal: Callable[[ir.Node], list[str]], *, min_segment_
     known = known_dims(graph)
     while True:
         segments = _segments(graph, nodes, placement)
-        moved = False
-        for segment in segments if static_cuts else []:  # first what the engines cannot take at all
-            if segment.placement != DEVICE:
-                continue
-            for i, names in _reading_data_sized(nodes, segment, known).items():
-                placement[i] = HOST
-                sized[i] = names
-                decisions[i] = f"kept on the host: reads {', '.join(names)}, whose size the data decides"
-                moved = True
-        if moved:
+        # first what the engines cannot take at all, then the device segments not worth their launch
+        if static_cuts and _host_data_sized(segments, nodes, known, placement, sized, decisions):
             continue
-        values = {v.name: v for node in nodes for v in node.outputs}
-        values.update({v.name: v for v in graph.inputs})
-        for segment in segments:  # then the device segments not worth their launch
-            if segment.placement != DEVICE:
-                continue
-            moved_bytes = sum(tensor_bytes(values[name]) for name in segment.inputs + segment.outputs
-                              if name in values)
-            small = len(segment.nodes) < min_segment_nodes
-            cheap = len(segments) > 1 and flops_per_byte > 0 and \
-                segment.flops < flops_per_byte * moved_bytes + LAUNCH_FLOPS
-            if small:
-                why = (f"its device segment was not worth a launch ({len(segment.nodes)} node(s), fewer "
-                       f"than --min-segment-nodes {min_segment_nodes})")
-            elif cheap:
-                why = (f"its device segment was not worth a launch ({segment.flops} FLOPs for {moved_bytes} "
-                       f"bytes across its cuts and one more launch)")
-            else:
-                continue
-            for i in segment.nodes:
-                placement[i] = HOST
-                decisions[i] = f"kept on the host: {why}"
-            moved = True
-        if not moved:
+        if not _host_not_worth_launch(graph, segments, nodes, placement, decisions,
+                                      min_segment_nodes=min_segment_nodes, flops_per_byte=flops_per_byte):
             break
     for segment in segments:
         segment.decision = _decision(segment, nodes, reasons, decisions, sized)
