@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,12 @@ from deploycc.graph.graphs import (
 from deploycc.results import Result
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import onnx_ir as ir
+
+    # A redundancy found: its kind (a key of REDUNDANCY_DETAILS) and the node, or the name, it is found at.
+    Redundancy = tuple[str, ir.Node | str]
 
 NONDETERMINISTIC_OPS = {
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
@@ -123,69 +129,81 @@ def live_nodes(graph: ir.Graph) -> set[int]:
     return live
 
 
-def redundancy_findings(model: ir.Model) -> list[Finding]:
-    graph = model.graph
-    groups: dict[str, list[str]] = {}
+REDUNDANCY_DETAILS = {
+    "identity": "Identity nodes: pure copies, removed by the prune pass",
+    "dropout": "Dropout nodes: a no-op at inference",
+    "noop_cast": "Cast to the dtype the input already has",
+    "chained_cast": "Cast of a Cast: the chain may round-trip or collapse to one",
+    "constant_foldable": "nodes whose inputs are all known before run time",
+    "conv_bn": "Conv/ConvTranspose followed by BatchNormalization: fusable into the conv",
+    "dead_node": "nodes that contribute to no graph output",
+    "unused_output": "node outputs nothing consumes",
+    "unused_initializer": "initializers nothing reads",
+}
 
-    def add(kind: str, node_or_name: ir.Node | str) -> None:
-        label = node_or_name if isinstance(node_or_name, str) else node_label(node_or_name)
-        groups.setdefault(kind, []).append(label)
 
+def _cast_redundancy(node: ir.Node, source: ir.Value) -> Iterator[Redundancy]:
+    """A Cast to the dtype `source` already has, and a Cast of a Cast."""
+    to_attr = node.attributes.get("to")
+    if to_attr is not None and dtype_name(source.dtype) is not None:
+        import onnx_ir as ir
+
+        if ir.DataType(to_attr.value) == source.dtype:
+            yield "noop_cast", node
+    producer = source.producer()
+    if producer is not None and producer.op_type == "Cast":
+        yield "chained_cast", node
+
+
+def _op_redundancy(graph: ir.Graph) -> Iterator[Redundancy]:
+    """Nodes of every graph that a pass removes or fuses by their op alone."""
     for node in all_nodes(graph):
         if node.domain not in ("", "ai.onnx"):
             continue
         if node.op_type == "Identity":
-            add("identity", node)
+            yield "identity", node
         elif node.op_type == "Dropout":
-            add("dropout", node)
+            yield "dropout", node
         elif node.op_type == "Cast" and node.inputs and node.inputs[0] is not None:
-            source = node.inputs[0]
-            to_attr = node.attributes.get("to")
-            if to_attr is not None and dtype_name(source.dtype) is not None:
-                import onnx_ir as ir
-
-                if ir.DataType(to_attr.value) == source.dtype:
-                    add("noop_cast", node)
-            producer = source.producer()
-            if producer is not None and producer.op_type == "Cast":
-                add("chained_cast", node)
+            yield from _cast_redundancy(node, node.inputs[0])
         elif node.op_type == "BatchNormalization" and node.inputs and node.inputs[0] is not None:
             producer = node.inputs[0].producer()
             if (producer is not None and producer.op_type in CONV_OPS
                     and len(node.inputs[0].uses()) == 1 and not node.inputs[0].is_graph_output()):
-                add("conv_bn", f"{node_label(producer)}+{node_label(node)}")
+                yield "conv_bn", f"{node_label(producer)}+{node_label(node)}"
 
+
+def _constant_foldable(graph: ir.Graph) -> Iterator[Redundancy]:
     constant = _constant_values(graph)
     for node in graph:
         if node.op_type != "Constant" and node.outputs and all(id(o) in constant for o in node.outputs):
-            add("constant_foldable", node)
+            yield "constant_foldable", node
 
+
+def _unused(graph: ir.Graph) -> Iterator[Redundancy]:
+    """Dead nodes and unused outputs of the main graph, unused initializers of every graph."""
     live = live_nodes(graph)
     for node in graph:
         if id(node) not in live:
-            add("dead_node", node)
+            yield "dead_node", node
             continue
         for output in node.outputs:
             if output.name and not output.uses() and not output.is_graph_output():
-                add("unused_output", f"{node_label(node)}:{output.name}")
+                yield "unused_output", f"{node_label(node)}:{output.name}"
     for sub in all_graphs(graph):
         for name, value in sub.initializers.items():
             if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
-                add("unused_initializer", name)
+                yield "unused_initializer", name
 
-    details = {
-        "identity": "Identity nodes: pure copies, removed by the prune pass",
-        "dropout": "Dropout nodes: a no-op at inference",
-        "noop_cast": "Cast to the dtype the input already has",
-        "chained_cast": "Cast of a Cast: the chain may round-trip or collapse to one",
-        "constant_foldable": "nodes whose inputs are all known before run time",
-        "conv_bn": "Conv/ConvTranspose followed by BatchNormalization: fusable into the conv",
-        "dead_node": "nodes that contribute to no graph output",
-        "unused_output": "node outputs nothing consumes",
-        "unused_initializer": "initializers nothing reads",
-    }
+
+def redundancy_findings(model: ir.Model) -> list[Finding]:
+    graph = model.graph
+    groups: dict[str, list[str]] = {}
+    for kind, node_or_name in chain(_op_redundancy(graph), _constant_foldable(graph), _unused(graph)):
+        label = node_or_name if isinstance(node_or_name, str) else node_label(node_or_name)
+        groups.setdefault(kind, []).append(label)
     return [
-        Finding(kind=kind, count=len(names), nodes=names, detail=details[kind])
+        Finding(kind=kind, count=len(names), nodes=names, detail=REDUNDANCY_DETAILS[kind])
         for kind, names in groups.items()
     ]
 
