@@ -486,6 +486,120 @@ def cache_calibrator(trt, cache):
     return CacheCalibrator()
 
 
+# --------------------------------------------------------------------------- the builder's configuration
+# The one place deploycc configures TensorRT's builder: the board's build here (TrtEngine) and the
+# host's (deploycc/backends/tensorrt/engine.py imports these functions), so that an engine built on
+# either side of the bundle gets the same flags for the same settings.
+
+TIMING_CACHE = "timing.cache"  # in the bundle, shared with trtexec.sh (deploycc/device/bundle.py's)
+
+# The builder flags of each precision deploycc builds TensorRT engines in. INT8 keeps FP16 on, so a
+# layer without an INT8 kernel falls back to FP16 rather than FP32 (trtexec --int8 --fp16).
+PRECISION_FLAGS = {"fp32": (), "fp16": ("FP16",), "bf16": ("BF16",), "int8": ("INT8", "FP16")}
+# The precisions whose half-precision analysis names the layers to keep in fp32
+KEEPS_FP32_LAYERS = ("fp16", "bf16")
+
+
+class BuildSettingsError(ValueError):
+    """Settings the builder cannot take as they are: the host raises it again as a BackendError
+    with its hint, this runner reports it as the build stage's reason."""
+
+    def __init__(self, message, hint=None):
+        ValueError.__init__(self, message)
+        self.hint = hint
+
+
+def network_flags(trt):
+    """create_network's flags: explicit batch, a flag before TensorRT 10 and the only mode from 10
+    (where the flag is deprecated and 0 is asked for)."""
+    if int(trt.__version__.split(".")[0]) >= 10:
+        return 0
+    return 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+
+
+def builder_flag(trt, name):
+    """trt.BuilderFlag.<name>, or a BuildSettingsError naming the release that lacks it: BF16 came
+    in TensorRT 9.0, and 11 builds strongly typed networks only (no FP16, BF16 or INT8 flag)."""
+    flag = getattr(trt.BuilderFlag, name, None)
+    if flag is None:
+        raise BuildSettingsError("TensorRT {} has no {} builder flag".format(trt.__version__, name),
+                                 hint="build for a target whose TensorRT release has it")
+    return flag
+
+
+def dynamic_inputs(network):
+    """The names of the network inputs with a dynamic (-1) dim, in the network's order."""
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    return [tensor.name for tensor in inputs if any(d < 0 for d in tensor.shape)]
+
+
+def configure_builder(trt, builder, network, settings, calibration_cache=None, timing_cache=None):
+    """The IBuilderConfig of a build, from a bundle's settings (bundle.json's "settings"; the host
+    passes the same dict, made by backends/tensorrt/bundle.py's settings()): precision, workspace_mb,
+    profiles, dla_core, gpu_fallback, fp32_layers. `calibration_cache`: the bytes of an INT8
+    calibration cache, for implicit quantization (None: the Q/DQ model's own scales);
+    `timing_cache`: the bytes of a timing cache to start from (b"": a new one; None: none kept).
+    Pins the kept layers in `network` too. Returns (config, what was done with the fp32 layers or
+    None); raises BuildSettingsError for settings the builder cannot take."""
+    config = builder.create_builder_config()
+    workspace = (settings.get("workspace_mb") or 0) << 20
+    if workspace:
+        if hasattr(config, "set_memory_pool_limit"):  # 8.4 on; max_workspace_size is gone in 10
+            config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
+        else:
+            config.max_workspace_size = workspace
+    precision = str(settings.get("precision") or "fp32")
+    if precision not in PRECISION_FLAGS:
+        raise BuildSettingsError("deploycc builds TensorRT engines in {}, not {}".format(
+            ", ".join(sorted(PRECISION_FLAGS)), precision))
+    for name in PRECISION_FLAGS[precision]:
+        config.set_flag(builder_flag(trt, name))
+    kept = None
+    wanted = settings.get("fp32_layers") or []
+    if wanted and precision in KEEPS_FP32_LAYERS:
+        pinned, unmatched = pin_fp32(network, trt, wanted)
+        kept = {"asked": list(wanted), "pinned": pinned, "unmatched": unmatched,
+                "obeyed": obey_precision(config, trt)}
+    verbosity = getattr(getattr(trt, "ProfilingVerbosity", None), "DETAILED", None)  # 8.2 on
+    if verbosity is not None:
+        config.profiling_verbosity = verbosity  # the engine inspector's per-layer precisions
+    if precision == "int8" and calibration_cache is not None:
+        # implicit quantization (the DLA's): the scales deploycc computed, no calibration here
+        config.int8_calibrator = cache_calibrator(trt, calibration_cache)
+    dynamic = dynamic_inputs(network)
+    if dynamic:
+        given = dict((p["input"], p) for p in settings.get("profiles") or [])
+        missing = [name for name in dynamic if name not in given]
+        if missing:
+            raise BuildSettingsError("dynamic inputs need an optimization profile: {}".format(
+                ", ".join(sorted(missing))),
+                hint="give --dynamic-batch MIN:OPT:MAX or --shape-range NAME:MIN:OPT:MAX")
+        profile = builder.create_optimization_profile()
+        # only the inputs the network leaves dynamic: a range given for one the legalized model
+        # fixed would have to match its dims exactly, or the builder refuses the profile
+        for name in dynamic:
+            profile.set_shape(name, given[name]["min"], given[name]["opt"], given[name]["max"])
+        config.add_optimization_profile(profile)
+    if settings.get("dla_core") is not None:
+        config.default_device_type = trt.DeviceType.DLA
+        config.DLA_core = int(settings["dla_core"])
+        if settings.get("gpu_fallback", True):
+            config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+    if timing_cache is not None and hasattr(config, "create_timing_cache"):  # 8.0 on
+        cache = config.create_timing_cache(timing_cache) if timing_cache else None
+        # one that cannot be read, or was timed on another GPU (ignore_mismatch=False), gives way to a
+        # new one rather than lend its timings to this build
+        if cache is None or not config.set_timing_cache(cache, ignore_mismatch=False):
+            config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
+    return config, kept
+
+
+def timing_cache_bytes(config):
+    """The timing cache the build filled, serialized, to write back; None where there is none."""
+    cache = config.get_timing_cache() if hasattr(config, "get_timing_cache") else None
+    return None if cache is None else bytes(cache.serialize())
+
+
 class TrtEngine:
     """A TensorRT engine built here from the bundle's ONNX model (or loaded from model.plan when
     it was built by this TensorRT on this device), driven through whichever API the installed
@@ -544,51 +658,25 @@ class TrtEngine:
     def _build(self, bundle, settings):
         trt = self.trt
         builder = trt.Builder(self.logger)
-        flags = 0
-        explicit = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
-        if explicit is not None and int(trt.__version__.split(".")[0]) < 10:  # implicit in 10
-            flags = 1 << int(explicit)
-        network = builder.create_network(flags)
+        network = builder.create_network(network_flags(trt))
         parser = trt.OnnxParser(network, self.logger)
         if not parser.parse_from_file(os.path.join(bundle, settings.get("model") or "model.onnx")):
             errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
             raise RuntimeError("the ONNX parser refused the model: " + "; ".join(errors))
-        config = builder.create_builder_config()
-        workspace = (settings.get("workspace_mb") or 0) << 20
-        if workspace:
-            if hasattr(config, "set_memory_pool_limit"):
-                config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
-            else:
-                config.max_workspace_size = workspace
-        precision = settings.get("precision", "fp32")
-        if precision in ("fp16", "int8"):
-            config.set_flag(trt.BuilderFlag.FP16)
-        kept = settings.get("fp32_layers") or []
-        if kept and precision in ("fp16", "int8"):
-            pinned, unmatched = pin_fp32(network, trt, kept)
-            self.fp32_layers = {"asked": list(kept), "pinned": pinned, "unmatched": unmatched,
-                                "obeyed": obey_precision(config, trt)}
-        if hasattr(trt, "ProfilingVerbosity") and hasattr(config, "profiling_verbosity"):
-            # the engine inspector's per-layer precisions (8.2+)
-            config.profiling_verbosity = getattr(trt.ProfilingVerbosity, "DETAILED", None) or \
-                getattr(trt.ProfilingVerbosity, "VERBOSE", config.profiling_verbosity)
-        if precision == "int8":
-            config.set_flag(trt.BuilderFlag.INT8)
-            if settings.get("int8_calibration_cache"):
-                # implicit quantization (the DLA's): the scales deploycc computed, no calibration here
-                with open(os.path.join(bundle, settings["int8_calibration_cache"]), "rb") as handle:
-                    self.calibrator = cache_calibrator(trt, handle.read())
-                config.int8_calibrator = self.calibrator
-        if settings.get("profiles"):
-            profile = builder.create_optimization_profile()
-            for item in settings["profiles"]:
-                profile.set_shape(item["input"], item["min"], item["opt"], item["max"])
-            config.add_optimization_profile(profile)
-        if settings.get("dla_core") is not None:
-            config.default_device_type = trt.DeviceType.DLA
-            config.DLA_core = int(settings["dla_core"])
-            if settings.get("gpu_fallback", True):
-                config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+        calibration = None
+        if settings.get("int8_calibration_cache"):
+            with open(os.path.join(bundle, settings["int8_calibration_cache"]), "rb") as handle:
+                calibration = handle.read()
+        # the bundle's timing cache, which trtexec.sh and `deploycc build --engine-only` also use:
+        # a rebuild here, and the INT8 bundle's second form, reuse the first build's timings
+        timing_path = os.path.join(bundle, TIMING_CACHE)
+        timing = b""
+        if os.path.exists(timing_path):
+            with open(timing_path, "rb") as handle:
+                timing = handle.read()
+        config, kept = configure_builder(trt, builder, network, settings, calibration, timing)
+        if kept is not None:
+            self.fp32_layers = kept
         if hasattr(builder, "build_serialized_network"):
             plan = builder.build_serialized_network(network, config)
         else:  # before 8.0
@@ -596,6 +684,10 @@ class TrtEngine:
             plan = engine.serialize() if engine is not None else None
         if plan is None:
             raise RuntimeError("TensorRT could not build the engine (see its log above)")
+        filled = timing_cache_bytes(config)
+        if filled:
+            with open(timing_path, "wb") as handle:
+                handle.write(filled)
         return bytes(plan)
 
     def _io(self):

@@ -83,9 +83,13 @@ class TensorRTBackend(Backend):
 
     def bundle_request(self, folder: Path, outdir: Path, target: Target) -> BuildRequest:
         settings = read_bundle(folder)["settings"]
+        # all the settings the board's runner builds from, so that both build the same engine
+        cache = settings.get("int8_calibration_cache")
         return BuildRequest(
             model=folder / MODEL_NAME, outdir=outdir, target=target,
             precision=Precision(settings["precision"]),
+            calibration_cache=folder / cache if cache else None,
+            fp32_layers=tuple(settings.get("fp32_layers") or ()),
             backend_options=TensorRTOptions(
                 dla_core=settings["dla_core"], gpu_fallback=settings["gpu_fallback"],
                 workspace_mb=settings["workspace_mb"], timing_cache=folder / TIMING_CACHE,

@@ -31,6 +31,10 @@ from deploycc.device.bundle import (
 )
 from deploycc.taxonomy import Precision
 
+# The precisions built with the half-precision analysis, whose kept layers are pinned in fp32
+# (run_on_device.py's KEEPS_FP32_LAYERS)
+HALF = (Precision.FP16, Precision.BF16)
+
 
 def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = PLAN_NAME) -> list[str]:
     """trtexec flags equivalent to deploycc's TensorRT build, spelled for the target's TensorRT."""
@@ -40,8 +44,8 @@ def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = P
     workspace = workspace_mb(request)
     if workspace:
         command.append(flags["workspace"].format(workspace))
-    if request.precision == Precision.FP16:
-        command.append("--fp16")
+    if request.precision in HALF:
+        command.append("--bf16" if request.precision == Precision.BF16 else "--fp16")  # --bf16: 9.0 on
         command += fp32_layer_flags(request, flags)
     elif request.precision == Precision.INT8:
         command += ["--int8", "--fp16"]
@@ -73,7 +77,7 @@ def fp32_layer_flags(request: BuildRequest, flags: dict[str, str]) -> list[str]:
 
 def fp32_layer_notes(request: BuildRequest) -> list[str]:
     """What the bundle does with the kept layers, where trtexec cannot say it all."""
-    if not request.fp32_layers or request.precision != Precision.FP16:
+    if not request.fp32_layers or request.precision not in HALF:
         return []
     version = request.target.backend.version
     flags = trtexec_flags(version)
@@ -101,7 +105,7 @@ def settings(request: BuildRequest) -> dict[str, Any]:
         "dla_core": options.dla_core,
         "gpu_fallback": options.gpu_fallback,
         "int8_calibration_cache": CALIBRATION_CACHE if implicit_int8(request) else None,
-        "fp32_layers": list(request.fp32_layers) if request.precision == Precision.FP16 else [],
+        "fp32_layers": list(request.fp32_layers) if request.precision in HALF else [],
     }
 
 

@@ -2,7 +2,10 @@
 
 Written against TensorRT 8.2 (JetPack 4.6, bindings API) through 10.x (named I/O tensors,
 networks always explicit-batch). It needs a GPU and the `tensorrt` + `cuda-python` packages
-(`pip install 'deploycc[tensorrt]'` on the device); its tests skip elsewhere.
+(`pip install 'deploycc[tensorrt]'` on the device); its tests skip elsewhere. The builder's
+configuration is the board's runner's (`configure_builder` in deploycc/device/run_on_device.py),
+given the request as the bundle.json settings it would write: one source, so an engine built here
+and one built from the bundle on the board get the same flags.
 """
 
 from __future__ import annotations
@@ -13,9 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.backends.base import BackendError, BuildRequest, Placement, Runner
-from deploycc.backends.tensorrt import fingerprint
-from deploycc.backends.tensorrt.options import implicit_int8, own, workspace_mb
-from deploycc.taxonomy import Precision
+from deploycc.backends.tensorrt import bundle, fingerprint
+from deploycc.backends.tensorrt.options import implicit_int8, own
+from deploycc.device.run_on_device import (
+    BuildSettingsError,
+    configure_builder,
+    network_flags,
+    timing_cache_bytes,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,16 +33,6 @@ def _logger() -> Any:
     import tensorrt as trt
 
     return trt.Logger(trt.Logger.WARNING)
-
-
-def _major(trt: Any) -> int:
-    return int(trt.__version__.split(".")[0])
-
-
-def _network(builder: Any, trt: Any) -> Any:
-    if _major(trt) >= 10:
-        return builder.create_network(0)  # explicit batch is the only mode
-    return builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH))
 
 
 def _parse(network: Any, onnx_path: Path, logger: Any, trt: Any) -> Any:
@@ -47,51 +45,22 @@ def _parse(network: Any, onnx_path: Path, logger: Any, trt: Any) -> Any:
     return parser
 
 
-def _configure(builder: Any, network: Any, request: BuildRequest, trt: Any) -> tuple[Any, Any]:
-    config = builder.create_builder_config()
+def _configure(builder: Any, network: Any, request: BuildRequest,
+               trt: Any) -> tuple[Any, dict[str, Any] | None]:
+    """The builder configuration the board's runner gives this request's bundle: the request as its
+    bundle.json settings, through the runner's configure_builder (the one source of both). Returns
+    the config and what was done with the kept fp32 layers (None: none asked)."""
     options = own(request)
-    workspace = workspace_mb(request)
-    if workspace:
-        if hasattr(config, "set_memory_pool_limit"):
-            config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace << 20)
-        else:  # TensorRT < 8.4
-            config.max_workspace_size = workspace << 20
-    if request.precision in (Precision.FP16, Precision.INT8):
-        config.set_flag(trt.BuilderFlag.FP16)
-    calibrator = None
-    if request.precision == Precision.INT8:
-        # A Q/DQ model is quantized explicitly; the DLA's implicit quantization reads the
-        # calibration cache deploycc computed (the same calibrator as the board's runner).
-        config.set_flag(trt.BuilderFlag.INT8)
-        if implicit_int8(request) and request.calibration_cache is not None:
-            from deploycc.device.run_on_device import cache_calibrator
-
-            calibrator = cache_calibrator(trt, request.calibration_cache.read_bytes())
-            config.int8_calibrator = calibrator
-    if options.dla_core is not None:
-        config.default_device_type = trt.DeviceType.DLA
-        config.DLA_core = options.dla_core
-        if options.gpu_fallback:
-            config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
-    dynamic = {network.get_input(i).name: network.get_input(i).shape for i in range(network.num_inputs)
-               if any(d < 0 for d in network.get_input(i).shape)}
-    if dynamic:
-        given = {p.input: p for p in options.profiles}
-        missing = sorted(set(dynamic) - set(given))
-        if missing:
-            raise BackendError(f"dynamic inputs need an optimization profile: {', '.join(missing)}",
-                               hint="give --dynamic-batch MIN:OPT:MAX or --shape-range NAME:MIN:OPT:MAX")
-        profile = builder.create_optimization_profile()
-        for name in dynamic:
-            p = given[name]
-            profile.set_shape(name, p.min, p.opt, p.max)
-        config.add_optimization_profile(profile)
-    cache = None
+    calibration = None
+    if implicit_int8(request) and request.calibration_cache is not None:
+        calibration = request.calibration_cache.read_bytes()  # the DLA reads the scales deploycc computed
+    timing = None
     if options.timing_cache is not None:
-        blob = options.timing_cache.read_bytes() if options.timing_cache.exists() else b""
-        cache = config.create_timing_cache(blob)
-        config.set_timing_cache(cache, ignore_mismatch=False)
-    return config, cache
+        timing = options.timing_cache.read_bytes() if options.timing_cache.exists() else b""
+    try:
+        return configure_builder(trt, builder, network, bundle.settings(request), calibration, timing)
+    except BuildSettingsError as error:
+        raise BackendError(str(error), hint=error.hint) from error
 
 
 def layer_placement(network: Any, config: Any, request: BuildRequest, trt: Any) -> Placement:
@@ -115,17 +84,10 @@ def build_plan(request: BuildRequest, onnx_path: Path, plan_path: Path) -> tuple
 
     logger = _logger()
     builder = trt.Builder(logger)
-    network = _network(builder, trt)
+    network = builder.create_network(network_flags(trt))
     _parser = _parse(network, onnx_path, logger, trt)  # the parser must outlive the build
-    config, cache = _configure(builder, network, request, trt)
-    kept: dict[str, Any] = {}
-    if request.fp32_layers and request.precision == Precision.FP16:
-        # the half-precision analysis' layers, pinned as the board's runner pins them
-        from deploycc.device.run_on_device import obey_precision, pin_fp32
-
-        pinned, unmatched = pin_fp32(network, trt, request.fp32_layers)
-        kept = {"fp32_layers": {"asked": list(request.fp32_layers), "pinned": pinned, "unmatched": unmatched,
-                                "obeyed": obey_precision(config, trt)}}
+    config, fp32_layers = _configure(builder, network, request, trt)
+    kept = {"fp32_layers": fp32_layers} if fp32_layers is not None else {}
     placement = layer_placement(network, config, request, trt)
     options = own(request)
     if options.dla_core is not None and placement.fallback and not options.gpu_fallback:
@@ -138,8 +100,10 @@ def build_plan(request: BuildRequest, onnx_path: Path, plan_path: Path) -> tuple
     plan_path.write_bytes(bytes(serialized))
     stamp = fingerprint.current()
     plan_path.with_name(plan_path.name + ".json").write_text(json.dumps(stamp, indent=2) + "\n")
-    if cache is not None and options.timing_cache is not None:
-        options.timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
+    if options.timing_cache is not None:
+        filled = timing_cache_bytes(config)
+        if filled:
+            options.timing_cache.write_bytes(filled)
     return placement, {"build_seconds": round(time.perf_counter() - started, 3), "fingerprint": stamp, **kept}
 
 
