@@ -10,59 +10,17 @@ to deploycc's PyTorch front end (`benchmarks/zoo/factories.py:NAME`).
     torchvision   every builder: classification, detection, segmentation, video, optical flow
     ultralytics, segmentation-models-pytorch, trees, keras, open_clip, paddle   in more_families.py
 
-Opsets are spread over 11-20: TorchScript exports take 11-17 in turn, dynamo 18-20 (it writes 18 at
-least), and the exporter alternates, so that each family meets both where both work.
+How each model's exports are spread over the exporters and opsets (11-20), and the ZooModel record,
+are zoo_model.py's, shared with more_families.py, which this module imports (one way only).
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-EXPORT_BATCH = 2  # torch.export specialises dims of size 0/1: trace with 2, hint batch 1
-TS_OPSETS = (11, 12, 13, 14, 15, 16, 17)
-DYNAMO_OPSETS = (18, 19, 20)
-
-
-@dataclass
-class ZooModel:
-    name: str
-    family: str  # timm, transformers, torchvision
-    group: str  # the family's own grouping: timm's module, transformers' model type, torchvision's task
-    make: Callable[[], Any]  # the module, in eval mode with a signal in its outputs
-    inputs: Callable[[int], tuple[Any, ...]]  # example inputs at a batch size
-    names: list[str]
-    outputs: list[str]
-    dynamic: dict[str, dict[int, str]]  # input -> axis -> label, as a user exports it
-    exports: list[tuple[str, int]] = field(default_factory=list)  # (exporter, opset)
-    about: str = ""
-    # A model torch does not export (gradient-boosted trees): its converter, (model, opset, path)
-    # -> how the axes came out; what it predicts, (model, inputs) -> outputs; its size
-    convert: Callable[[Any, int, Path], str] | None = None
-    predict: Callable[[Any, tuple[Any, ...]], list[Any]] | None = None
-    count: Callable[[Any], int] | None = None
-
-
-def spread(index: int) -> list[tuple[str, int]]:
-    """The exports of a family's index-th model: one exporter in turn (both for every fifth), the
-    opsets taken in turn from each exporter's range."""
-    ts, dynamo = ("torchscript", TS_OPSETS[index // 2 % 7]), ("dynamo", DYNAMO_OPSETS[index // 2 % 3])
-    if index % 5 == 0:
-        return [ts, dynamo]
-    return [dynamo] if index % 2 else [ts]
-
-
-def with_signal(model: Any, shape: list[int]) -> Any:
-    """Random weights whose outputs carry a signal, as trained ones do (benchmarks/corpus.py's)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from corpus import with_signal as corpus_signal
-
-    return corpus_signal(model, shape)
-
+from zoo_model import ZooModel, spread, with_signal
 
 # --------------------------------------------------------------------------- timm
 
@@ -821,7 +779,7 @@ NOT_MADE: dict[str, str] = {}
 
 
 def _more(function: str) -> Callable[[], list[ZooModel]]:
-    """A family of more_families.py (which imports this module), loaded when asked for."""
+    """A family of more_families.py, imported when asked for."""
 
     def models() -> list[ZooModel]:
         import more_families

@@ -34,7 +34,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
-from catalog import EXPORT_BATCH, FAMILIES, NOT_MADE, TIMM_LEFT_OUT, ZooModel, catalog, lookup  # noqa: E402
+from catalog import FAMILIES, NOT_MADE, TIMM_LEFT_OUT, catalog, lookup  # noqa: E402
+from zoo_model import EXPORT_BATCH, ZooModel  # noqa: E402
 
 MAX_PARAMETERS = 150e6  # beyond this a model is listed, not made (disk and time on two cores)
 

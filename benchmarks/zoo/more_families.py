@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from catalog import ZooModel, spread, with_signal
+from zoo_model import ZooModel, spread, with_signal
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
