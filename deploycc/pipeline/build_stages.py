@@ -1,0 +1,316 @@
+"""The stages of `deploycc build`, in order: legalize, quantize (int8), the half-precision
+analysis (fp16/bf16), the engine build, then either the device's reference data (an engine built
+on the board) or verification and the benchmark here. Each reads and writes the build context
+(pipeline/context.py); the runner (pipeline/stages.py) times them and stops at the first that ends
+the build."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from deploycc.backends.base import BackendError, BackendUnavailable, BuildRequest
+from deploycc.errors import OptionError
+from deploycc.pipeline.context import BuildContext, DrawnInputs
+from deploycc.pipeline.outcome import RUN_REFUSED
+from deploycc.pipeline.stages import BuildStage
+from deploycc.results import SkippedStep
+from deploycc.taxonomy import BuildStatus, Failed, Failure, Precision, SafetyStep, Stage
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from deploycc.quantize import QuantizeReport
+    from deploycc.records.legalize import LegalizeReport
+
+HALF = (Precision.FP16, Precision.BF16)
+
+
+def legalize_stage(context: BuildContext) -> None:
+    from deploycc.pipeline.legalize import legalize
+
+    legalized = context.legalized = legalize(context.source, context.target, context.options.legalize,
+                                             output=context.legalized_path)
+    context.stage, context.message = Stage.LEGALIZE, legalized.summary
+    if legalized.verification is not None and legalized.verification.needs_inputs:
+        context.status, context.stage = BuildStatus.NEEDS_INPUTS, Stage.VERIFY
+    context.engine_model = context.legalized_path
+    if not legalized.success:
+        context.stop()
+
+
+def quantize_stage(context: BuildContext) -> None:
+    """INT8 as the target's recipe makes it, kept where the accuracy guard allows; the backend
+    builds from the quantized model (or from the float one and the scales, in `prepare`)."""
+    from deploycc.quantize import quantize_for_target
+
+    options = context.options.quantize
+    quantized = context.quantization = quantize_for_target(context.legalized_path, context.target, options,
+                                                           context.samples, context.staging)
+    if options.require_int8 and quantized.decision != Precision.INT8:
+        context.stop(stage=Stage.QUANTIZE, message=f"--require-int8: the guard kept {quantized.decision}: "
+                                                   f"{quantized.reason}")
+        return
+    if quantized.decision != Precision.INT8:
+        context.notes.append(f"built in {quantized.decision}: {quantized.reason}")
+        context.precision = quantized.decision
+        return
+    context.engine_model, context.precision = context.staging / quantized.model, Precision.INT8
+    if quantized.unjudged:
+        context.skipped.append(SkippedStep(SafetyStep.INT8_GUARD, quantized.unjudged))
+
+
+def half_analysis_stage(context: BuildContext) -> None:
+    """What half precision breaks in the legalized model, on the inputs verification drew, and the
+    layers to keep in fp32; a skipped step, said, where ORT cannot run the model on them.
+    Nameless nodes are named first: the engines find a kept layer by its name."""
+    from deploycc.fp16 import analyze_half, name_nodes_in_file
+    from deploycc.verify.runner import RunError
+
+    assert context.legalized is not None
+    precision = context.precision
+    try:
+        name_nodes_in_file(context.legalized_path)
+        drawn = context.inputs()
+        context.half = analyze_half(context.legalized_path, drawn.feeds, precision, inputs=drawn.described,
+                                    tolerance=verification_precision(context.legalized, precision))
+        return
+    except (RunError, OptionError) as error:
+        why = str(error)
+    except Exception as error:  # the analysis is advice: the build goes on in plain {precision}
+        why = f"{type(error).__name__}: {str(error).strip()[:200]}"
+    context.skipped.append(SkippedStep(SafetyStep.half_analysis(precision),
+                                       f"{why}; every layer builds in {precision}"))
+
+
+def half_declined_stage(context: BuildContext) -> None:
+    context.skipped.append(SkippedStep(SafetyStep.half_analysis(context.precision),
+                                       f"--no-fp16-analysis: every layer builds in {context.precision}",
+                                       asked=True))
+
+
+def engine_stage(context: BuildContext) -> None:
+    """The backend's engine (or the bundle its device builds one from), from the model the earlier
+    stages left, with the placement plan's bound for a fragment's launch and the layers the half
+    analysis keeps."""
+    from deploycc.pipeline.placement import plan_placement
+
+    context.stage = Stage.BUILD
+    options, quantized = context.options, context.quantization
+    context.placement = placement = plan_placement(context.legalized_path, context.target, context.notes)
+    request = context.request = BuildRequest(
+        model=context.engine_model or context.legalized_path, outdir=context.staging, target=context.target,
+        precision=context.precision, fail_on_fallback=options.fail_on_fallback,
+        bundle_only=options.bundle_only, calibration_cache=_calibration_cache(context, quantized),
+        fp32_model=context.legalized_path if quantized is not None else None,
+        backend_options=context.backend.backend_options(options),
+        fp32_layers=tuple(context.half.kept) if context.half is not None else (),
+        min_segment_nodes=placement.min_segment_nodes)
+    context.backend.prepare(request, options)  # its own completion (TensorRT: profiles, the DLA's model)
+    with engine_errors(context):
+        context.artifact = context.backend.build(request)
+
+
+def _calibration_cache(context: BuildContext, quantized: QuantizeReport | None) -> Path | None:
+    if quantized is None or not quantized.calibration_cache:
+        return None
+    return context.staging / quantized.calibration_cache
+
+
+def device_reference_stage(context: BuildContext) -> None:
+    """An engine built on the device: the inputs verification drew and the original's outputs on
+    them go into the bundle, for the board to judge its engine by; a model ORT cannot run on them
+    leaves the bundle without (a note, and a skipped verification: the board cannot judge it)."""
+    from deploycc.pipeline.placement import PlacementPlan, write_prediction
+    from deploycc.verify.runner import RunError
+    from deploycc.verify.verification import reference_outputs
+
+    artifact = context.artifact
+    assert artifact is not None
+    context.stop(BuildStatus.PENDING_ON_DEVICE, Stage.DONE, artifact.notes[0])
+    write_prediction(context.placement or PlacementPlan(), context.staging,
+                     context.backend.device_folder(artifact), context.notes)
+    with engine_errors(context):
+        drawn = context.inputs()
+        context.feeds = drawn.feeds
+        try:
+            expected, _ = reference_outputs(context.source, drawn.original_feeds)
+        except RunError as error:
+            artifact.notes.append(f"no reference data for the device: {error}")
+            context.skipped.append(SkippedStep(
+                SafetyStep.VERIFICATION, f"no reference data for the device ({error}): the board builds and "
+                "times the engine but cannot verify it"))
+            return
+        context.backend.add_reference(artifact, context.staging, drawn.feeds, expected, context.precision,
+                                      drawn.described)
+
+
+def verify_stage(context: BuildContext) -> None:
+    """The engine against the original on the inputs legalization verified on; when the engine
+    refuses them (OpenVINO's pooling refuses a width the original takes), the next sizes both take."""
+    from deploycc.verify.verification import compare_all, within_backend_on_original
+
+    assert context.legalized is not None and context.artifact is not None and context.request is not None
+    context.stage = Stage.VERIFY
+    with engine_errors(context):
+        context.engine = context.backend.load(context.artifact, context.staging, context.request)
+        drawn, actual, expected, reference = _first_sizes_both_run(context)
+        verification = compare_all(expected, actual, reference=reference, inputs=drawn.described,
+                                   precision=verification_precision(context.legalized, context.precision),
+                                   original=(context.source, drawn.original_feeds))
+        if not verification.passed and not verification.needs_inputs:
+            on_original = backend_on_original(context, drawn.original_feeds)
+            if on_original is not None:
+                within_backend_on_original(verification, expected, on_original)
+        verification.shapes = {name: list(array.shape) for name, array in drawn.feeds.items()}
+        context.verification, context.feeds = verification, drawn.feeds
+        if verification.passed:
+            context.status, context.stage, context.message = BuildStatus.VERIFIED, Stage.DONE, "verified"
+        elif verification.needs_inputs:
+            context.stop(BuildStatus.NEEDS_INPUTS, message=verification.problem)
+        else:
+            context.stop(message=f"verification failed: {verification.problem}")
+
+
+def _first_sizes_both_run(context: BuildContext) -> tuple[DrawnInputs, Any, Any, str]:
+    """The first set of sizes, from the ones legalization verified at, that the engine runs and the
+    original runs too: (the inputs, the engine's outputs, the original's, the reference runtime)."""
+    from deploycc import io
+    from deploycc.verify.runner import RunError
+    from deploycc.verify.verification import attempts_for, drawn_shapes, reference_outputs
+
+    assert context.legalized is not None and context.engine is not None
+    drawn = context.legalized.verification
+    candidates: list[dict[str, list[int]] | None] = [None]  # the sizes legalization verified at
+    if context.options.legalize.inputs is None:
+        model = io.peek(context.legalized_path).model  # read only
+        plain = dataclasses.replace(context.options.legalize, sample_shapes={})
+        first = (drawn.attempt if drawn else 0) + 1
+        later = range(first, attempts_for(model.graph, plain, model.metadata_props))
+        candidates += [drawn_shapes(model.graph, plain, k, model.metadata_props) for k in later]
+    refused: BackendError | None = None
+    for shapes in candidates:
+        inputs = context.inputs(shapes)
+        try:
+            actual = context.engine.run(inputs.feeds)
+        except BackendError as error:
+            if error.stage != Failed.RUN:
+                raise
+            refused = refused or error
+            continue
+        try:
+            expected, reference = reference_outputs(context.source, inputs.original_feeds)
+        except RunError as error:
+            if error.stage != Failed.RUN or shapes is candidates[0]:
+                raise
+            continue  # the engine's fallback size is one the original refuses
+        return inputs, actual, expected, reference
+    assert refused is not None
+    raise refused
+
+
+def bench_stage(context: BuildContext) -> None:
+    from deploycc.bench.latency import measure
+
+    assert context.engine is not None and context.feeds is not None
+    with engine_errors(context):
+        context.benchmark = measure(context.engine, context.feeds,
+                                    iterations=context.options.bench_iterations)
+
+
+BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
+    BuildStage("legalize", legalize_stage),
+    BuildStage("quantize", quantize_stage, wanted=lambda c: c.samples is not None),
+    BuildStage("half", half_analysis_stage, label=lambda c: c.precision.value,
+               wanted=lambda c: c.precision in HALF and c.options.half_analysis),
+    BuildStage("half-declined", half_declined_stage, label=lambda c: None,
+               wanted=lambda c: c.precision in HALF and not c.options.half_analysis),
+    BuildStage("build", engine_stage),
+    BuildStage("device-reference", device_reference_stage, label=lambda c: None,
+               wanted=lambda c: c.artifact is not None and c.artifact.pending_on_device),
+    BuildStage("verify", verify_stage),
+    BuildStage("bench", bench_stage, wanted=lambda c: c.options.bench and c.status == BuildStatus.VERIFIED),
+)
+
+
+@contextlib.contextmanager
+def engine_errors(context: BuildContext) -> Iterator[None]:
+    """A backend's refusal or failure (building, loading or running the engine) ends the build as
+    a failure at its stage, with whether the backend runs the model as exported (True is worse than
+    doing nothing: the runner's policy builds that one instead); a reference run the original
+    fails ends it as needing inputs (it refused them) or failed."""
+    from deploycc.verify.runner import RunError
+
+    try:
+        yield
+    except (BackendError, BackendUnavailable) as error:
+        context.message = str(error)
+        context.failure_category = getattr(error, "category", None)
+        if getattr(error, "stage", None) == Failed.LOAD:  # the engine built but does not load
+            context.stage = Stage.BUILD
+        elif getattr(error, "stage", None) == Failed.RUN:  # it loaded and refused the inputs: no mismatch
+            context.failure_category = context.failure_category or Failure.BACKEND_ERROR
+            context.message = f"{RUN_REFUSED}: {error}"
+        context.close()
+        context.original_on_backend = original_runs_on_backend(context)
+        context.stop()
+    except RunError as error:  # the reference run, when legalize did not verify
+        context.stop(BuildStatus.NEEDS_INPUTS if error.stage == Failed.RUN else BuildStatus.FAILED,
+                     message=str(error))
+
+
+def _asks_backend_on_original(request: BuildRequest) -> bool:
+    """Whether the backend's result on the model as exported says anything here: not for a
+    bundle-only target (nothing runs here), nor for int8 builds, whose float original says nothing
+    of the quantized engine's rounding."""
+    return not (request.precision == Precision.INT8 or request.fp32_model is not None or request.bundle_only)
+
+
+def backend_on_original(context: BuildContext, feeds: dict[str, Any]) -> dict[str, Any] | None:
+    """The backend's own outputs for the model as exported, where it builds and runs it here (what
+    a user gets without deploycc); None where it does not (an op it lacks, a bundle-only target), and
+    for int8 builds."""
+    request = context.request
+    if request is None or not _asks_backend_on_original(request):
+        return None
+    folder = context.staging / ".as-exported-engine"
+    try:
+        original = dataclasses.replace(request, model=context.source, outdir=folder)
+        folder.mkdir(exist_ok=True)
+        runner = context.backend.load(context.backend.build(original), folder, original)
+        try:
+            return runner.run(feeds)
+        finally:
+            runner.close()
+    except Exception:  # whatever the backend raises of the original: no comparison, as before
+        return None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def original_runs_on_backend(context: BuildContext) -> bool | None:
+    """Whether the backend builds and runs the model as exported, on the inputs verification drew,
+    asked where it failed on deploycc's model: True is worse than doing nothing. None where it cannot
+    be asked here (_asks_backend_on_original) or the inputs cannot be drawn."""
+    if context.request is None or not _asks_backend_on_original(context.request):
+        return None
+    try:
+        original_feeds = context.inputs().original_feeds
+    except Exception:  # no inputs to ask with: not asked
+        return None
+    return backend_on_original(context, original_feeds) is not None
+
+
+def verification_precision(legalized: LegalizeReport, precision: Precision) -> Precision:
+    """The precision whose tolerances judge a model built in `precision` (a model that computes in
+    float16 as exported is judged as one)."""
+    from pathlib import Path
+
+    from deploycc.pipeline.manager import source_ops
+    from deploycc.verify.verification import computes_in_float16, tolerance_precision
+
+    return tolerance_precision(source_ops(legalized.passes), precision,
+                               float16=computes_in_float16(Path(legalized.source)))
