@@ -104,7 +104,8 @@ class BuildContext:
         original reads."""
         from deploycc.verify.verification import drawn_content, signature_feeds
 
-        assert self.legalized is not None, "inputs are drawn after legalize"
+        if self.legalized is None:
+            return self._generated()
         drawn = self.legalized.verification
         shapes = shapes or (drawn.shapes if drawn is not None else None) or None
         key = json.dumps(shapes, sort_keys=True)
@@ -115,6 +116,17 @@ class BuildContext:
                 drawn_content(drawn))
             self._drawn[key] = DrawnInputs(feeds, original_feeds, self.described(described))
         return self._drawn[key]
+
+    def _generated(self) -> DrawnInputs:
+        """An engine-only build (no legalization): inputs generated at the model's declared sizes."""
+        from deploycc import io
+        from deploycc.verify.inputs import generate
+
+        if "generated" not in self._drawn:
+            graph = io.load(self.source, check=False).model.graph
+            feeds = generate([v for v in graph.inputs if v.name not in graph.initializers], seed=0)
+            self._drawn["generated"] = DrawnInputs(feeds, feeds, "generated (seed 0)")
+        return self._drawn["generated"]
 
     def described(self, described: str) -> str:
         """A description of inputs without the staging path (an int8 build verifies on a sample

@@ -1,16 +1,20 @@
 """`deploycc build --engine-only BUNDLE`, on the device: build, verify and time the engine a device
-bundle describes, and write the reports `build` writes."""
+bundle describes, and write the reports `build` writes. A stage list over the build context, as
+`build` is: the bundle's model stands where a legalized one would."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from deploycc.backends.base import Artifact, BackendError, BackendUnavailable
+from deploycc.backends.base import BackendError, BackendUnavailable
 from deploycc.device.bundle import BUNDLE_FILE, is_bundle, read_bundle
 from deploycc.errors import OptionError
 from deploycc.options import BuildOptions
+from deploycc.pipeline.build_stages import bench_stage
+from deploycc.pipeline.context import BuildContext
 from deploycc.pipeline.outcome import Clock, listing, next_step_after, summary_of, write_reports
+from deploycc.pipeline.stages import BuildStage, run_stages
 from deploycc.records.build import BuildReport
 from deploycc.taxonomy import BuildStatus, Stage
 
@@ -22,7 +26,6 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
     from deploycc import io
     from deploycc.backends.registry import get_backend
     from deploycc.targets import registry
-    from deploycc.verify.inputs import generate
 
     if not is_bundle(bundle_path):
         raise OptionError(f"{bundle_path}: not a device bundle (no {BUNDLE_FILE})",
@@ -38,47 +41,60 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
                                  hint=f"run this on the {settings['target']}")
     outdir = outdir or bundle_path.parent / "engine"
     seconds: dict[str, float] = {}
-    step = Clock(seconds, progress)
     with io.StagedDirectory(outdir, force=options.force, protect=(bundle_path,)) as staged:
-        staging = staged.staging
-        step("build")
-        request = backend.bundle_request(bundle_path, staging, resolved)
-        model = request.model
-        verification, benchmark, status, stage = None, None, BuildStatus.FAILED, Stage.BUILD
-        try:
-            artifact: Artifact | None = backend.build(request)
-            step("verify")
-            stage = Stage.VERIFY
-            graph = io.load(model, check=False).model.graph
-            feeds = generate([v for v in graph.inputs if v.name not in graph.initializers], seed=0)
-            from deploycc.verify.verification import compare_all, reference_outputs
-
-            expected, reference = reference_outputs(model, feeds)
-            assert artifact is not None
-            runner = backend.load(artifact, staging, request)
-            try:
-                verification = compare_all(expected, runner.run(feeds), reference=reference,
-                                           inputs="generated (seed 0)", precision=request.precision,
-                                           original=(model, feeds))
-                if options.bench and verification.passed:
-                    from deploycc.bench.latency import measure
-
-                    step("bench")
-                    benchmark = measure(runner, feeds, iterations=options.bench_iterations)
-            finally:
-                runner.close()
-            status, stage = (BuildStatus.VERIFIED, Stage.DONE) if verification.passed else \
-                (BuildStatus.FAILED, Stage.VERIFY)
-            message = "verified" if verification.passed else f"verification failed: {verification.problem}"
-        except BackendError as error:
-            artifact, message = None, str(error)
-        step.stop()
+        request = backend.bundle_request(bundle_path, staged.staging, resolved)
+        context = BuildContext(source=request.model, target=resolved, options=options, staging=staged.staging,
+                               backend=backend, precision=request.precision, clock=Clock(seconds, progress),
+                               notes=[], request=request, stage=Stage.BUILD)
+        run_stages(context, ENGINE_ONLY_STAGES)
+        context.clock.stop()
+        status, stage, message = context.status, context.stage, context.message
         report = BuildReport(
-            model=str(model), target=resolved.name, outdir=str(outdir), status=status, stage=stage,
-            summary=summary_of(status, message, resolved, artifact),
-            next_step=next_step_after(status, stage, message, resolved), precision=request.precision,
-            legalize=None, artifact=artifact, verification=verification, benchmark=benchmark,
-            files=listing(staging), seconds=seconds)
-        write_reports(staging, report)
+            model=str(request.model), target=resolved.name, outdir=str(outdir), status=status, stage=stage,
+            summary=summary_of(status, message, resolved, context.artifact),
+            next_step=next_step_after(status, stage, message, resolved),
+            precision=request.precision, legalize=None, artifact=context.artifact,
+            verification=context.verification, benchmark=context.benchmark, files=listing(staged.staging),
+            seconds=seconds)
+        write_reports(staged.staging, report)
         staged.commit()
     return report
+
+
+def _engine_stage(context: BuildContext) -> None:
+    assert context.request is not None
+    try:
+        context.artifact = context.backend.build(context.request)
+    except BackendError as error:
+        context.stop(message=str(error))
+
+
+def _verify_stage(context: BuildContext) -> None:
+    """The engine against the bundle's model on ONNX Runtime, at the precision it was built in."""
+    from deploycc.verify.verification import compare_all, reference_outputs
+
+    assert context.artifact is not None and context.request is not None
+    context.stage = Stage.VERIFY
+    try:
+        drawn = context.inputs()
+        expected, reference = reference_outputs(context.source, drawn.original_feeds)
+        context.engine = context.backend.load(context.artifact, context.staging, context.request)
+        verification = context.verification = compare_all(
+            expected, context.engine.run(drawn.feeds), reference=reference, inputs=drawn.described,
+            precision=context.precision, original=(context.source, drawn.original_feeds))
+    except BackendError as error:
+        context.artifact = None
+        context.stop(message=str(error))
+        return
+    context.feeds = drawn.feeds
+    if verification.passed:
+        context.status, context.stage, context.message = BuildStatus.VERIFIED, Stage.DONE, "verified"
+    else:
+        context.stop(message=f"verification failed: {verification.problem}")
+
+
+ENGINE_ONLY_STAGES: tuple[BuildStage[BuildContext], ...] = (
+    BuildStage("build", _engine_stage),
+    BuildStage("verify", _verify_stage),
+    BuildStage("bench", bench_stage, wanted=lambda c: c.options.bench and c.status == BuildStatus.VERIFIED),
+)
