@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from deploycc.quantize import QuantizeReport
     from deploycc.records.build import BuildReport
     from deploycc.records.device import DeviceResult
+    from deploycc.records.legalize import LegalizeReport
     from deploycc.records.partition import PartitionReport
 
 
@@ -24,107 +25,154 @@ def _ops(counts: dict[str, int]) -> str:
 
 
 def build_markdown(report: BuildReport) -> str:
-    lines = [f"# deploycc build: {report.target}", "",
-             f"**Status: {report.status}** (stage reached: {report.stage}). {report.summary}", "",
-             f"- model: `{report.model}`", f"- precision: {report.precision}",
-             *([f"- build hash: `{report.build_hash}`"] if report.build_hash else []),  # none: nothing built
-             f"- next step: {report.next_step}", ""]
+    lines = _heading(report)
     lines += skipped_section(report.skipped_steps, report.strict)
-    legalized = report.legalize
     if report.export is not None:
         lines += export_lines(report.export)
     if report.shapes is not None and report.shapes.inputs:
         lines += _shapes(report)
-    if legalized is not None:
-        lines += ["## Model before and after", "",
-                  f"opset {legalized.opset['before']} -> {legalized.opset['after']}, "
-                  f"nodes {legalized.nodes['before']} -> {legalized.nodes['after']}", "",
-                  "| pass | seconds | nodes | removed | added | notes |", "|---|---|---|---|---|---|"]
-        for record in legalized.passes:
-            if record.ran:
-                nodes = f"{record.nodes_before} -> {record.nodes_after}"
-                lines.append(f"| {record.name} | {record.seconds:.3f} | {nodes} | "
-                             f"{_ops(record.ops_removed)} | {_ops(record.ops_added)} | "
-                             f"{'; '.join(record.notes)} |")
-        lines.append("")
-        lines += [f"- {note}" for note in legalized.notes] + ([""] if legalized.notes else [])
-        if legalized.signature_changes:
-            lines += ["## Interface changed", ""] + [f"- {c}" for c in legalized.signature_changes] + [""]
-        if legalized.rewrites:
-            lines += ["## Rewrites", "", "| rule | node | proof | max abs error | reference |",
-                      "|---|---|---|---|---|"]
-            for rewrite in legalized.rewrites:
-                cert = rewrite.certificate
-                proof, error, runtime = ((cert.status, f"{cert.max_abs_error:.2e}", cert.reference) if cert
-                                         else ("not proven", "", ""))
-                lines.append(f"| {rewrite.rule} | {rewrite.node} | {proof} | {error} | {runtime} |")
-            lines.append("")
-        if legalized.blame:
-            lines += ["## Blamed for a failed verification", "",
-                      "| pass | rule | output | what it changed | set aside |", "|---|---|---|---|---|"]
-            lines += [f"| {b.pass_name} | {b.rule or '(the whole pass)'} | {b.output} | {b.problem} | "
-                      f"{'yes: the rest kept' if b.set_aside else 'no: the model as exported kept'} |"
-                      for b in legalized.blame]
-            lines.append("")
-        if legalized.unresolved:
-            lines += ["## Still illegal", ""]
-            lines += [f"- `{u.node}` ({u.op}): {'; '.join(u.reasons)}; {'; '.join(u.rules_tried)}"
-                      for u in legalized.unresolved]
-            lines.append("")
+    if report.legalize is not None:
+        lines += _legalized(report.legalize)
     if report.quantization is not None:
         lines += _quantization(report.quantization)
     if report.half is not None:
         lines += half_section(report.half)
     if report.notes:
         lines += [f"- {note}" for note in report.notes] + [""]
-    artifact = report.artifact
-    if artifact is not None:
-        lines += ["## Artifact", "", f"{artifact.kind}: " + ", ".join(f"`{f}`" for f in artifact.files), ""]
-        lines += [f"- {note}" for note in artifact.notes]
-        for key in ("trtexec", "deploycc"):
-            if key in artifact.settings:
-                lines += ["", f"```sh\n{artifact.settings[key]}\n```"]
-        if artifact.placement is not None:
-            placement = artifact.placement
-            lines += ["", f"Placement ({placement.method}): "
-                      + ", ".join(f"{device} {count}" for device, count in placement.counts.items())]
-            if placement.fallback:
-                lines.append(f"Fallback: {', '.join(placement.fallback[:20])}")
-        lines.append("")
-    verification = report.verification or (legalized.verification if legalized is not None else None)
-    if verification is not None:
-        verdict = "needs inputs" if verification.needs_inputs else \
-            "passed" if verification.passed else "FAILED"
-        what = "The engine" if report.verification is not None else "The legalized model"
-        kept = f" (kept in `{verification.inputs_file}`)" if verification.inputs_file else ""
-        lines += ["## Verification", "",
-                  f"{what} against the original on {verification.reference}, inputs "
-                  f"{verification.inputs}{kept}, {verification.precision} tolerances: **{verdict}**",
-                  "", "| output | passed | max abs | max rel | cosine | needs atol | needs rtol |",
-                  "|---|---|---|---|---|---|---|"]
-        for output in verification.outputs:
-            passed = f"not judged ({output.degenerate})" if output.passed and output.degenerate else \
-                "yes" if output.passed else \
-                "ill-conditioned" if output.name in verification.ill_conditioned else "NO"
-            lines.append(f"| {output.name} | {passed} | {output.max_abs_error:.2e} | "
-                         f"{output.max_rel_error:.2e} | {output.cosine_similarity:.6f} | "
-                         f"{output.required_atol:.1e} | {output.required_rtol:.1e} |")
-        if verification.passed and verification.caveat():
-            lines += ["", f"Caveat: {verification.caveat()}"]
-        if verification.problem:
-            lines += ["", f"Problem: {verification.problem}"]
-        lines.append("")
-    bench = report.benchmark
-    if bench is not None:
-        lines += ["## Benchmark (summary; `deploycc bench` measures in full)", "",
-                  f"Timed on {dims_text(bench.input_shapes)}.", "",
-                  f"{bench.iterations} iterations after {bench.warmup} warm-up: p50 {bench.p50_ms:.3f} ms, "
-                  f"p90 {bench.p90_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, {bench.throughput_per_s:.1f}/s; "
-                  f"load {bench.load_ms:.1f} ms, first inference {bench.first_inference_ms:.3f} ms", ""]
+    lines += _artifact(report)
+    lines += _verification(report)
+    lines += _benchmark(report)
     lines += ["## Files", ""] + [f"- `{name}`" for name in report.files] + [""]
     if report.device is not None:
         lines += [*_device(report.device), ""]
     return "\n".join(lines)
+
+
+def _heading(report: BuildReport) -> list[str]:
+    """The title, the status and the stage reached, what was built and what to do next."""
+    return [f"# deploycc build: {report.target}", "",
+            f"**Status: {report.status}** (stage reached: {report.stage}). {report.summary}", "",
+            f"- model: `{report.model}`", f"- precision: {report.precision}",
+            *([f"- build hash: `{report.build_hash}`"] if report.build_hash else []),  # none: nothing built
+            f"- next step: {report.next_step}", ""]
+
+
+def _legalized(legalized: LegalizeReport) -> list[str]:
+    """What legalization did: each pass, the interface changes, the rewrites and their proofs, the
+    passes blamed for a failed verification and the nodes still illegal."""
+    lines = _passes(legalized)
+    if legalized.signature_changes:
+        lines += ["## Interface changed", ""] + [f"- {c}" for c in legalized.signature_changes] + [""]
+    if legalized.rewrites:
+        lines += _rewrites(legalized)
+    if legalized.blame:
+        lines += _blame(legalized)
+    if legalized.unresolved:
+        lines += ["## Still illegal", ""]
+        lines += [f"- `{u.node}` ({u.op}): {'; '.join(u.reasons)}; {'; '.join(u.rules_tried)}"
+                  for u in legalized.unresolved]
+        lines.append("")
+    return lines
+
+
+def _passes(legalized: LegalizeReport) -> list[str]:
+    """The model's opset and node count before and after, and each pass that ran."""
+    lines = ["## Model before and after", "",
+             f"opset {legalized.opset['before']} -> {legalized.opset['after']}, "
+             f"nodes {legalized.nodes['before']} -> {legalized.nodes['after']}", "",
+             "| pass | seconds | nodes | removed | added | notes |", "|---|---|---|---|---|---|"]
+    for record in legalized.passes:
+        if record.ran:
+            nodes = f"{record.nodes_before} -> {record.nodes_after}"
+            lines.append(f"| {record.name} | {record.seconds:.3f} | {nodes} | "
+                         f"{_ops(record.ops_removed)} | {_ops(record.ops_added)} | "
+                         f"{'; '.join(record.notes)} |")
+    lines.append("")
+    lines += [f"- {note}" for note in legalized.notes] + ([""] if legalized.notes else [])
+    return lines
+
+
+def _rewrites(legalized: LegalizeReport) -> list[str]:
+    lines = ["## Rewrites", "", "| rule | node | proof | max abs error | reference |",
+             "|---|---|---|---|---|"]
+    for rewrite in legalized.rewrites:
+        cert = rewrite.certificate
+        proof, error, runtime = ((cert.status, f"{cert.max_abs_error:.2e}", cert.reference) if cert
+                                 else ("not proven", "", ""))
+        lines.append(f"| {rewrite.rule} | {rewrite.node} | {proof} | {error} | {runtime} |")
+    lines.append("")
+    return lines
+
+
+def _blame(legalized: LegalizeReport) -> list[str]:
+    lines = ["## Blamed for a failed verification", "",
+             "| pass | rule | output | what it changed | set aside |", "|---|---|---|---|---|"]
+    lines += [f"| {b.pass_name} | {b.rule or '(the whole pass)'} | {b.output} | {b.problem} | "
+              f"{'yes: the rest kept' if b.set_aside else 'no: the model as exported kept'} |"
+              for b in legalized.blame]
+    lines.append("")
+    return lines
+
+
+def _artifact(report: BuildReport) -> list[str]:
+    """The files built, the commands that rebuild them and where the runtime places the nodes."""
+    artifact = report.artifact
+    if artifact is None:
+        return []
+    lines = ["## Artifact", "", f"{artifact.kind}: " + ", ".join(f"`{f}`" for f in artifact.files), ""]
+    lines += [f"- {note}" for note in artifact.notes]
+    for key in ("trtexec", "deploycc"):
+        if key in artifact.settings:
+            lines += ["", f"```sh\n{artifact.settings[key]}\n```"]
+    if artifact.placement is not None:
+        placement = artifact.placement
+        lines += ["", f"Placement ({placement.method}): "
+                  + ", ".join(f"{device} {count}" for device, count in placement.counts.items())]
+        if placement.fallback:
+            lines.append(f"Fallback: {', '.join(placement.fallback[:20])}")
+    lines.append("")
+    return lines
+
+
+def _verification(report: BuildReport) -> list[str]:
+    """The engine's verification, or the legalized model's where no engine was verified; none: []."""
+    legalized = report.legalize
+    verification = report.verification or (legalized.verification if legalized is not None else None)
+    if verification is None:
+        return []
+    verdict = "needs inputs" if verification.needs_inputs else \
+        "passed" if verification.passed else "FAILED"
+    what = "The engine" if report.verification is not None else "The legalized model"
+    kept = f" (kept in `{verification.inputs_file}`)" if verification.inputs_file else ""
+    lines = ["## Verification", "",
+             f"{what} against the original on {verification.reference}, inputs "
+             f"{verification.inputs}{kept}, {verification.precision} tolerances: **{verdict}**",
+             "", "| output | passed | max abs | max rel | cosine | needs atol | needs rtol |",
+             "|---|---|---|---|---|---|---|"]
+    for output in verification.outputs:
+        passed = f"not judged ({output.degenerate})" if output.passed and output.degenerate else \
+            "yes" if output.passed else \
+            "ill-conditioned" if output.name in verification.ill_conditioned else "NO"
+        lines.append(f"| {output.name} | {passed} | {output.max_abs_error:.2e} | "
+                     f"{output.max_rel_error:.2e} | {output.cosine_similarity:.6f} | "
+                     f"{output.required_atol:.1e} | {output.required_rtol:.1e} |")
+    if verification.passed and verification.caveat():
+        lines += ["", f"Caveat: {verification.caveat()}"]
+    if verification.problem:
+        lines += ["", f"Problem: {verification.problem}"]
+    lines.append("")
+    return lines
+
+
+def _benchmark(report: BuildReport) -> list[str]:
+    bench = report.benchmark
+    if bench is None:
+        return []
+    return ["## Benchmark (summary; `deploycc bench` measures in full)", "",
+            f"Timed on {dims_text(bench.input_shapes)}.", "",
+            f"{bench.iterations} iterations after {bench.warmup} warm-up: p50 {bench.p50_ms:.3f} ms, "
+            f"p90 {bench.p90_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, {bench.throughput_per_s:.1f}/s; "
+            f"load {bench.load_ms:.1f} ms, first inference {bench.first_inference_ms:.3f} ms", ""]
 
 
 def _shapes(report: BuildReport) -> list[str]:
