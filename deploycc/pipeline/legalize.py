@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,97 +123,120 @@ def legalize(path: str | Path, target: Target, options: LegalizeOptions | None =
         return _legalize(path, target, options, output=output, progress=progress)
 
 
+@dataclass
+class _Search:
+    """The attempts of one legalization: the one chosen (with its outcome), the passes and rules
+    set aside on the way, and why the model as exported or the first attempt was not kept."""
+
+    chosen: tuple[_Attempt, _Outcome] | None = None
+    tried: list[_Attempt] = field(default_factory=list)
+    blames: list[Blame] = field(default_factory=list)
+    as_exported: str = ""
+    set_aside: str = ""  # why the first attempt was not kept
+
+
 def _legalize(path: str | Path, target: Target, options: LegalizeOptions | None = None, *,
               output: str | Path | None = None,
               progress: Callable[[str], None] | None = None) -> LegalizeReport:
-    from deploycc.graph.graphs import all_nodes
-
     started = time.perf_counter()
     options = options or LegalizeOptions()
     mode = options.effective_mode(target)
     if output is not None:  # the input model and its weight files are never an output
         io.refuse_inputs(io.written_files(Path(output)), [Path(path)])
-    fallback = None if options.only_passes == ("axes",) else as_exported_options(options)
     staging = _staging(Path(output) if output is not None else None)
-    chosen: tuple[_Attempt, _Outcome] | None = None
-    tried: list[_Attempt] = []
-    blames: list[Blame] = []
-    as_exported = ""
-    set_aside = ""  # why the first attempt was not kept
-    current: LegalizeOptions | None = options
     try:
-        while current is not None:
-            is_fallback = current is fallback
-            attempt = _attempt(path, target, current, progress)
-            tried.append(attempt)
-            following = None if is_fallback else fallback
-            if attempt.state is None:  # a pass broke: without it, the fallback, or a one-line error
-                if is_fallback:
-                    as_exported = _first_line(attempt.error)
-                set_aside = set_aside or _first_line(attempt.error)
-                broke = getattr(attempt.error, "pass_name", "")
-                if broke and not is_fallback and len(blames) < MAX_SET_ASIDE:
-                    blames.append(Blame(broke, None, "", f"the pass broke: {_first_line(attempt.error)}"))
-                    following = blames[-1].without(current)
-                current = following
-                continue
-            assert attempt.loaded is not None and attempt.final is not None
-            refused = mode == LegalizeMode.FULL or _opset_refused(attempt.final)
-            if is_fallback and not attempt.final.legal and refused:
-                as_exported = "; ".join(_problems(attempt.final))
-                break  # not legal as exported either: the first attempt's report stands
-            outcome = _judge_and_write(target, current, attempt, mode, output, staging, progress)
-            verification = outcome.verification
-            if outcome.success or (verification is not None and verification.needs_inputs):
-                chosen = (attempt, outcome)
-                if not is_fallback:
-                    for blame in blames:
-                        blame.set_aside = True
-                set_aside = set_aside if (is_fallback or blames) else ""
-                break
-            if chosen is None:
-                chosen, set_aside = (attempt, outcome), outcome.reason
-            if is_fallback:
-                as_exported = outcome.reason
-            elif verification is not None and len(blames) < MAX_SET_ASIDE:
-                if progress is not None:
-                    progress("blame")
-                found = find_blame(_verify_run(path, target, verification.precision), current,
-                                   attempt.records, verification)
-                if found is not None:
-                    blames.append(found)
-                    following = found.without(current)
-            current = following
+        search = _search(path, target, options, mode, output, staging, progress)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    if chosen is None:
-        first = next((a.error for a in tried if a.error is not None), None)
+    if search.chosen is None:
+        first = next((a.error for a in search.tried if a.error is not None), None)
         if isinstance(first, DeployccError):
             raise first  # e.g. the opset cannot be reached, and the model as exported is refused too
-        raise InternalError(f"deploycc failed on this model: {set_aside}")
-    attempt, outcome = chosen
+        raise InternalError(f"deploycc failed on this model: {search.set_aside}")
+    return _report(search, target, mode, output, started)
+
+
+def _search(path: str | Path, target: Target, options: LegalizeOptions, mode: LegalizeMode,
+            output: str | Path | None, staging: Path, progress: Callable[[str], None] | None) -> _Search:
+    """Legalize with every pass, then without what broke or failed verification (blamed one at a
+    time), then the model as exported, until an attempt succeeds (or needs inputs to say)."""
+    fallback = None if options.only_passes == ("axes",) else as_exported_options(options)
+    search = _Search()
+    blames = search.blames
+    current: LegalizeOptions | None = options
+    while current is not None:
+        is_fallback = current is fallback
+        attempt = _attempt(path, target, current, progress)
+        search.tried.append(attempt)
+        following = None if is_fallback else fallback
+        if attempt.state is None:  # a pass broke: without it, the fallback, or a one-line error
+            if is_fallback:
+                search.as_exported = _first_line(attempt.error)
+            search.set_aside = search.set_aside or _first_line(attempt.error)
+            broke = getattr(attempt.error, "pass_name", "")
+            if broke and not is_fallback and len(blames) < MAX_SET_ASIDE:
+                blames.append(Blame(broke, None, "", f"the pass broke: {_first_line(attempt.error)}"))
+                following = blames[-1].without(current)
+            current = following
+            continue
+        assert attempt.loaded is not None and attempt.final is not None
+        refused = mode == LegalizeMode.FULL or _opset_refused(attempt.final)
+        if is_fallback and not attempt.final.legal and refused:
+            search.as_exported = "; ".join(_problems(attempt.final))
+            break  # not legal as exported either: the first attempt's report stands
+        outcome = _judge_and_write(target, current, attempt, mode, output, staging, progress)
+        verification = outcome.verification
+        if outcome.success or (verification is not None and verification.needs_inputs):
+            search.chosen = (attempt, outcome)
+            if not is_fallback:
+                for blame in blames:
+                    blame.set_aside = True
+            search.set_aside = search.set_aside if (is_fallback or blames) else ""
+            break
+        if search.chosen is None:
+            search.chosen, search.set_aside = (attempt, outcome), outcome.reason
+        if is_fallback:
+            search.as_exported = outcome.reason
+        elif verification is not None and len(blames) < MAX_SET_ASIDE:
+            if progress is not None:
+                progress("blame")
+            found = find_blame(_verify_run(path, target, verification.precision), current,
+                               attempt.records, verification)
+            if found is not None:
+                blames.append(found)
+                following = found.without(current)
+        current = following
+    return search
+
+
+def _report(search: _Search, target: Target, mode: LegalizeMode, output: str | Path | None,
+            started: float) -> LegalizeReport:
+    """The chosen attempt's report, with what was set aside on the way to it."""
+    from deploycc.graph.graphs import all_nodes
+
+    assert search.chosen is not None
+    attempt, outcome = search.chosen
     state, records, loaded, final = attempt.state, attempt.records, attempt.loaded, attempt.final
     assert state is not None and loaded is not None and final is not None
-    kept_own = [b for b in blames if b.set_aside]
+    kept_own = [b for b in search.blames if b.set_aside]
     if outcome.success and kept_own:
         state.notes.append("set aside what failed verification, and kept the rest of deploycc's rewrites: "
                            + "; ".join(str(b) for b in kept_own))
-    elif outcome.success and set_aside:  # the fallback was kept
+    elif outcome.success and search.set_aside:  # the fallback was kept
         state.notes.append("kept the model as exported (axes as asked): deploycc's rewrites were set "
-                           f"aside because {set_aside}")
+                           f"aside because {search.set_aside}")
     verification = outcome.verification
-    opset_after = state.opsets.get("")
     summary = _summary(final.legal, mode, verification, final, target, output if outcome.success else None)
     return LegalizeReport(
         source=str(loaded.path), output=str(output) if output and outcome.success else None,
         target=target.name, mode=mode, success=outcome.success, summary=summary,
-        opset={"before": state.source_opset, "after": opset_after},
+        opset={"before": state.source_opset, "after": state.opsets.get("")},
         nodes={"before": state.source_nodes, "after": sum(1 for _ in all_nodes(state.model.graph))},
         passes=records, rewrites=state.rewrites, final=final, unresolved=_unresolved(state, final),
         verification=verification, signature_changes=state.signature_changes,
         notes=state.notes, fed_layouts=state.fed_layouts, files=[str(f) for f in outcome.files],
-        seconds=round(time.perf_counter() - started, 3), as_exported="" if outcome.success else as_exported,
-        blame=blames)
+        seconds=round(time.perf_counter() - started, 3),
+        as_exported="" if outcome.success else search.as_exported, blame=search.blames)
 
 
 def _staging(output: Path | None) -> Path:
