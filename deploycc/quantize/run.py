@@ -358,16 +358,21 @@ def _qdq(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         shutil.copyfile(chosen, outdir / INT8_ONNX)
         report.model = INT8_ONNX
     if recipe.calibration_cache:
-        from deploycc.quantize.calibration_cache import entropy_scales, write_cache
-
-        # the DLA builds the legalized fp32 model: the cache names its tensors
-        scales = entropy_scales(context.model, calibration, context.inputs)
-        write_cache(outdir / CALIBRATION_CACHE, scales, context.target.backend.version)
-        report.calibration_cache = CALIBRATION_CACHE
-        report.notes.append("the GPU builds the Q/DQ model (explicit quantization, TensorRT's recommended "
-                            "form); the DLA builds the fp32 model with calibration.cache (implicit "
-                            "quantization, which it needs)")
+        _write_calibration_cache(context, report, outdir)
     return report
+
+
+def _write_calibration_cache(context: _Context, report: QuantizeReport, outdir: Path) -> None:
+    """TensorRT's implicit-quantization scales beside the Q/DQ model, for the DLA."""
+    from deploycc.quantize.calibration_cache import entropy_scales, write_cache
+
+    # the DLA builds the legalized fp32 model: the cache names its tensors
+    scales = entropy_scales(context.model, context.calibration, context.inputs)
+    write_cache(outdir / CALIBRATION_CACHE, scales, context.target.backend.version)
+    report.calibration_cache = CALIBRATION_CACHE
+    report.notes.append("the GPU builds the Q/DQ model (explicit quantization, TensorRT's recommended "
+                        "form); the DLA builds the fp32 model with calibration.cache (implicit "
+                        "quantization, which it needs)")
 
 
 SHORTLIST_BY_SQNR, SHORTLIST_BY_SPREAD, RESTORE_SAMPLES = 16, 8, 32
