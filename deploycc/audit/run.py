@@ -421,19 +421,7 @@ def _audit(models: list[Path], target_names: Sequence[str], out: Path, options: 
     specs: dict[str, CellSpec] = {}
     for key, spec in cells:  # copies of a model (the same bytes) share a key: run once, shown for each
         specs.setdefault(key, spec)
-    results: dict[str, CellResult] = {}
-    pending = []
-    if options.fresh:  # exports and proofs made by the deploycc of an earlier run are made again
-        shutil.rmtree(out / EXPORTS, ignore_errors=True)
-        shutil.rmtree(out / PROOFS, ignore_errors=True)
-    for key, spec in specs.items():
-        cached = None if options.fresh else store.get(key)
-        if cached is not None:
-            results[key] = cached
-        elif not options.stored_only:
-            pending.append((key, spec))
-            # a cell run again starts with no folder, so a report.md found there after it is its own
-            shutil.rmtree(spec.workdir, ignore_errors=True)
+    results, pending = _reuse_stored(specs, store, options, out)
     counts: Counter[str] = Counter(r.status for r in results.values())
     exporting = Counter(spec.exports for _, spec in pending)
 
@@ -454,6 +442,36 @@ def _audit(models: list[Path], target_names: Sequence[str], out: Path, options: 
 
     if progress is not None:
         progress(counts, len(specs))
+    _run_cells(pending, options, done)
+    for result in results.values():
+        _drop_stale_report(result, out)
+    report = _matrix_report(models, targets, cells, results, options, out, started)
+    write_reports(report, out)
+    return report
+
+
+def _reuse_stored(specs: dict[str, CellSpec], store: CellStore, options: AuditOptions, out: Path,
+                  ) -> tuple[dict[str, CellResult], list[tuple[str, CellSpec]]]:
+    """The cells an earlier run stored (none with --fresh), and the cells left to run (none with
+    --stored-only)."""
+    results: dict[str, CellResult] = {}
+    pending = []
+    if options.fresh:  # exports and proofs made by the deploycc of an earlier run are made again
+        shutil.rmtree(out / EXPORTS, ignore_errors=True)
+        shutil.rmtree(out / PROOFS, ignore_errors=True)
+    for key, spec in specs.items():
+        cached = None if options.fresh else store.get(key)
+        if cached is not None:
+            results[key] = cached
+        elif not options.stored_only:
+            pending.append((key, spec))
+            # a cell run again starts with no folder, so a report.md found there after it is its own
+            shutil.rmtree(spec.workdir, ignore_errors=True)
+    return results, pending
+
+
+def _run_cells(pending: list[tuple[str, CellSpec]], options: AuditOptions,
+               done: Callable[[str, CellResult], None]) -> None:
     if options.executor == "ray":
         from deploycc.audit.ray_executor import run_ray
 
@@ -462,8 +480,12 @@ def _audit(models: list[Path], target_names: Sequence[str], out: Path, options: 
         run_local(pending, options, done)
     else:
         raise OptionError(f"unknown executor {options.executor!r}", hint="local or ray")
-    for result in results.values():
-        _drop_stale_report(result, out)
+
+
+def _matrix_report(models: list[Path], targets: list[Target], cells: list[tuple[str, CellSpec]],
+                   results: dict[str, CellResult], options: AuditOptions, out: Path,
+                   started: float) -> AuditReport:
+    """The matrix in the planned order, each copy of a model shown under its own path, summarized."""
     if options.stored_only:  # a model some of whose targets have no stored cell is left out whole
         complete = Counter(str(spec.model) for key, spec in cells if key in results)
         cells = [(key, spec) for key, spec in cells if complete[str(spec.model)] == len(targets)]
@@ -471,12 +493,10 @@ def _audit(models: list[Path], target_names: Sequence[str], out: Path, options: 
     ordered = [dataclasses.replace(results[key], model=spec.model) for key, spec in cells]  # a copy's path
     names = [t.name for t in targets]
     summary, top_failures = summarize(ordered, names)
-    report = AuditReport(outdir=str(out), models=[str(m) for m in models], targets=names,
-                         families={str(m): family for m in models if (family := hinted_family(m))},
-                         stages=list(options.stages), cells=ordered, summary=summary,
-                         top_failures=top_failures,
-                         counts=dict(Counter(r.status for r in ordered)),
-                         seconds=round(time.perf_counter() - started, 3),
-                         reused=sum(1 for r in ordered if r.cached))
-    write_reports(report, out)
-    return report
+    return AuditReport(outdir=str(out), models=[str(m) for m in models], targets=names,
+                       families={str(m): family for m in models if (family := hinted_family(m))},
+                       stages=list(options.stages), cells=ordered, summary=summary,
+                       top_failures=top_failures,
+                       counts=dict(Counter(r.status for r in ordered)),
+                       seconds=round(time.perf_counter() - started, 3),
+                       reused=sum(1 for r in ordered if r.cached))
