@@ -9,9 +9,9 @@ Exit codes (documented in the README and `deploycc --help`):
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
+# The codes live in results.py, below the records that give them; re-exported here with the errors.
+from deploycc.results import EXIT_FINDINGS, EXIT_USAGE
+from deploycc.results import EXIT_OK as EXIT_OK
 
 
 class DeployccError(Exception):

@@ -15,6 +15,12 @@ from typing import Any
 
 from deploycc.taxonomy import SafetyStep
 
+# The exit codes (errors.py says what each means): here, so that a record's `exit_code` needs
+# nothing above results.py.
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
 
 def strict(value: Any) -> Any:
     """JSON has no Infinity or NaN (JSON.parse and jq reject them): such floats are written as the
@@ -82,6 +88,8 @@ def _read(kind: Any, value: Any) -> Any:
         return value
     if origin in (typing.Union, types.UnionType):
         options = [arg for arg in args if arg is not type(None)]
+        if len(options) == 1:  # `X | None`: X's own reason, not a list of what it is not
+            return _read(options[0], value)
         for option in options:
             try:
                 return _read(option, value)

@@ -119,6 +119,13 @@ class Stage(Name):
 # The stages a board reports in result.json, in the order it goes through them.
 DEVICE_STAGES = (Stage.READ, Stage.BUILD, Stage.RUN, Stage.VERIFY, Stage.BENCH, Stage.DONE)
 
+# The engines run_on_device.py takes (`--engine`): the board's own first (its default), then
+# ONNX Runtime standing in for it on any host. tests/backends/test_device_runner.py holds these
+# to the runner's own; device/ re-exports them.
+RUNNER_ENGINES = ("tensorrt", "onnxruntime", "onnxruntime-gpu")
+BOARD_ENGINE = RUNNER_ENGINES[0]
+GPU_ENGINE = RUNNER_ENGINES[2]  # onnxruntime-gpu on an ort-cuda or ort-trt bundle: the real engine there
+
 
 class Precision(Name):
     """The numeric precision an engine is built in (a target lists those it takes)."""

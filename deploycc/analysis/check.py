@@ -2,79 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from deploycc.analysis.placement import PlacementPrediction, predict_placement
-from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from deploycc.analysis.placement import predict_placement
 from deploycc.graph.graphs import all_graphs, graph_label, opset_map
 from deploycc.legality.conversion_target import ConversionTarget, NodeVerdict
-from deploycc.legality.graph_level import GraphFinding, graph_findings
-from deploycc.results import Result, SkippedStep, unasked
+from deploycc.legality.graph_level import graph_findings
+from deploycc.records.check import CheckReport, NodeGroup, TargetVerdict  # re-exported: records, in records/
 from deploycc.taxonomy import Legality, Severity
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
     from deploycc.targets.schema import Target
-
-
-
-@dataclass
-class NodeGroup:
-    """Nodes of one op that share a verdict reason: one row of `op | count | reason | nodes`."""
-
-    op: str
-    count: int
-    category: str
-    reason: str
-    nodes: list[str]
-    details: list[str] = field(default_factory=list)
-
-
-@dataclass
-class TargetVerdict:
-    target: str
-    backend: str
-    backend_version: str
-    jetpack: str | None
-    op_table: str
-    legal: bool
-    counts: dict[str, int]
-    illegal: list[NodeGroup]
-    conditional: list[NodeGroup]
-    graph_findings: list[GraphFinding]
-    dla: dict[str, list[str]] | None = None
-    fixes: list[dict[str, str]] | None = None  # with --explain: the rule that would fix each node
-    # ONNX Runtime with a GPU provider: each node's provider, the subgraphs and Memcpy borders
-    placement: PlacementPrediction | None = None
-
-
-@dataclass
-class CheckReport(Result):
-    path: str
-    node_count: int
-    opset_imports: dict[str, int]
-    notes: list[str]
-    targets: list[TargetVerdict]
-    # `check --precision fp16` (and the default on targets that build fp16): a HalfPrecisionReport
-    # of deploycc.fp16, a layer above this one, which the API sets
-    half: Any = None
-    # The safety steps that did not run (the fp16 analysis) and why; with `strict` (--strict)
-    # one the user did not ask to skip is exit 1
-    skipped_steps: list[SkippedStep] = field(default_factory=list)
-    strict: bool = False
-
-    @property
-    def exit_code(self) -> int:
-        legal = all(t.legal for t in self.targets)
-        return EXIT_OK if legal and not (self.strict and unasked(self.skipped_steps)) else EXIT_FINDINGS
-
-    def to_dict(self) -> dict[str, Any]:
-        data = super().to_dict()
-        data["legal"] = all(t.legal for t in self.targets)
-        return data
 
 
 def _group(verdicts: list[NodeVerdict], status: Legality) -> list[NodeGroup]:

@@ -18,67 +18,17 @@ on the CPU on purpose, which no table says (the target's placement note).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from deploycc.legality.conversion_target import ConversionTarget
+from deploycc.records.check import CPU, Border, OffPrimary
+from deploycc.records.check import PlacementPrediction as PlacementPrediction  # re-exported: a record
 from deploycc.taxonomy import Legality
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
     from deploycc.targets.schema import Target
-
-CPU = "CPUExecutionProvider"
-
-
-@dataclass
-class OffPrimary:
-    """A node the primary provider does not take: where it goes instead, and why."""
-
-    node: str
-    op: str
-    provider: str
-    reason: str
-
-
-@dataclass
-class Border:
-    """A tensor crossing between a GPU provider and the CPU: one Memcpy."""
-
-    tensor: str
-    source: str  # provider that writes it
-    target: str  # provider that reads it
-    bytes: int
-
-
-@dataclass
-class PlacementPrediction:
-    target: str
-    primary: str
-    counts: dict[str, int] = field(default_factory=dict)  # provider -> nodes
-    subgraphs: int = 0  # runs of nodes on the primary provider, in topological order
-    subgraph_sizes: list[int] = field(default_factory=list)
-    # the runs themselves, as indices of the main graph's nodes in order
-    runs: list[list[int]] = field(default_factory=list, repr=False)
-    borders: list[Border] = field(default_factory=list)
-    off_primary: list[OffPrimary] = field(default_factory=list)
-    note: str = ""
-
-    @property
-    def memcpy(self) -> int:
-        return len(self.borders)
-
-    @property
-    def cpu_nodes(self) -> int:
-        return self.counts.get(CPU, 0)
-
-    def line(self) -> str:
-        counts = ", ".join(f"{provider.removesuffix('ExecutionProvider')} {n}"
-                           for provider, n in self.counts.items())
-        crossing = sum(b.bytes for b in self.borders)
-        return (f"{counts}; {self.subgraphs} {self.primary.removesuffix('ExecutionProvider')} subgraph(s), "
-                f"{self.memcpy} Memcpy ({crossing} bytes at the graph's shapes)")
 
 
 def predict_placement(model: ir.Model, target: Target) -> PlacementPrediction | None:

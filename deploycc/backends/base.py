@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import DeployccError, OptionError
+from deploycc.records.artifact import Artifact
+from deploycc.records.artifact import Placement as Placement  # re-exported: a record, in records/
 from deploycc.taxonomy import Failed, Failure, Name, Precision
 
 if TYPE_CHECKING:
@@ -103,27 +105,6 @@ class Int8Recipe:
 # A conformance case run on a backend: the model's bytes and its feeds (exotic element types as
 # ml_dtypes arrays) -> its outputs in order (backends/raw_values.py reads and writes the raw bits)
 ConformanceRunner = Callable[[bytes, dict[str, Any]], list[Any]]
-
-
-@dataclass
-class Placement:
-    """Where each node runs: the device/provider per node, and the nodes that left the target's."""
-
-    primary: str
-    counts: dict[str, int] = field(default_factory=dict)
-    fallback: list[str] = field(default_factory=list)
-    unsupported: list[str] = field(default_factory=list)
-    method: str = ""
-
-
-@dataclass
-class Artifact:
-    kind: str  # ort-optimized-onnx | ort-format | openvino-ir | tensorrt-plan | device-bundle
-    files: list[str]  # relative to the output directory; the first is what a runner loads
-    pending_on_device: bool = False
-    settings: dict[str, Any] = field(default_factory=dict)  # what a reproduction needs
-    placement: Placement | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 class Runner(ABC):

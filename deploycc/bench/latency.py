@@ -7,31 +7,14 @@ driven warm-up, memory, batch sweeps and comparisons on top.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deploycc.records.bench import LatencyStats  # re-exported: a record, in records/
+
 if TYPE_CHECKING:
     from deploycc.backends.base import Runner
-
-
-@dataclass
-class LatencyStats:
-    iterations: int
-    warmup: int
-    load_ms: float
-    first_inference_ms: float
-    min_ms: float
-    mean_ms: float
-    std_ms: float
-    p50_ms: float
-    p90_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-    throughput_per_s: float
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # what was timed, every time
 
 
 def summarize(seconds: np.ndarray, warmup: int, load_seconds: float, first_seconds: float) -> LatencyStats:

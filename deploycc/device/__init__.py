@@ -20,9 +20,8 @@ result into the build's records (pipeline/device_import.py, records/device.py), 
 schedules the board's task (audit/ray_executor.py), and the commands are cli/device_cmd.py.
 """
 
-# The engines run_on_device.py takes (`--engine`): the board's own first (its default), then
-# ONNX Runtime standing in for it on any host. tests/backends/test_device_runner.py holds these
-# to the runner's own.
-RUNNER_ENGINES = ("tensorrt", "onnxruntime", "onnxruntime-gpu")
-BOARD_ENGINE = RUNNER_ENGINES[0]
-GPU_ENGINE = RUNNER_ENGINES[2]  # onnxruntime-gpu on an ort-cuda or ort-trt bundle: the real engine there
+# The engines run_on_device.py takes (`--engine`), named in the taxonomy (the audit's records
+# default to the board's own) and re-exported here, with the board's half.
+from deploycc.taxonomy import BOARD_ENGINE, GPU_ENGINE, RUNNER_ENGINES
+
+__all__ = ["BOARD_ENGINE", "GPU_ENGINE", "RUNNER_ENGINES"]

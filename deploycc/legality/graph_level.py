@@ -6,10 +6,10 @@ int64 initializers a target carries as int32 that do not fit. Judged from the ta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deploycc.graph.graphs import all_graphs, dynamic_dims
+from deploycc.records.check import GraphFinding  # re-exported: a record, in records/
 from deploycc.taxonomy import Refusal, Severity
 
 if TYPE_CHECKING:
@@ -19,13 +19,6 @@ if TYPE_CHECKING:
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 NARROWING_READ_LIMIT = 1 << 20  # int64 initializers up to this many elements are range-checked
-
-
-@dataclass
-class GraphFinding:
-    severity: Severity
-    category: str
-    message: str
 
 
 def graph_findings(model: ir.Model, target: Target, *, legalized: bool = False) -> list[GraphFinding]:

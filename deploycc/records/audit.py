@@ -20,12 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deploycc.device import BOARD_ENGINE
 from deploycc.results import Result
-from deploycc.taxonomy import FAILURE_OF_REFUSAL, CellStatus, Failure, Precision, Stage
+from deploycc.taxonomy import BOARD_ENGINE, FAILURE_OF_REFUSAL, CellStatus, Failure, Precision, Stage
 
 if TYPE_CHECKING:
-    from deploycc.targets.schema import Target
+    from deploycc.targets.schema import Target  # needs_hardware's, while it lasts
 
 STAGES = (Stage.CHECK, Stage.LEGALIZE, Stage.BUILD, Stage.VERIFY, Stage.BENCH)
 DEFAULT_STAGES = (Stage.CHECK, Stage.LEGALIZE, Stage.BUILD, Stage.VERIFY)
@@ -133,7 +132,9 @@ class CellSpec:
 
     def needs_hardware(self, target: Target) -> str | None:
         """The runner engine of stages that must run on the target itself (a TensorRT engine, an
-        onnxruntime-gpu session, and their benchmarks), or None."""
+        onnxruntime-gpu session, and their benchmarks), or None. The one arrow up out of records
+        (pyproject's ignore_imports): it goes once audit/run.py, its one caller, asks the
+        target's backend itself."""
         from deploycc.backends.registry import get_backend
 
         if not any(s in self.stages for s in (Stage.BUILD, Stage.BENCH)):

@@ -7,18 +7,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # At run time, not only for the type checker: `device import` reads the report back from JSON.
-from deploycc.backends.base import Artifact
-from deploycc.bench.latency import LatencyStats
-from deploycc.errors import EXIT_FINDINGS, EXIT_OK
-from deploycc.fp16 import HalfPrecisionReport
-from deploycc.quantize import QuantizeReport
+from deploycc.records.artifact import Artifact
+from deploycc.records.bench import LatencyStats
 from deploycc.records.device import DeviceResult
 from deploycc.records.export import ExportReport
+from deploycc.records.half import HalfPrecisionReport
 from deploycc.records.legalize import LegalizeReport
+from deploycc.records.quantize import QuantizeReport
 from deploycc.records.shapes import ShapePlan
-from deploycc.results import Result, SkippedStep, unasked
+from deploycc.records.verification import Verification
+from deploycc.results import EXIT_FINDINGS, EXIT_OK, Result, SkippedStep, unasked
 from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
-from deploycc.verify.verification import Verification
 
 SUCCEEDED = (BuildStatus.VERIFIED, BuildStatus.PENDING_ON_DEVICE, BuildStatus.VERIFIED_ON_DEVICE)
 

@@ -5,7 +5,9 @@ result.json is a contract between two programs that may be of different releases
 deploycc and the runner copied into a bundle, which runs on the board's Python alone. It carries
 its schema's version; the runner checks what it writes against the schema before writing it
 (`check_result` in device/run_on_device.py) and the host checks what it reads here, every
-field against device/board_files.py's RESULT_SPEC, refusing a newer schema in one line.
+field against device_schema.py's RESULT_SPEC, refusing a newer schema in one line
+(NotADeviceResult, a ValueError; device/board_files.py's read_result makes it the user's
+OptionError).
 tests/backends/test_device_runner.py holds the two sides' declarations equal.
 """
 
@@ -15,8 +17,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploycc.device.board_files import RESULT_SPEC, VERIFIED_SPEC, check
 from deploycc.errors import OptionError
+from deploycc.records.device_schema import RESULT_SPEC, VERIFIED_SPEC, problem
 from deploycc.results import from_dict
 from deploycc.taxonomy import DEVICE_STAGES, ON_DEVICE, BuildStatus, Precision, Stage
 
@@ -25,6 +27,13 @@ UNKNOWN_PRECISION = "unknown"  # what the runner writes for a layer whose format
 # Every result names its schema, status, stage, engine, and the model it ran (the bundle's
 # model.onnx by sha256: a result from another bundle is refused).
 REQUIRED = ("schema", "status", "stage", "model_sha256", "engine")
+
+
+class NotADeviceResult(OptionError, ValueError):
+    """Data that is not a device result this deploycc reads, in one line (`message`); `hint` says
+    what to do. device/board_files.py's read_result gives it to the user as an OptionError (exit 2).
+    An OptionError itself only until pipeline/device_import.py calls read_result: then a plain
+    ValueError (setting `message` and `hint`), and records import nothing of errors.py."""
 
 
 @dataclass
@@ -69,30 +78,34 @@ class DeviceResult:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "the device result") -> DeviceResult:
-        """The result checked against its schema; any problem is one line (OptionError)."""
+        """The result checked against its schema; any problem is one line (NotADeviceResult)."""
         if not isinstance(data, dict):
-            raise OptionError(f"{source}: not a device result (a JSON object was expected)")
+            raise NotADeviceResult(f"{source}: not a device result (a JSON object was expected)")
         missing = [key for key in REQUIRED if key not in data]
         if missing:
-            raise OptionError(f"{source}: not a device result (no {', '.join(missing)})")
+            raise NotADeviceResult(f"{source}: not a device result (no {', '.join(missing)})")
         schema = data["schema"]
         if not isinstance(schema, int) or isinstance(schema, bool):
-            raise OptionError(f"{source}: not a device result (schema {schema!r} is not a version number)")
+            raise NotADeviceResult(f"{source}: not a device result "
+                                   f"(schema {schema!r} is not a version number)")
         if schema > RESULT_SCHEMA:
-            raise OptionError(f"{source}: result schema {schema} is newer than this deploycc reads "
-                              f"({RESULT_SCHEMA})", hint="upgrade deploycc here, then import again")
-        check(data, RESULT_SPEC, source, "device result")  # every field the host reads, typed
-        if data["status"] == BuildStatus.VERIFIED_ON_DEVICE:
-            check(data, VERIFIED_SPEC, source, "verified device result")
+            raise NotADeviceResult(f"{source}: result schema {schema} is newer than this deploycc reads "
+                                   f"({RESULT_SCHEMA})", hint="upgrade deploycc here, then import again")
+        wrong = problem(data, RESULT_SPEC)  # every field the host reads, typed
+        if wrong:
+            raise NotADeviceResult(f"{source}: not a device result: {wrong}")
+        wrong = problem(data, VERIFIED_SPEC) if data["status"] == BuildStatus.VERIFIED_ON_DEVICE else None
+        if wrong:
+            raise NotADeviceResult(f"{source}: not a verified device result: {wrong}")
         if data["status"] not in ON_DEVICE:
-            raise OptionError(f"{source}: unknown status {data['status']!r}")
+            raise NotADeviceResult(f"{source}: unknown status {data['status']!r}")
         if data["stage"] not in DEVICE_STAGES:
-            raise OptionError(f"{source}: unknown stage {data['stage']!r}")
+            raise NotADeviceResult(f"{source}: unknown stage {data['stage']!r}")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra", "order"}
         try:
             result = from_dict(cls, {key: value for key, value in data.items() if key in known})
         except (TypeError, ValueError) as error:
-            raise OptionError(f"{source}: not a device result ({error})") from None
+            raise NotADeviceResult(f"{source}: not a device result ({error})") from None
         result.extra = {key: value for key, value in data.items() if key not in known}
         result.order = list(data)
         return result

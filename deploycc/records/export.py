@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from deploycc.records.verification import Verification
 from deploycc.results import Result
-from deploycc.verify.verification import Verification
 
 # Export failure classes, each one line with a hint (frontend/failures.py decides)
 UNSUPPORTED_OP = "unsupported-op"  # an aten op the exporter has no translation for

@@ -3,20 +3,27 @@ verification against the original."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from deploycc.analysis.check import TargetVerdict
-from deploycc.errors import EXIT_FINDINGS, EXIT_OK
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Protocol, TypeVar
 
 # At run time, not only for the type checker: a report read back from report.json needs them.
+from deploycc.records.check import TargetVerdict
 from deploycc.records.export import ExportReport
-from deploycc.results import Result
-from deploycc.rules.engine import Rewrite
-from deploycc.verify.verification import Verification
+from deploycc.records.rewrite import Rewrite
+from deploycc.records.verification import Verification
+from deploycc.results import EXIT_FINDINGS, EXIT_OK, Result
 
-if TYPE_CHECKING:
-    from deploycc.options import LegalizeOptions
+
+class SetsAside(Protocol):
+    """Options that set passes and rules aside (options.LegalizeOptions, a layer above): a
+    dataclass with these fields, so that a blame gives back the options it was given, one more aside."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    disable_passes: tuple[str, ...]
+    disable_rules: tuple[str, ...]
+
+
+Options = TypeVar("Options", bound=SetsAside)
 
 
 @dataclass
@@ -54,10 +61,8 @@ class Blame:
         where = f"pass {self.pass_name}" + (f", rule {self.rule}" if self.rule else "")
         return f"{where}: {self.problem}" if self.problem else where
 
-    def without(self, options: LegalizeOptions) -> LegalizeOptions:
+    def without(self, options: Options) -> Options:
         """The options with the blamed rule, or the whole pass when no rule was found, set aside."""
-        from dataclasses import replace
-
         if self.rule is not None:
             return replace(options, disable_rules=(*options.disable_rules, self.rule))
         return replace(options, disable_passes=(*options.disable_passes, self.pass_name))

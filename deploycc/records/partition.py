@@ -7,11 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploycc.errors import EXIT_FINDINGS, EXIT_OK
 from deploycc.records.legalize import LegalizeReport
-from deploycc.results import Result
+from deploycc.records.verification import Verification
+from deploycc.results import EXIT_FINDINGS, EXIT_OK, Result
 from deploycc.taxonomy import BuildStatus, Precision
-from deploycc.verify.verification import Verification
 
 
 @dataclass

@@ -9,22 +9,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from deploycc.graph.graphs import node_label
+from deploycc.records.rewrite import Rewrite  # re-exported: a record, in records/
 from deploycc.rules.base import Builder, Decline, Site
 from deploycc.rules.catalog import rules_for
-from deploycc.rules.proof import Certificate  # at run time: a report read back from JSON needs it
 
 if TYPE_CHECKING:
     import onnx_ir as ir
-
-
-@dataclass
-class Rewrite:
-    rule: str
-    node: str
-    op: str
-    graph: str
-    added_nodes: int
-    certificate: Certificate | None
 
 
 @dataclass

@@ -9,9 +9,9 @@ runtime that ran the original, the errors, and the verdict; a failed proof stops
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from deploycc.records.rewrite import Certificate  # re-exported: a record, in records/
 from deploycc.rules import proven
 from deploycc.rules.base import Builder, Rule, Site
 from deploycc.taxonomy import ProofStatus
@@ -26,20 +26,6 @@ PROVEN, FAILED, UNPROVEN = ProofStatus.PROVEN, ProofStatus.FAILED, ProofStatus.U
 PROOF_SEEDS = (0, 1)
 HALF_TOLERANCE = 1e-2  # float16/bfloat16 outputs: one rounding of a 10-bit mantissa apart
 MAX_CONSTANT_BYTES = 256 << 20  # larger constant inputs are not copied into a proof model
-
-
-@dataclass
-class Certificate:
-    rule: str
-    node: str
-    op: str
-    status: str
-    reference: str = ""
-    samples: int = 0
-    max_abs_error: float = 0.0
-    max_rel_error: float = 0.0
-    added_ops: dict[str, int] = field(default_factory=dict)
-    detail: str = ""
 
 
 Expansion = Callable[[Site, Builder], Sequence["ir.Value"]]

@@ -5,10 +5,9 @@ benchmark_app adds cosine similarity).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from deploycc.records.verification import OutputComparison  # re-exported: a record, in records/
 from deploycc.taxonomy import Precision
 
 # (atol, rtol, minimum cosine similarity) per precision the target computes in. An element
@@ -30,26 +29,6 @@ def judged_as(precision: str) -> Precision:
     """The precision whose tolerances judge an engine built in `precision`: its own, or int8's
     for the narrower ones (fp8, int4) that have none of their own."""
     return Precision(precision) if precision in TOLERANCES else Precision.INT8
-
-
-@dataclass
-class OutputComparison:
-    name: str
-    shape: list[int]
-    dtype: str
-    passed: bool
-    max_abs_error: float
-    max_rel_error: float
-    cosine_similarity: float
-    required_atol: float  # the smallest atol that passes with rtol = 0
-    required_rtol: float  # the smallest rtol that passes with atol = 0 (inf if an expected 0 differs)
-    atol: float
-    rtol: float
-    mismatched: int
-    problem: str = ""
-    # Why the reference output says nothing ("all within 1e-06 of zero", "constant"): a match
-    # there proves little, and reports never call it "ok".
-    degenerate: str = ""
 
 
 DEGENERATE_ZERO = 1e-6  # every element of the reference this close to zero: no signal

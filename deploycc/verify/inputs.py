@@ -18,17 +18,12 @@ import numpy as np
 from deploycc import budget
 from deploycc.errors import OptionError
 from deploycc.graph.graphs import dims_of
+from deploycc.records.verification import CONTENTS, MOSAIC, NOISE, PAGE  # named with the record
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
 SYMBOLIC_DIM_SIZE = 2
-# What generated float inputs hold. Noise first; where the original answers noise with nothing (a
-# text detector finds no text in it: PP-OCR's detectors give all zeros), an image input is drawn
-# again as a picture: a mosaic of flat 16-pixel tiles (edges between regions, as in a photo), then
-# a page of dark words in lines on white. Everything else stays noise.
-NOISE, MOSAIC, PAGE = "noise", "mosaic", "page"
-CONTENTS = (NOISE, MOSAIC, PAGE)
 CONTENT_DESCRIBED = {MOSAIC: "a mosaic of 16-pixel tiles", PAGE: "a page of dark words on white"}
 TILE = 16
 

@@ -5,13 +5,13 @@ same inputs, every output compared with the comparator.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from deploycc.budget import TooLarge
+from deploycc.records.verification import PERTURBATION_ULPS, Verification  # Verification re-exported
 from deploycc.taxonomy import Failed, Precision
 from deploycc.verify.compare import (
     MISMATCH_SHARE,
@@ -35,59 +35,6 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
     from deploycc.options import LegalizeOptions
-
-
-@dataclass
-class Verification:
-    passed: bool
-    reference: str
-    inputs: str
-    precision: Precision  # whose tolerances judged it
-    outputs: list[OutputComparison] = field(default_factory=list)
-    problem: str = ""
-    # The original itself fails on the inputs deploycc drew (a sample rate it checks, a Pad past
-    # its bounds): nothing is judged; the user must give inputs the model takes (--inputs).
-    needs_inputs: bool = False
-    # The dims drawn for each input of the rewritten graph ({} with --inputs), and which of the
-    # typical sizes' attempts gave them (0: the typical sizes; then each role's fallbacks).
-    shapes: dict[str, list[int]] = field(default_factory=dict)
-    attempt: int = 0
-    content: str = NOISE  # what the drawn float image inputs held (verify/inputs.py CONTENTS)
-    inputs_file: str = ""  # the inputs it ran on, as an .npz beside the result (build's verify-inputs.npz)
-    compared_as_sets: list[str] = field(default_factory=list)  # outputs equal up to the order of rows
-    # Outputs the original itself moves beyond tolerance under a rounding-level perturbation of
-    # its inputs (selection among near-tied scores): judged against that spread, not elementwise.
-    ill_conditioned: list[str] = field(default_factory=list)
-    # Outputs the engine computes no further from ORT than the same backend computes the model as
-    # exported (its own kernels' rounding, not deploycc's change): "backend (how far)".
-    backend_bound: list[str] = field(default_factory=list)
-    # Of those, the ones the backend gets wrong as exported beyond its rounding (below the precision's
-    # cosine floor: OpenVINO folding a per-position scale into a Conv): its defect, not deploycc's.
-    backend_defect: list[str] = field(default_factory=list)
-
-    def caveat(self) -> str:
-        """What a pass rests on beyond elementwise tolerance, for the reports ('' when nothing)."""
-        parts = []
-        uninformative = [o.name for o in self.outputs if o.degenerate]
-        if uninformative:
-            parts.append(f"{', '.join(uninformative)} not judged: the original's output carries no signal on "
-                         f"these inputs ({'; '.join(o.degenerate for o in self.outputs if o.degenerate)})")
-        if self.compared_as_sets:
-            parts.append(f"{', '.join(self.compared_as_sets)} equal up to the order of rows")
-        if self.ill_conditioned:
-            parts.append(f"{', '.join(self.ill_conditioned)} ill-conditioned at these inputs (the original "
-                         "itself moves beyond tolerance when its inputs move by "
-                         f"{PERTURBATION_ULPS} roundings): passed as no further from the reference "
-                         "than the original's own worst move")
-        rounding = [name for name in self.backend_bound if name not in self.backend_defect]
-        if rounding:
-            parts.append(f"{', '.join(rounding)} as far from ONNX Runtime as the backend computes "
-                         "the model as exported, no further: its own kernels' rounding")
-        if self.backend_defect:
-            parts.append(f"{', '.join(self.backend_defect)} as wrong as the backend computes the model as "
-                         "exported, and no more: a defect of the backend beyond rounding, which no rule "
-                         "of this target avoids yet")
-        return "; ".join(parts)
 
 
 def _run_original(path: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
@@ -333,7 +280,6 @@ def compare_all(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], 
     return result
 
 
-PERTURBATION_ULPS = 16  # internal reorderings move more than one rounding of the input does
 PERTURBATION = PERTURBATION_ULPS * float(np.finfo(np.float32).eps)  # relative, per element
 PERTURBATION_TRIALS = 5  # per batch
 PERTURBATION_TRIALS_MAX = 20
