@@ -928,59 +928,19 @@ def run(bundle, engine_name, iterations, warmup_seconds):
     """The result (a dict for result.json) and the exit code."""
     result = {"schema": RESULT_SCHEMA, "engine": engine_name, "status": FAILED, "stage": "read",
               "python": platform.python_version(), "machine": platform.machine(), "host": platform.node()}
-    bundle_file = os.path.join(bundle, "bundle.json")
-    model = os.path.join(bundle, "model.onnx")
-    index_file = os.path.join(bundle, REFERENCE_DIR, INDEX)
     try:
-        document = read_json(bundle_file)
-        if document.get("schema", 1) > BUNDLE_SCHEMA:
-            raise ValueError("bundle.json schema {} is newer than this runner's {}".format(
-                document.get("schema"), BUNDLE_SCHEMA))
-        settings = document["settings"]
-        result["model_sha256"] = sha256_of(model)
-        index = read_json(index_file)
-        if index.get("model_sha256") != result["model_sha256"]:
-            raise ValueError("the reference was made for another model (sha256 differs)")
-        inputs = load_arrays(os.path.join(bundle, REFERENCE_DIR), index["inputs"])
-        expected = load_arrays(os.path.join(bundle, REFERENCE_DIR), index["outputs"])
+        settings, index, inputs, expected = read_bundle(bundle, result)
     except (OSError, ValueError, KeyError) as error:
         result["reason"] = f"unreadable bundle: {error}"
         return result, 2
     memory_before = nvmap_kb()
     try:
-        result["stage"] = "build"
-        engine = ENGINES[engine_name](bundle, settings)
-        if engine_name == "tensorrt" and settings.get("int8_implicit"):
-            engine = faster_int8_form(engine, bundle, settings, inputs, result)
-        result["engine_version"] = engine.version
-        result["build_seconds"] = round(getattr(engine, "build_seconds", 0.0), 3)
-        if getattr(engine, "fp32_layers", None):
-            result["fp32_layers"] = engine.fp32_layers
-        result["stage"] = "run"
-        actual = engine.run(inputs)
-        if getattr(engine, "placement", None):
-            result["placement"] = engine.placement
+        engine, actual = build_and_run(bundle, engine_name, settings, inputs, result)
         result["stage"] = "verify"
-        atol, rtol, min_cosine = (index["tolerances"][key] for key in ("atol", "rtol", "min_cosine"))
-        share = index["tolerances"].get("mismatch_share", 0.0)
-        rows = [compare(name, array, actual.get(name, array[:0]), atol, rtol, min_cosine, share)
-                for name, array in expected.items()]
-        result["outputs"] = rows
-        result["tolerances"] = index["tolerances"]
-        if not all(row["passed"] for row in rows):
-            first = next(row for row in rows if not row["passed"])
-            result["reason"] = "output '{}': {}".format(first["name"], first.get("problem", "differs"))
+        if not verified(index, expected, actual, result):
             return result, 1
         result["stage"] = "bench"
-        sampler = start_tegrastats()
-        gpu_before = nvml_sample()
-        try:
-            result["latency"] = benchmark(engine, inputs, iterations, warmup_seconds)
-        finally:
-            result["tegrastats"] = stop_tegrastats(sampler)
-        result["nvml"] = {"before": gpu_before, "after": nvml_sample()} if gpu_before else None
-        result["power_mode"] = power_mode()
-        result["clocks"] = clock_state()
+        time_engine(engine, inputs, iterations, warmup_seconds, result)
     except Exception as error:  # every failure on the board is a result, with its stage
         result["reason"] = "{}: {}".format(type(error).__name__, str(error).strip().splitlines()[0]
                                             if str(error).strip() else "")
@@ -990,6 +950,69 @@ def run(bundle, engine_name, iterations, warmup_seconds):
                         "nvmap_delta_kb": None if None in (after, memory_before) else after - memory_before}
     result["status"], result["stage"] = VERIFIED, "done"
     return result, 0
+
+
+def read_bundle(bundle, result):
+    """bundle.json's settings, the reference index, its inputs and expected outputs; the model's
+    sha256 into `result`. Raises OSError, ValueError or KeyError on a bundle it cannot use."""
+    document = read_json(os.path.join(bundle, "bundle.json"))
+    if document.get("schema", 1) > BUNDLE_SCHEMA:
+        raise ValueError("bundle.json schema {} is newer than this runner's {}".format(
+            document.get("schema"), BUNDLE_SCHEMA))
+    result["model_sha256"] = sha256_of(os.path.join(bundle, "model.onnx"))
+    index = read_json(os.path.join(bundle, REFERENCE_DIR, INDEX))
+    if index.get("model_sha256") != result["model_sha256"]:
+        raise ValueError("the reference was made for another model (sha256 differs)")
+    inputs = load_arrays(os.path.join(bundle, REFERENCE_DIR), index["inputs"])
+    expected = load_arrays(os.path.join(bundle, REFERENCE_DIR), index["outputs"])
+    return document["settings"], index, inputs, expected
+
+
+def build_and_run(bundle, engine_name, settings, inputs, result):
+    """The engine built from the bundle (TensorRT's implicit int8 in its faster form where asked)
+    and its outputs on the reference inputs; what the build says goes into `result`."""
+    result["stage"] = "build"
+    engine = ENGINES[engine_name](bundle, settings)
+    if engine_name == "tensorrt" and settings.get("int8_implicit"):
+        engine = faster_int8_form(engine, bundle, settings, inputs, result)
+    result["engine_version"] = engine.version
+    result["build_seconds"] = round(getattr(engine, "build_seconds", 0.0), 3)
+    if getattr(engine, "fp32_layers", None):
+        result["fp32_layers"] = engine.fp32_layers
+    result["stage"] = "run"
+    actual = engine.run(inputs)
+    if getattr(engine, "placement", None):
+        result["placement"] = engine.placement
+    return engine, actual
+
+
+def verified(index, expected, actual, result):
+    """Each output against the reference at the bundle's tolerances, the rows into `result`;
+    whether all passed (else the first that did not is the reason)."""
+    atol, rtol, min_cosine = (index["tolerances"][key] for key in ("atol", "rtol", "min_cosine"))
+    share = index["tolerances"].get("mismatch_share", 0.0)
+    rows = [compare(name, array, actual.get(name, array[:0]), atol, rtol, min_cosine, share)
+            for name, array in expected.items()]
+    result["outputs"] = rows
+    result["tolerances"] = index["tolerances"]
+    if all(row["passed"] for row in rows):
+        return True
+    first = next(row for row in rows if not row["passed"])
+    result["reason"] = "output '{}': {}".format(first["name"], first.get("problem", "differs"))
+    return False
+
+
+def time_engine(engine, inputs, iterations, warmup_seconds, result):
+    """Latency, with tegrastats and NVML sampled around it, and the board's power mode and clocks."""
+    sampler = start_tegrastats()
+    gpu_before = nvml_sample()
+    try:
+        result["latency"] = benchmark(engine, inputs, iterations, warmup_seconds)
+    finally:
+        result["tegrastats"] = stop_tegrastats(sampler)
+    result["nvml"] = {"before": gpu_before, "after": nvml_sample()} if gpu_before else None
+    result["power_mode"] = power_mode()
+    result["clocks"] = clock_state()
 
 
 def bundle_engine(bundle):
