@@ -342,23 +342,12 @@ def compare(a: Runner, b: Runner, feeds: dict[str, np.ndarray], pairs: int, othe
 
 def bench(path: str | Path, target: Target | None = None, options: BenchOptions | None = None, *,
           progress: Callable[[str, int, int], None] | None = None) -> BenchReport:
-    from deploycc.bench import flops
     from deploycc.bench.conditions import conditions
 
     options = options or BenchOptions()
     if options.streams < 1 or (options.iterations is not None and options.iterations < 1):
         raise OptionError("--streams and --iterations must be at least 1")
-    subject = open_subject(Path(path), target)
-    other: Subject | None = None
-    fixed: dict[str, list[int | None]] | None = None
-    if options.compare_to is not None:  # opened first: every timing runs on inputs both accept
-        other = open_subject(options.compare_to, subject.target if options.compare_to.is_file() else None)
-        fixed = shared_dims(signature(subject.onnx), signature(other.onnx), subject.label, other.label)
-    feeds = bench_feeds(subject.onnx, None, options.seed, fixed)
-
-    def report_progress(stage: str) -> Callable[[int, int], None]:
-        return lambda done, total: progress(stage, done, total) if progress else None
-
+    subject, other, feeds = _open_subjects(Path(path), target, options)
     with RssPeak() as rss, Tegrastats() as tegra:
         runner = subject.make_runner(options.threads)
         try:
@@ -368,44 +357,24 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
             if progress:
                 progress("warm-up", 0, 0)
             warm = warm_up(runner, feeds, options)
-            samples = timed(runner, feeds, options, report_progress("timing"))
+            samples = timed(runner, feeds, options, _stage_progress(progress, "timing"))
             latency = summarize(samples, warm.iterations, runner.load_seconds, first_ms / 1e3)
             segments_ms = runner.breakdown_ms(last=samples.size)
             device_memory, device_note = nvml_process_memory()
-            batches = []
-            for batch in options.batches:
-                batch_feeds = bench_feeds(subject.onnx, batch, options.seed)
-                warm_up(runner, batch_feeds, BenchOptions(warmup=3))
-                stats = summarize(timed(runner, batch_feeds, options, report_progress(f"batch {batch}")),
-                                  3, 0.0, 0.0)
-                batches.append(BatchResult(batch, stats, round(batch * 1e3 / stats.mean_ms, 2),
-                                           shapes_of(batch_feeds)))
+            batches = _batch_sweep(runner, subject.onnx, options, progress)
             comparison = None
             if other is not None:
-                other_runner = other.make_runner(options.threads)
-                try:
-                    warm_up(other_runner, feeds, BenchOptions(warmup=max(5, warm.iterations // 2)))
-                    comparison = compare(runner, other_runner, feeds, max(samples.size, 20), other.label)
-                finally:
-                    other_runner.close()
+                comparison = _compare_with(runner, other, feeds, options,
+                                           warmup=max(5, warm.iterations // 2), pairs=max(samples.size, 20))
         finally:
             runner.close()
-    memory = rss.report
-    memory.device_memory_bytes, memory.device_memory_method = device_memory, device_note
-    if device_memory is None:
-        memory.device_memory_unavailable, memory.device_memory_method = device_note, ""
-    if tegra.available:
-        memory.device_memory_bytes = tegra.peak_memory
-        memory.device_memory_method, memory.device_memory_unavailable = "tegrastats RAM (unified)", None
-        memory.power_mw = tegra.peak_power
+    memory = _memory(rss.report, tegra, device_memory, device_note)
     stream_result = None
     if options.streams > 1:
         if progress:
             progress(f"{options.streams} streams", 0, 0)
         stream_result = throughput(subject, feeds, options.streams, options.duration or 5.0, options.threads)
-    counted = flops.count_for_inputs(subject.onnx, feeds)
-    achieved = round(counted.total / (latency.p50_ms * 1e6), 3) if latency.p50_ms else None
-    roofline = Roofline(counted.total, achieved, counted.uncounted)
+    roofline = _roofline(subject.onnx, feeds, latency)
     facts, warnings = conditions(options.threads, subject.versions)
     if not warm.stable:
         warnings.append(f"latency did not settle during warm-up (last CV {warm.final_cv:.1%} after "
@@ -417,3 +386,69 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
         first_inference_ms=latency.first_inference_ms, warmup=warm, latency=latency, batches=batches,
         throughput=stream_result, memory=memory, roofline=roofline, conditions=facts, warnings=warnings,
         comparison=comparison, segments_ms=segments_ms)
+
+
+def _open_subjects(path: Path, target: Target | None, options: BenchOptions,
+                   ) -> tuple[Subject, Subject | None, dict[str, np.ndarray]]:
+    """The subject, the one `--compare-to` names (if any), and the inputs every timing runs on."""
+    subject = open_subject(path, target)
+    other: Subject | None = None
+    fixed: dict[str, list[int | None]] | None = None
+    if options.compare_to is not None:  # opened first: every timing runs on inputs both accept
+        other = open_subject(options.compare_to, subject.target if options.compare_to.is_file() else None)
+        fixed = shared_dims(signature(subject.onnx), signature(other.onnx), subject.label, other.label)
+    return subject, other, bench_feeds(subject.onnx, None, options.seed, fixed)
+
+
+def _stage_progress(progress: Callable[[str, int, int], None] | None,
+                    stage: str) -> Callable[[int, int], None]:
+    """A timing loop's progress, reported as `stage` of the bench's."""
+    return lambda done, total: progress(stage, done, total) if progress else None
+
+
+def _batch_sweep(runner: Runner, onnx: Path, options: BenchOptions,
+                 progress: Callable[[str, int, int], None] | None) -> list[BatchResult]:
+    """`--batch`: the runner timed again at each batch size."""
+    batches = []
+    for batch in options.batches:
+        batch_feeds = bench_feeds(onnx, batch, options.seed)
+        warm_up(runner, batch_feeds, BenchOptions(warmup=3))
+        stats = summarize(timed(runner, batch_feeds, options, _stage_progress(progress, f"batch {batch}")),
+                          3, 0.0, 0.0)
+        batches.append(BatchResult(batch, stats, round(batch * 1e3 / stats.mean_ms, 2),
+                                   shapes_of(batch_feeds)))
+    return batches
+
+
+def _compare_with(runner: Runner, other: Subject, feeds: dict[str, np.ndarray], options: BenchOptions,
+                  warmup: int, pairs: int) -> Comparison:
+    """`--compare-to`: the other subject warmed up, then both timed interleaved."""
+    other_runner = other.make_runner(options.threads)
+    try:
+        warm_up(other_runner, feeds, BenchOptions(warmup=warmup))
+        return compare(runner, other_runner, feeds, pairs, other.label)
+    finally:
+        other_runner.close()
+
+
+def _memory(memory: MemoryReport, tegra: Tegrastats, device_memory: int | None,
+            device_note: str) -> MemoryReport:
+    """The peak RSS with the device's memory: tegrastats' on a Jetson (its RAM is the GPU's), else
+    NVML's for this process, else why neither could be read."""
+    memory.device_memory_bytes, memory.device_memory_method = device_memory, device_note
+    if device_memory is None:
+        memory.device_memory_unavailable, memory.device_memory_method = device_note, ""
+    if tegra.available:
+        memory.device_memory_bytes = tegra.peak_memory
+        memory.device_memory_method, memory.device_memory_unavailable = "tegrastats RAM (unified)", None
+        memory.power_mw = tegra.peak_power
+    return memory
+
+
+def _roofline(onnx: Path, feeds: dict[str, np.ndarray], latency: LatencyStats) -> Roofline:
+    """The FLOPs of one inference on `feeds`, and the rate the median latency achieves."""
+    from deploycc.bench import flops
+
+    counted = flops.count_for_inputs(onnx, feeds)
+    achieved = round(counted.total / (latency.p50_ms * 1e6), 3) if latency.p50_ms else None
+    return Roofline(counted.total, achieved, counted.uncounted)
