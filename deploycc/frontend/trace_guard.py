@@ -50,28 +50,64 @@ class TraceFindings:
     guards: list[str] = field(default_factory=list)
 
 
+class _DataMarks:
+    """The tensors computed from the inputs' data, each held by a weak reference under its id (an id
+    is reused once its tensor is gone, so the reference is checked to be the very tensor)."""
+
+    def __init__(self) -> None:
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        self._tensor = torch.Tensor
+        self._leaves = tree_leaves
+        self._marked: dict[int, Any] = {}
+
+    def mark(self, value: Any) -> None:
+        for leaf in self._leaves(value):
+            if isinstance(leaf, self._tensor) and id(leaf) not in self._marked:
+                self._marked[id(leaf)] = weakref.ref(leaf, partial(self._forget, id(leaf)))
+
+    def _forget(self, key: int, _: Any) -> None:
+        self._marked.pop(key, None)
+
+    def any_marked(self, value: Any) -> bool:
+        return any(isinstance(leaf, self._tensor) and (ref := self._marked.get(id(leaf))) is not None
+                   and ref() is leaf for leaf in self._leaves(value))
+
+
 @contextlib.contextmanager
 def watched(module: Any, findings: TraceFindings) -> Iterator[None]:
     """Trace `module` inside this block: its inputs are marked on entry to its forward, and every
     data-dependent conversion and TracerWarning goes to `findings`."""
     import torch
+
+    marks = _DataMarks()
+
+    def entered(_: Any, args: Any, kwargs: Any = None) -> None:
+        marks.mark((args, kwargs))
+
+    handle = module.register_forward_pre_hook(entered, with_kwargs=True)
+    try:
+        with warnings.catch_warnings(record=True) as caught, _data_flow_mode(marks, findings):
+            warnings.simplefilter("always", torch.jit.TracerWarning)
+            yield
+    finally:
+        handle.remove()
+        for warning in caught:
+            if issubclass(warning.category, torch.jit.TracerWarning):
+                text = f"{os.path.basename(warning.filename)}:{warning.lineno}: {warning.message}"
+                if text not in findings.warnings:
+                    findings.warnings.append(text)
+        findings.guards[:] = list(dict.fromkeys(findings.guards))
+
+
+def _data_flow_mode(marks: _DataMarks, findings: TraceFindings) -> Any:
+    """A torch function mode that marks what each call computes from marked tensors, and records in
+    `findings` each conversion of a marked tensor to a Python or NumPy value, with torch's warning."""
+    import torch
     from torch.overrides import TorchFunctionMode
-    from torch.utils._pytree import tree_leaves
 
-    marked: dict[int, Any] = {}  # id -> weak reference of each tensor computed from the inputs' data
     torch_folder = os.path.dirname(torch.__file__) + os.sep
-
-    def mark(value: Any) -> None:
-        for leaf in tree_leaves(value):
-            if isinstance(leaf, torch.Tensor) and id(leaf) not in marked:
-                marked[id(leaf)] = weakref.ref(leaf, partial(forget, id(leaf)))
-
-    def forget(key: int, _: Any) -> None:
-        marked.pop(key, None)
-
-    def is_marked(value: Any) -> bool:
-        return any(isinstance(leaf, torch.Tensor) and (ref := marked.get(id(leaf))) is not None
-                   and ref() is leaf for leaf in tree_leaves(value))
 
     class DataFlow(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -88,32 +124,17 @@ def watched(module: Any, findings: TraceFindings) -> Iterator[None]:
                     traced = issubclass(warning.category, torch.jit.TracerWarning)
                     if traced and text not in findings.warnings:
                         findings.warnings.append(text)
-            if name in SIZE_ONLY or not is_marked((args, kwargs)):
+            if name in SIZE_ONLY or not marks.any_marked((args, kwargs)):
                 return result
             if name in CONVERSIONS:
                 findings.guards.append(f"{_site(torch_folder)} (to {CONVERSIONS[name]})")
             else:
-                mark(result)
+                marks.mark(result)
                 if (name.endswith("_") and not name.startswith("__")) or name == "__setitem__":
-                    mark(args[0])  # written in place with a value from the inputs
+                    marks.mark(args[0])  # written in place with a value from the inputs
             return result
 
-    def entered(_: Any, args: Any, kwargs: Any = None) -> None:
-        mark((args, kwargs))
-
-    handle = module.register_forward_pre_hook(entered, with_kwargs=True)
-    try:
-        with warnings.catch_warnings(record=True) as caught, DataFlow():
-            warnings.simplefilter("always", torch.jit.TracerWarning)
-            yield
-    finally:
-        handle.remove()
-        for warning in caught:
-            if issubclass(warning.category, torch.jit.TracerWarning):
-                text = f"{os.path.basename(warning.filename)}:{warning.lineno}: {warning.message}"
-                if text not in findings.warnings:
-                    findings.warnings.append(text)
-        findings.guards[:] = list(dict.fromkeys(findings.guards))
+    return DataFlow()
 
 
 def _name(func: Any) -> str:
