@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from deploycc.device import BOARD_ENGINE, GPU_ENGINE
-from deploycc.device.board_files import read_json
+from deploycc.device.board_files import read_json, read_result
 from deploycc.device.bundle import BUNDLE_DIR, MODEL_NAME
 from deploycc.errors import OptionError
 from deploycc.io import write_text_atomic
@@ -77,7 +77,7 @@ def result_from_trtexec(folder: Path) -> DeviceResult:
     """The result of a bundle run by run_on_device.sh: trtexec's outputs judged here."""
     from deploycc.device.trtexec import result_from_trtexec as judged
 
-    return DeviceResult.from_dict(judged(folder), str(folder))
+    return read_result(judged(folder), folder)
 
 
 def import_result(outdir: Path, result_file: Path) -> BuildReport:
@@ -90,7 +90,7 @@ def import_result(outdir: Path, result_file: Path) -> BuildReport:
         raise OptionError(f"{outdir}: not a build directory with a device bundle",
                           hint="give the -o folder of `deploycc build` for a TensorRT target")
     device = result_from_trtexec(result_file) if result_file.is_dir() else \
-        DeviceResult.from_dict(_read_json(result_file, "device result"), str(result_file))
+        read_result(_read_json(result_file, "device result"), result_file)
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
     if device.model_sha256 != digest:
         raise OptionError(f"{result_file}: the result is from another bundle (model sha256 "

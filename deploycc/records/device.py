@@ -17,7 +17,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploycc.errors import OptionError
 from deploycc.records.device_schema import RESULT_SPEC, VERIFIED_SPEC, problem
 from deploycc.results import from_dict
 from deploycc.taxonomy import DEVICE_STAGES, ON_DEVICE, BuildStatus, Precision, Stage
@@ -29,11 +28,13 @@ UNKNOWN_PRECISION = "unknown"  # what the runner writes for a layer whose format
 REQUIRED = ("schema", "status", "stage", "model_sha256", "engine")
 
 
-class NotADeviceResult(OptionError, ValueError):
+class NotADeviceResult(ValueError):
     """Data that is not a device result this deploycc reads, in one line (`message`); `hint` says
-    what to do. device/board_files.py's read_result gives it to the user as an OptionError (exit 2).
-    An OptionError itself only until pipeline/device_import.py calls read_result: then a plain
-    ValueError (setting `message` and `hint`), and records import nothing of errors.py."""
+    what to do. device/board_files.py's read_result gives it to the user as an OptionError (exit 2)."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.hint = message, hint
 
 
 @dataclass
