@@ -115,9 +115,6 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
     made legal, built or verified (report.md says which stage and why) or, with --strict, a safety
     step was skipped, 2 on bad input or options.
     """
-    from deploycc.report import console
-    from deploycc.report.progress import progress_status
-
     source = torch_source(model, flags)
     options = BuildOptions(
         legalize=options_from_flags(dynamic_batch=False, **flags), precision=as_precision(precision),
@@ -133,32 +130,48 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
 
         io.peek(model, check=True)  # a missing or malformed model is refused before anything is announced
     if outdir is None and not engine_only:
-        outdir = str(api.default_outdir(source.label if source is not None else model,
-                                        api.get_target(target, jetpack=jetpack)))
-        if not as_json:
-            click.echo(f"deploycc: writing {outdir}/ (no -o given)", err=True)
-    report: Any
-    render: Callable[[Any], None]
+        outdir = _announced_outdir(source.label if source is not None else model, target, jetpack, as_json)
     partition = partition or (not engine_only and flags.get("mode") is None
                               and api.get_target(target, jetpack=jetpack).mode == LegalizeMode.PARTITION)
+    report, render = _run_build(model, source, target, Path(outdir) if outdir else None, options, jetpack,
+                                engine_only=engine_only, partition=partition,
+                                min_segment_nodes=min_segment_nodes, quiet=as_json)
+    emit(report, as_json, render)
+    ctx.exit(report.exit_code)
+
+
+def _announced_outdir(label: str, target: str, jetpack: str | None, as_json: bool) -> str:
+    """The default OUTDIR (MODEL's stem.TARGET here), said on stderr unless the output is JSON."""
+    outdir = str(api.default_outdir(label, api.get_target(target, jetpack=jetpack)))
+    if not as_json:
+        click.echo(f"deploycc: writing {outdir}/ (no -o given)", err=True)
+    return outdir
+
+
+def _run_build(model: str, source: Any, target: str, outdir: Path | None, options: BuildOptions,
+               jetpack: str | None, *, engine_only: bool, partition: bool, min_segment_nodes: int,
+               quiet: bool) -> tuple[Any, Callable[[Any], None]]:
+    """The build the flags ask for (a torch model's, a partitioned one, or an ONNX model's or device
+    bundle's), and the console renderer of its report."""
+    from deploycc.report import console
+    from deploycc.report.progress import progress_status
+
+    report: Any
     if source is not None and not partition:
         if engine_only:
             raise OptionError("--engine-only takes a device bundle, not a torch model")
-        with progress_status("building", quiet=as_json) as update:
-            report = api.build_torch(source, target=target, outdir=Path(outdir) if outdir else None,
-                                     options=options, jetpack=jetpack, progress=update)
-        render = console.render_build
-    elif partition:
+        with progress_status("building", quiet=quiet) as update:
+            report = api.build_torch(source, target=target, outdir=outdir, options=options, jetpack=jetpack,
+                                     progress=update)
+        return report, console.render_build
+    if partition:
         if engine_only:
             raise OptionError("--partition and --engine-only do not go together")
-        with progress_status("building segments", quiet=as_json):
-            report = api.build_partitioned(source or model, target, Path(outdir) if outdir else None, options,
-                                           jetpack=jetpack, min_segment_nodes=min_segment_nodes)
-        render = console.render_partition
-    else:
-        with progress_status("building", quiet=as_json) as update:
-            report = api.build(model, target=target, outdir=Path(outdir) if outdir else None, options=options,
-                               jetpack=jetpack, progress=update)
-        render = console.render_build
-    emit(report, as_json, render)
-    ctx.exit(report.exit_code)
+        with progress_status("building segments", quiet=quiet):
+            report = api.build_partitioned(source or model, target, outdir, options, jetpack=jetpack,
+                                           min_segment_nodes=min_segment_nodes)
+        return report, console.render_partition
+    with progress_status("building", quiet=quiet) as update:
+        report = api.build(model, target=target, outdir=outdir, options=options, jetpack=jetpack,
+                           progress=update)
+    return report, console.render_build
