@@ -52,7 +52,6 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
                      progress: Callable[[str], None] | None = None) -> BuildReport:
     """Export `source` for `target`, build, verify, and write `outdir` atomically (see the module)."""
     from deploycc import io
-    from deploycc.pipeline.build import build
     from deploycc.pipeline.outcome import listing, write_reports
 
     options = _with_ranges(source, options or BuildOptions())
@@ -64,31 +63,8 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
     archive = (Path(source.label),) if source.kind in ("pt2", "torchscript") else ()
     with io.StagedDirectory(outdir, force=options.force, protect=archive) as staged:
         staging = staged.staging
-        built: list[tuple[ExportAttempt, BuildReport, Path]] = []
-        finals: dict[str, tuple[Verification, str] | None] = {}  # torch against each build's result
-        refusals: list[DeployccError] = []
-        for exporter in record.order:
-            if progress is not None:
-                progress(f"export ({exporter})")
-            attempt, exported = export_attempt(exporter, source, target, record.opset_ceiling,
-                                               staging / f".export.{exporter}", expected)
-            record.attempts.append(attempt)
-            if exported is None:
-                continue
-            try:
-                report = build(exported, target, staging / f".build.{exporter}",
-                               dataclasses.replace(options, force=True), progress=progress)
-            except DeployccError as error:  # the export's graph refused before any build (its opset)
-                refusals.append(error)
-                attempt.outcome, attempt.summary = str(BuildStatus.FAILED), str(error)
-                attempt.failure = _refused(error, target)
-                continue
-            report, final = _prove_final(source, target, Path(report.outdir), report, expected)
-            attempt.outcome, attempt.summary = str(report.status), report.summary
-            built.append((attempt, report, exported))
-            finals[attempt.exporter] = final
-            if report.status in SUCCEEDED or report.status == BuildStatus.NEEDS_INPUTS:
-                break  # built, or the model's outputs say nothing on these inputs: no exporter changes that
+        built, finals, refusals = _build_each_export(source, target, record, staging, expected, options,
+                                                     progress)
         if not built and refusals and len(refusals) == len(record.attempts) \
                 and not any(a.failure and a.failure.kind == OPSET_CEILING for a in record.attempts):
             raise refusals[0]  # the options, not the export: every attempt was refused alike
@@ -111,6 +87,43 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
         write_reports(staging, report)
         staged.commit()
     return report
+
+
+def _build_each_export(source: TorchSource, target: Target, record: ExportReport, staging: Path,
+                       expected: Any, options: BuildOptions, progress: Callable[[str], None] | None
+                       ) -> tuple[list[tuple[ExportAttempt, BuildReport, Path]],
+                                  dict[str, tuple[Verification, str] | None], list[DeployccError]]:
+    """Export with each exporter in the target's order and build each export in a folder of its
+    own, until one is built (or its outputs say nothing on these inputs): the builds with their
+    attempts, torch against each build's result, and the refusals before any build."""
+    from deploycc.pipeline.build import build
+
+    built: list[tuple[ExportAttempt, BuildReport, Path]] = []
+    finals: dict[str, tuple[Verification, str] | None] = {}  # torch against each build's result
+    refusals: list[DeployccError] = []
+    for exporter in record.order:
+        if progress is not None:
+            progress(f"export ({exporter})")
+        attempt, exported = export_attempt(exporter, source, target, record.opset_ceiling,
+                                           staging / f".export.{exporter}", expected)
+        record.attempts.append(attempt)
+        if exported is None:
+            continue
+        try:
+            report = build(exported, target, staging / f".build.{exporter}",
+                           dataclasses.replace(options, force=True), progress=progress)
+        except DeployccError as error:  # the export's graph refused before any build (its opset)
+            refusals.append(error)
+            attempt.outcome, attempt.summary = str(BuildStatus.FAILED), str(error)
+            attempt.failure = _refused(error, target)
+            continue
+        report, final = _prove_final(source, target, Path(report.outdir), report, expected)
+        attempt.outcome, attempt.summary = str(report.status), report.summary
+        built.append((attempt, report, exported))
+        finals[attempt.exporter] = final
+        if report.status in SUCCEEDED or report.status == BuildStatus.NEEDS_INPUTS:
+            break  # built, or the model's outputs say nothing on these inputs: no exporter changes that
+    return built, finals, refusals
 
 
 def export_for_target(source: TorchSource, target: Target, folder: Path) -> tuple[ExportReport, Path]:
