@@ -21,6 +21,7 @@ from deploycc.bench.latency import LatencyStats, summarize
 from deploycc.bench.memory import MemoryReport, RssPeak, Tegrastats, nvml_process_memory
 from deploycc.bench.shared_inputs import shared_dims, signature
 from deploycc.errors import OptionError
+from deploycc.records.bench import Comparison  # re-exported: bench --compare-to's record
 from deploycc.results import Result
 from deploycc.taxonomy import BuildStatus, Precision
 
@@ -76,33 +77,6 @@ class Roofline:
     flops: int
     gflops_per_s_at_p50: float | None
     uncounted_ops: dict[str, int]
-
-
-@dataclass
-class Comparison:
-    other: str
-    order: str
-    pairs: int
-    median_ms: float
-    other_median_ms: float
-    ratio_of_medians: float  # this / other: below 1.0 this one is faster
-    ci95: tuple[float, float]
-    bootstrap_samples: int
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # both timed on these arrays
-
-    def verdict(self, this: str) -> str:
-        """Which side is faster and by how much, in words: "A is 1.23x faster than B (95% CI
-        1.10x..1.35x)", or that neither is where the interval holds 1 (a ratio alone left the
-        reader to work out which way it points)."""
-        low, high = self.ci95
-        if low <= 1.0 <= high or low <= 0:
-            return (f"neither is faster at 95% confidence ({this}'s median time is "
-                    f"{self.ratio_of_medians:.3f}x {self.other}'s, CI {low:.3f}..{high:.3f})")
-        if high < 1.0:  # this one takes less time
-            return (f"{this} is {1 / self.ratio_of_medians:.2f}x faster than {self.other} "
-                    f"(95% CI {1 / high:.2f}x..{1 / low:.2f}x)")
-        return (f"{self.other} is {self.ratio_of_medians:.2f}x faster than {this} "
-                f"(95% CI {low:.2f}x..{high:.2f}x)")
 
 
 @dataclass

@@ -16,7 +16,6 @@ The backend chooses how (`Backend.int8`, an `Int8Recipe`); this package does it:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import shutil
 import tempfile
@@ -152,9 +151,7 @@ def _race(int8: Runner, fp32: Runner, feeds: dict[str, np.ndarray]) -> Compariso
         pair_seconds = (time.perf_counter() - started) / RACE_WARMUP
         low, high = RACE_PAIRS
         pairs = int(min(high, max(low, RACE_SECONDS / max(pair_seconds, 1e-6))))
-        raced = compare(int8, fp32, feeds, pairs, "fp32")
-        # the record's own class: bench/run.py defines a twin until it re-exports records.bench's
-        return Comparison(**dataclasses.asdict(raced))
+        return compare(int8, fp32, feeds, pairs, "fp32")
     finally:
         int8.close()
         fp32.close()
