@@ -256,7 +256,7 @@ def plan(models: list[Path], targets: list[Target], options: AuditOptions, outdi
             # On Ray, a TensorRT cell's engine (an onnxruntime-gpu cell's session) is built, verified
             # and timed by the runner on a node offering the target; the user's --device-engine
             # replaces the target's own engine only when it is not the default (onnxruntime stands in).
-            own = spec.needs_hardware(target) if options.executor == "ray" else None
+            own = spec.needs_hardware(target.backend.engine_on_device) if options.executor == "ray" else None
             if own is not None:
                 spec.device_engine = options.device_engine if options.device_engine != BOARD_ENGINE else own
             key = spec.key(version)

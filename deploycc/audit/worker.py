@@ -103,7 +103,6 @@ def _legalize_options(spec: CellSpec, target, inputs: set[str]):
     "dynamic_batch", "shape_ranges") first; the hints' static shapes where the target builds
     engines for fixed shapes (TensorRT) or the batch is fixed, else only as the sizes to draw; and
     what neither says, the target's shape policy (`build` applies it)."""
-    from deploycc.backends.registry import get_backend
     from deploycc.options import LegalizeOptions
 
     fixed = {name: list(dims) for name, dims in spec.fixed.items() if name in inputs}  # --shape
@@ -111,7 +110,7 @@ def _legalize_options(spec: CellSpec, target, inputs: set[str]):
               if name in inputs and name not in fixed and name not in spec.shape_ranges}
     if spec.batch_range:  # the batch keeps a profile: hint shapes fix every other dim only
         hinted = {name: ["dynamic", *dims[1:]] if dims else dims for name, dims in hinted.items()}
-    fix_axes = spec.batch is not None or get_backend(target.backend.kind).fixed_shape_engines or \
+    fix_axes = spec.batch is not None or target.backend.fixed_shape_engines or \
         target.shapes.policy == "static"
     static = {name: [int(d) for d in dims] for name, dims in spec.shapes.items()
               if all(isinstance(d, int) for d in dims) and name in inputs}

@@ -130,21 +130,6 @@ class Runner(ABC):
 
 class Backend(ABC):
     kind: str
-    # Whether the engine's importer takes initializers declared inside an If/Loop body (tidy
-    # lifts a branch's Constant nodes into them only then).
-    subgraph_initializers: bool = True
-    # Whether the runtime fuses activations written out in elementwise ops (x * clip(x + 3, 0, 6)
-    # / 6) into one kernel itself (OpenVINO's HSwish, TensorRT's pointwise fusion). Where it
-    # does, tidy leaves such a chain in the form it recognizes; where not (ONNX Runtime), tidy
-    # writes it in the fewest kernels the runtime has.
-    fuses_written_out_activations: bool = False
-    # Whether the engine is built on the device itself (TensorRT: a bundle here), so its build
-    # and bench stages need that hardware (the audit routes them to it) and probing runs there.
-    builds_on_device: bool = False
-    # Whether an engine is built for shapes known at build time: fixed ones, or a min/opt/max
-    # profile per dynamic input. A tensor sized by the data cannot then cross a segment cut, and
-    # the audit fixes the axes before it builds.
-    fixed_shape_engines: bool = False
 
     # How `--precision int8` quantizes for it (None: no int8 path)
     int8: Int8Recipe | None = None
@@ -156,19 +141,6 @@ class Backend(ABC):
     def prepare(self, request: BuildRequest, options: BuildOptions) -> None:  # noqa: B027
         """Complete a build request from the model and the user's options (TensorRT's profiles);
         most need nothing."""
-
-    def engine_on_device(self, target: Target) -> str | None:
-        """The runner engine (device.RUNNER_ENGINES) that builds, verifies and times this target's
-        engine on its hardware, where that is not here: the audit's Ray executor sends such cells to
-        a node offering the target. None: built and judged where deploycc runs."""
-        from deploycc.device import BOARD_ENGINE
-
-        return BOARD_ENGINE if self.builds_on_device else None
-
-    def builds_profiles(self, target: Target) -> bool:
-        """Whether engines for `target` are built for min/opt/max profiles, so its shape policy's
-        "profile" dims get one (TensorRT; ONNX Runtime's TensorRT provider)."""
-        return self.fixed_shape_engines
 
     def static_dims(self, options: BuildOptions) -> str | None:
         """Why this build takes every dim the target's shape policy would give a profile at one

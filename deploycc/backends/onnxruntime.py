@@ -30,7 +30,7 @@ from deploycc.backends.base import (
     Quantizer,
     Runner,
 )
-from deploycc.backends.ort_gpu import GPU_BUNDLE, TENSORRT, write_gpu_bundle
+from deploycc.backends.ort_gpu import GPU_BUNDLE, write_gpu_bundle
 from deploycc.device.bundle import BUNDLE_DIR
 from deploycc.taxonomy import Failed, Precision
 
@@ -200,19 +200,8 @@ class OnnxRuntimeBackend(Backend):
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return OrtOptions(artifact_format=options.artifact_format)
 
-    def engine_on_device(self, target: Target) -> str | None:
-        """onnxruntime-gpu's targets run on a GPU host: its runner engine there."""
-        from deploycc.device import GPU_ENGINE
-
-        provider = target.backend.execution_provider or "CPUExecutionProvider"
-        return GPU_ENGINE if provider != "CPUExecutionProvider" else None
-
-    def builds_profiles(self, target: Target) -> bool:
-        """The TensorRT provider builds engines for profiles (trt_profile_*_shapes)."""
-        return target.backend.execution_provider == TENSORRT
-
     def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
-        if self.builds_profiles(request.target):
+        if request.target.backend.builds_profiles:  # the TensorRT provider's
             request.backend_options = replace(_own(request), profiles=_profiles(request.model, options))
 
     def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],

@@ -212,12 +212,6 @@ def inference_problem(error: BaseException) -> str:
 
 class OpenVinoBackend(Backend):
     kind = "openvino"
-    # OpenVINO 2026.4 fails to compile Silero VAD once its If branches hold their own
-    # initializers ("op(s) not supported on CPU: ShapeOf, Gather ..."); as Constant nodes it runs.
-    subgraph_initializers = False
-    # Its front end fuses x * clip(x + 3, 0, 6) / 6 into HSwish, and not x * HardSigmoid(x):
-    # PP-LCNet's layout model ran 3.2x slower in the second form (29 against 92 ms).
-    fuses_written_out_activations = True
     # NNCF on the OpenVINO model, judged and timed by quantize_runner
     int8 = Int8Recipe(Quantizer.NNCF)
 

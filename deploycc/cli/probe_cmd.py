@@ -26,12 +26,11 @@ def probe_command(target: str, output: str | None, limit: int | None, cases: tup
     """Run the ONNX conformance cases on a target's backend, as exported and after legalization."""
     from deploycc import api
     from deploycc.audit.probe import capability_table
-    from deploycc.backends.registry import get_backend
     from deploycc.errors import OptionError
     from deploycc.io import claim, write_text_atomic
 
     resolved = api.get_target(target)
-    if get_backend(resolved.backend.kind).builds_on_device:
+    if resolved.backend.builds_on_device:
         raise OptionError(f"probe runs the cases on the backend itself; {resolved.name} needs TensorRT on "
                           "the device", hint="run deploycc probe on the device")
     with claim([], reports=[Path(p) if p else None for p in (output, report_path)]):

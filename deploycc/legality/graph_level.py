@@ -24,8 +24,6 @@ NARROWING_READ_LIMIT = 1 << 20  # int64 initializers up to this many elements ar
 def graph_findings(model: ir.Model, target: Target, *, legalized: bool = False) -> list[GraphFinding]:
     """`legalized`: the model is legalize's result, so an opset outside the range is no longer
     something legalize will convert but a model the target refuses."""
-    from deploycc.backends.registry import get_backend
-
     findings: list[GraphFinding] = []
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     if opset is not None and not target.opset.contains(opset):
@@ -52,7 +50,7 @@ def graph_findings(model: ir.Model, target: Target, *, legalized: bool = False) 
                 Severity.ILLEGAL, Refusal.DYNAMIC_SHAPE,
                 f"{target.name} needs static shapes, but inputs are dynamic: "
                 f"{'; '.join(dynamic_inputs)} (fix them with --shape NAME:DIMS or --batch N)"))
-        elif get_backend(target.backend.kind).fixed_shape_engines:
+        elif target.backend.fixed_shape_engines:
             findings.append(GraphFinding(
                 Severity.NOTE, Refusal.DYNAMIC_SHAPE,
                 f"dynamic inputs need a TensorRT optimization profile (min/opt/max): "

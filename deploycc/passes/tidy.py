@@ -54,8 +54,6 @@ if TYPE_CHECKING:
 
     import onnx_ir as ir
 
-    from deploycc.backends.base import Backend
-
     MergeStep = tuple[str, Callable[[ir.Graph], int]]  # (the count it keeps, the step)
 
 ROUNDS = 4
@@ -237,7 +235,7 @@ def _rules(state: PipelineState) -> list:
     ops, opset = state.target.ops, state.opsets.get("", 1)
     if opset >= 14 and ops.lookup("", "HardSwish"):
         candidates += [(rule, ("HardSwish",), 14) for rule in _hard_swish_rules(as_hard_sigmoid=False)]
-    elif not _target_backend(state).fuses_written_out_activations:
+    elif not state.target.backend.fuses_written_out_activations:
         candidates += [(rule, ("HardSigmoid", "Mul"), 11) for rule in _hard_swish_rules(as_hard_sigmoid=True)]
     return [rule for rule, writes, born in candidates
             if opset >= born and all(op == "Identity" or ops.lookup("", op) for op in writes)
@@ -266,13 +264,6 @@ SLICE_OF_SLICE, ZERO_INITIAL_STATE = "slice-of-slice", "zero-initial-state"
 ADJACENT_DIMS = "adjacent-dims"
 OWN_STEPS = (ONE_UNKNOWN_RESHAPE_DIM, SHAPE_VALUES, CONCAT_OF_CONCAT, SIBLING_MATMULS, SLICE_OF_SLICE,
              ZERO_INITIAL_STATE, ADJACENT_DIMS)
-
-
-def _target_backend(state: PipelineState) -> Backend:
-    """The backend of the target being built for: the one place tidy asks for it."""
-    from deploycc.backends.registry import get_backend
-
-    return get_backend(state.target.backend.kind)
 
 
 def _merge_steps(state: PipelineState) -> list[MergeStep]:
@@ -407,7 +398,7 @@ class TidyPass(Pass):
                   "reshapes_known": 0, "concats_spliced": 0, "matmuls_merged": 0, "slices_merged": 0,
                   "zero_states_left_out": 0, "dims_read_as_one": 0}
         merger = _Merger(model, set(state.options.disable_rules), _merge_steps(state),
-                         _target_backend(state).subgraph_initializers, counts)
+                         state.target.backend.subgraph_initializers, counts)
         merger.merge()
         rules = _rules(state)
         # The chain rules once (each is linear in the graph, and ~20 of them are the pass's main

@@ -159,7 +159,7 @@ def _plan_stage(context: PartitionContext) -> None:
     # only), so a cut tensor sized by the data keeps its reader on the host.
     partition = context.plan = plan(graph_model.graph, node_judge(graph_model, context.target),
                                     min_segment_nodes=context.min_segment_nodes,
-                                    static_cuts=context.backend.fixed_shape_engines, **bounds)
+                                    static_cuts=context.target.backend.fixed_shape_engines, **bounds)
     observed = observe_cut_shapes(graph_model, partition, context.inputs().feeds)
     if observed:
         report.notes.append(f"cut tensor(s) without inferred shape given the rank they run with: "

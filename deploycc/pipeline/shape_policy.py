@@ -66,7 +66,7 @@ def plan_shapes(source: Path, target: Target, options: BuildOptions) -> tuple[Sh
         plan.inputs = [_as_given(name, dims, options) for name, dims in declared.items()]
         return plan, options
     backend = get_backend(target.backend.kind)
-    profiles_built, static = backend.builds_profiles(target), backend.static_dims(options)
+    profiles_built, static = target.backend.builds_profiles, backend.static_dims(options)
     dims = [_decide(guess, target, options, profiles_built, static) for guess in guesses]
     if options.legalize.inputs is None:
         _find_sizes(source, model, dims, options, plan)

@@ -18,13 +18,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from deploycc.results import Result
 from deploycc.taxonomy import BOARD_ENGINE, FAILURE_OF_REFUSAL, CellStatus, Failure, Precision, Stage
-
-if TYPE_CHECKING:
-    from deploycc.targets.schema import Target  # needs_hardware's, while it lasts
 
 STAGES = (Stage.CHECK, Stage.LEGALIZE, Stage.BUILD, Stage.VERIFY, Stage.BENCH)
 DEFAULT_STAGES = (Stage.CHECK, Stage.LEGALIZE, Stage.BUILD, Stage.VERIFY)
@@ -130,16 +127,11 @@ class CellSpec:
                          + ([] if self.half_analysis else ["no-fp16-analysis"]))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
-    def needs_hardware(self, target: Target) -> str | None:
+    def needs_hardware(self, engine: str | None) -> str | None:
         """The runner engine of stages that must run on the target itself (a TensorRT engine, an
-        onnxruntime-gpu session, and their benchmarks), or None. The one arrow up out of records
-        (pyproject's ignore_imports): it goes once audit/run.py, its one caller, asks the
-        target's backend itself."""
-        from deploycc.backends.registry import get_backend
-
-        if not any(s in self.stages for s in (Stage.BUILD, Stage.BENCH)):
-            return None
-        return get_backend(target.backend.kind).engine_on_device(target)
+        onnxruntime-gpu session, and their benchmarks): the target's `engine` (its
+        `backend.engine_on_device`) where the cell builds or benches, else None."""
+        return engine if any(s in self.stages for s in (Stage.BUILD, Stage.BENCH)) else None
 
 
 @dataclass

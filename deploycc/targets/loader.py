@@ -49,6 +49,9 @@ TARGET_KEYS = {
     "placement", "extends",
 }
 EXPORTERS = ("dynamo", "torchscript")  # torch.onnx.export(dynamo=True) and (dynamo=False)
+# The engine's traits a [backend] table may state, with their defaults: BackendSpec's yes/no fields
+TRAIT_DEFAULTS: dict[str, bool] = {f.name: f.default for f in fields(BackendSpec)
+                                   if isinstance(f.default, bool)}
 
 
 # ------------------------------------------------------------------------------ op tables
@@ -320,6 +323,7 @@ def _backend_spec(backend_r: Reader) -> BackendSpec:
         execution_provider=backend_r.text("execution_provider"),
         performance_hint=backend_r.choice("performance_hint", PERFORMANCE_HINTS, optional=True),
         optimization_level=backend_r.choice("optimization_level", OPTIMIZATION_LEVELS, optional=True),
+        **{name: backend_r.flag(name, default) for name, default in TRAIT_DEFAULTS.items()},
     )
 
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deploycc.taxonomy import LegalizeMode, Precision
+from deploycc.taxonomy import BOARD_ENGINE, GPU_ENGINE, LegalizeMode, Precision
 
 # The backends a target file may name: kind -> the class that builds for it, as "module:Class"
 # (backends/registry.py imports it when first asked for). This is the one table of kinds: a new
@@ -136,6 +136,36 @@ class BackendSpec:
     execution_provider: str | None = None
     performance_hint: str | None = None  # OpenVINO: LATENCY / THROUGHPUT / CUMULATIVE_THROUGHPUT
     optimization_level: str | None = None  # ONNX Runtime graph optimization level for the artifact
+    # The engine's traits, which the passes, the shape policy and the audit read from the target
+    # (never from the backend); each target file states those that differ from these defaults.
+    # Whether the engine's importer takes initializers declared inside an If/Loop body (tidy lifts
+    # a branch's Constant nodes into them only then).
+    subgraph_initializers: bool = True
+    # Whether the runtime fuses activations written out in elementwise ops (x * clip(x + 3, 0, 6) / 6)
+    # into one kernel itself. Where it does, tidy leaves such a chain in the form it recognizes;
+    # where not (ONNX Runtime), tidy writes it in the fewest kernels the runtime has.
+    fuses_written_out_activations: bool = False
+    # Whether the engine is built on the device itself (TensorRT: a bundle here), so its build and
+    # bench stages need that hardware (the audit routes them to it) and probing runs there.
+    builds_on_device: bool = False
+    # Whether an engine is built for shapes known at build time: fixed ones, or a min/opt/max
+    # profile per dynamic input. A tensor sized by the data cannot then cross a segment cut, and
+    # the audit fixes the axes before it builds.
+    fixed_shape_engines: bool = False
+    # Whether engines are built for min/opt/max profiles, so the shape policy's "profile" dims get
+    # one (TensorRT; ONNX Runtime's TensorRT provider, trt_profile_*_shapes).
+    builds_profiles: bool = False
+
+    @property
+    def engine_on_device(self) -> str | None:
+        """The runner engine (taxonomy.RUNNER_ENGINES) that builds, verifies and times this target's
+        engine on its hardware, where that is not here: the audit's Ray executor sends such cells to
+        a node offering the target (an engine built on the board; ONNX Runtime's GPU providers, on a
+        GPU host). None: built and judged where deploycc runs."""
+        if self.builds_on_device:
+            return BOARD_ENGINE
+        provider = self.execution_provider or "CPUExecutionProvider"
+        return GPU_ENGINE if provider != "CPUExecutionProvider" else None
 
 
 @dataclass(frozen=True)

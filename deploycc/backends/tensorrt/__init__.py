@@ -44,15 +44,6 @@ DEVICE_BUNDLE = "device-bundle"  # the artifact's kind where the engine is built
 
 class TensorRTBackend(Backend):
     kind = "tensorrt"
-    # onnx-tensorrt imports a branch through its nodes and the outer scope; branch-local
-    # initializers are not something its If importer is known to handle on TensorRT 8.x, where
-    # Constant nodes are.
-    subgraph_initializers = False
-    # Its build joins adjacent pointwise layers into one kernel (the Layer Fusion Catalog), so an
-    # activation written out costs it no more than the op.
-    fuses_written_out_activations = True
-    builds_on_device = True
-    fixed_shape_engines = True
     # ONNX Runtime's quantizer, not NVIDIA's Model Optimizer: ModelOpt writes opset 19 or newer,
     # which TensorRT 8.5's parser (JetPack 5, the Xavier) does not read; ORT's writes any opset from
     # 13, so one tool serves TensorRT 8.5 to 10. The GPU builds the Q/DQ model; the DLA builds
