@@ -152,11 +152,6 @@ class Backend(ABC):
         """Give an artifact built on the device what the board needs to judge it: the inputs and
         the original model's outputs (a bundle's reference data); most artifacts need nothing."""
 
-    def device_folder(self, artifact: Artifact) -> str | None:
-        """The folder of `artifact` that travels to the device (it gets a copy of manifest.json),
-        or None for an artifact used where it was built."""
-        return None
-
     def bundle_request(self, bundle: Path, outdir: Path, target: Target) -> BuildRequest:
         """The build request a device bundle describes (`build --engine-only` on the board)."""
         raise OptionError(f"{self.kind} writes no device bundle to build an engine from")

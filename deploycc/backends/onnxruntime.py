@@ -214,9 +214,6 @@ class OnnxRuntimeBackend(Backend):
         artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, "10", described,
                                           trtexec=False)
 
-    def device_folder(self, artifact: Artifact) -> str | None:
-        return BUNDLE_DIR if artifact.kind == GPU_BUNDLE else None
-
     def conformance_runner(self) -> ConformanceRunner:
         return run_conformance_case
 

@@ -138,7 +138,7 @@ def write_gpu_bundle(request: BuildRequest, profiles: list[tuple[str, list[int],
             f"{BUNDLE_DIR}/ there and run `{runner}` (it builds the session from providers.json, checks it "
             "against the reference, times it and reads where ORT placed each node), then `deploycc device "
             f"import` its result.json. In your code: {document['load']}")
-    return Artifact(kind=GPU_BUNDLE, files=files, pending_on_device=True,
+    return Artifact(kind=GPU_BUNDLE, files=files, pending_on_device=True, device_folder=BUNDLE_DIR,
                     settings={**settings, "providers": providers, "pending": "the ONNX Runtime session",
                               "runner": runner}, notes=[note, *option_notes])
 

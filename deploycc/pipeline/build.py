@@ -115,7 +115,7 @@ def _write_manifest(context: BuildContext) -> dict[str, Any]:
                               status=context.status, environment=environment)
     manifest_text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     (context.staging / "manifest.json").write_text(manifest_text)
-    travelling = backend.device_folder(artifact) if artifact is not None else None
+    travelling = artifact.device_folder if artifact is not None else None
     if travelling is not None:  # the folder that goes to the device carries its manifest
         (context.staging / travelling / "manifest.json").write_text(manifest_text)
     return manifest

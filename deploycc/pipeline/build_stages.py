@@ -132,7 +132,7 @@ def device_reference_stage(context: BuildContext) -> None:
     assert artifact is not None
     context.stop(BuildStatus.PENDING_ON_DEVICE, Stage.DONE, artifact.notes[0])
     write_prediction(context.placement or PlacementPlan(), context.staging,
-                     context.backend.device_folder(artifact), context.notes)
+                     artifact.device_folder, context.notes)
     with engine_errors(context):
         drawn = context.inputs()
         context.feeds = drawn.feeds

@@ -25,3 +25,6 @@ class Artifact:
     settings: dict[str, Any] = field(default_factory=dict)  # what a reproduction needs
     placement: Placement | None = None
     notes: list[str] = field(default_factory=list)
+    # The folder of the artifact that travels to the device (it gets a copy of manifest.json), or
+    # None for an artifact used where it was built
+    device_folder: str | None = None

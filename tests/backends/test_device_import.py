@@ -14,6 +14,7 @@ import pytest
 
 from deploycc import api
 from deploycc.options import BuildOptions, LegalizeOptions
+from deploycc.records.build import BuildReport
 from tests.backends.test_device_runner import _model, _run_on_device
 from tests.cli.test_cli import run as run_cli
 
@@ -115,6 +116,10 @@ def test_import_renders_report_md_again_as_the_build_wrote_it(ran_on_board: Path
     assert after == _spliced(before, report, section)
     again = run_cli("device", "import", str(out), str(out / "bundle" / "result.json"))
     assert again.returncode == 0 and (out / "report.md").read_text() == after
+    # the record read back from report.json keeps the folder that travels (it got manifest.json)
+    artifact = BuildReport.from_dict(json.loads((out / "report.json").read_text())).artifact
+    assert artifact is not None and artifact.device_folder == "bundle"
+    assert (out / "bundle" / "manifest.json").is_file()
 
 
 def test_a_result_of_a_newer_schema_is_refused_in_one_line(ran_on_board: Path, tmp_path: Path) -> None:

@@ -69,9 +69,6 @@ class TensorRTBackend(Backend):
         version = str(artifact.settings.get("tensorrt") or "")
         artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, version, described)
 
-    def device_folder(self, artifact: Artifact) -> str | None:
-        return BUNDLE_DIR if artifact.kind == DEVICE_BUNDLE else None
-
     def bundle_request(self, folder: Path, outdir: Path, target: Target) -> BuildRequest:
         settings = read_bundle(folder)["settings"]
         # all the settings the board's runner builds from, so that both build the same engine

@@ -138,7 +138,7 @@ def write_bundle(request: BuildRequest) -> Artifact:
     (folder / "trtexec.sh").chmod(0o755)
     files.append(f"{BUNDLE_DIR}/trtexec.sh")
     files.append(copy_runner(folder))
-    return Artifact(kind="device-bundle", files=files, pending_on_device=True,
+    return Artifact(kind="device-bundle", files=files, pending_on_device=True, device_folder=BUNDLE_DIR,
                     settings={**build, "trtexec": shlex.join(command), "deploycc": deploycc_command},
                     notes=[f"TensorRT is not installed here: the engine is pending on the device. "
                            f"Copy {BUNDLE_DIR}/ to the {request.target.name} and run `python3 {RUNNER}` "
