@@ -14,6 +14,7 @@ import dataclasses
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from deploycc.results import SkippedStep
 from deploycc.taxonomy import BuildStatus, Precision, SafetyStep, Stage
 
 if TYPE_CHECKING:
+    from deploycc.pipeline.context import BuildContext
     from deploycc.targets.schema import Target
     from deploycc.verify.verification import Verification
 
@@ -63,21 +65,22 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
     archive = (Path(source.label),) if source.kind in ("pt2", "torchscript") else ()
     with io.StagedDirectory(outdir, force=options.force, protect=archive) as staged:
         staging = staged.staging
-        built, finals, refusals = _build_each_export(source, target, record, staging, expected, options,
-                                                     progress)
+        built, refusals = _build_each_export(source, target, record, staging, expected, options, outdir,
+                                             progress)
         if not built and refusals and len(refusals) == len(record.attempts) \
                 and not any(a.failure and a.failure.kind == OPSET_CEILING for a in record.attempts):
             raise refusals[0]  # the options, not the export: every attempt was refused alike
         if not built:
             report = _export_failed(source, target, outdir, options, record)
         else:
-            attempt, report, exported = _better(built)
-            record.chosen = attempt.exporter
-            record.reason = _why(attempt, record)
-            record.final, record.final_against = finals[attempt.exporter] or (None, "")
-            chosen = Path(report.outdir)
-            io.save(io.load(exported, check=False).model, chosen / EXPORTED)  # its weights, under our name
-            for item in chosen.iterdir():
+            kept = _better(built)
+            record.chosen = kept.attempt.exporter
+            record.reason = _why(kept.attempt, record)
+            record.final, record.final_against = kept.final or (None, "")
+            report = kept.report
+            # the export with its weights, under our name
+            io.save(io.load(kept.exported, check=False).model, kept.folder / EXPORTED)
+            for item in kept.folder.iterdir():
                 item.rename(staging / item.name)
         for leftover in staging.glob(".*"):
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
@@ -89,18 +92,32 @@ def build_from_torch(source: TorchSource, target: Target, outdir: str | Path,
     return report
 
 
-def _build_each_export(source: TorchSource, target: Target, record: ExportReport, staging: Path,
-                       expected: Any, options: BuildOptions, progress: Callable[[str], None] | None
-                       ) -> tuple[list[tuple[ExportAttempt, BuildReport, Path]],
-                                  dict[str, tuple[Verification, str] | None], list[DeployccError]]:
-    """Export with each exporter in the target's order and build each export in a folder of its
-    own, until one is built (or its outputs say nothing on these inputs): the builds with their
-    attempts, torch against each build's result, and the refusals before any build."""
-    from deploycc.pipeline.build import build
+@dataclass
+class _Built:
+    """One exporter's build: its attempt, the build's record, the export and the folder it was
+    built in, and torch against the build's result (the verification and what it ran)."""
 
-    built: list[tuple[ExportAttempt, BuildReport, Path]] = []
-    finals: dict[str, tuple[Verification, str] | None] = {}  # torch against each build's result
+    attempt: ExportAttempt
+    report: BuildReport
+    exported: Path
+    folder: Path
+    final: tuple[Verification, str] | None
+
+
+def _build_each_export(source: TorchSource, target: Target, record: ExportReport, staging: Path,
+                       expected: list[Any], options: BuildOptions, outdir: Path,
+                       progress: Callable[[str], None] | None) -> tuple[list[_Built], list[DeployccError]]:
+    """Export with each exporter in the target's order and run the build's stage list on each export,
+    in a folder of its own, with torch's proof as its last stage, until one is built (or its outputs
+    say nothing on these inputs): the builds, and the refusals before any build."""
+    from deploycc.pipeline.build import prepare, report_of, run_build
+    from deploycc.pipeline.stages import BuildStage
+
+    built: list[_Built] = []
     refusals: list[DeployccError] = []
+    proof: BuildStage[BuildContext] = BuildStage(
+        "torch-proof", lambda context: _prove_final(context, source, expected), label=lambda context: None,
+        always=True)
     for exporter in record.order:
         if progress is not None:
             progress(f"export ({exporter})")
@@ -109,21 +126,22 @@ def _build_each_export(source: TorchSource, target: Target, record: ExportReport
         record.attempts.append(attempt)
         if exported is None:
             continue
+        folder = staging / f".build.{exporter}"
         try:
-            report = build(exported, target, staging / f".build.{exporter}",
-                           dataclasses.replace(options, force=True), progress=progress)
+            prepared = prepare(exported, target, options)
+            folder.mkdir()
+            context = run_build(folder, exported, target, prepared, progress=progress, after=(proof,))
         except DeployccError as error:  # the export's graph refused before any build (its opset)
             refusals.append(error)
             attempt.outcome, attempt.summary = str(BuildStatus.FAILED), str(error)
             attempt.failure = _refused(error, target)
             continue
-        report, final = _prove_final(source, target, Path(report.outdir), report, expected)
+        report = report_of(context, outdir)
         attempt.outcome, attempt.summary = str(report.status), report.summary
-        built.append((attempt, report, exported))
-        finals[attempt.exporter] = final
+        built.append(_Built(attempt, report, exported, folder, context.source_proof))
         if report.status in SUCCEEDED or report.status == BuildStatus.NEEDS_INPUTS:
             break  # built, or the model's outputs say nothing on these inputs: no exporter changes that
-    return built, finals, refusals
+    return built, refusals
 
 
 def export_for_target(source: TorchSource, target: Target, folder: Path) -> tuple[ExportReport, Path]:
@@ -399,11 +417,11 @@ def _read_back(path: Path, attempt: ExportAttempt, source: TorchSource) -> list[
     return constant if constant and len(constant) == len(model.graph.outputs) else []
 
 
-def _better(built: list[tuple[ExportAttempt, BuildReport, Path]]) -> tuple[ExportAttempt, BuildReport, Path]:
+def _better(built: list[_Built]) -> _Built:
     """The attempt to keep: a verified (or bundled) build first, then the one that got further,
     then fewer nodes after legalization; the target's order breaks ties."""
-    def rank(item: tuple[ExportAttempt, BuildReport, Path]) -> tuple[int, int, int]:
-        _, report, _ = item
+    def rank(item: _Built) -> tuple[int, int, int]:
+        report = item.report
         nodes = report.legalize.nodes.get("after", 0) if report.legalize is not None else 0
         return (0 if report.status in SUCCEEDED else 1, -STAGE_ORDER.index(report.stage)
                 if report.stage in STAGE_ORDER else 0, int(nodes or 0))
@@ -419,50 +437,47 @@ def _why(kept: ExportAttempt, record: ExportReport) -> str:
     return "; ".join(reasons)
 
 
-def _prove_final(source: TorchSource, target: Target, folder: Path, report: BuildReport,
-                 expected: list[Any]) -> tuple[BuildReport, tuple[Verification, str] | None]:
-    """torch against the engine built in `folder` (or, where it is built on the device or refuses
-    the example's sizes, the legalized model on ONNX Runtime) on the example inputs: the
-    verification and what it ran. A mismatch fails the build, so the other exporter is tried."""
+def _prove_final(context: BuildContext, source: TorchSource, expected: list[Any]) -> None:
+    """The build's last stage: torch against the engine it built (or, where that is built on the
+    device or refuses the example's sizes, the legalized model on ONNX Runtime) on the example
+    inputs, kept in `context.source_proof`. A mismatch fails the build, so the other exporter is tried."""
     from deploycc import io
-    from deploycc.bench.run import open_subject
-    from deploycc.verify.runner import session
 
-    legalized = folder / "model.legalized.onnx"
-    if report.status not in SUCCEEDED or not legalized.is_file():
-        return report, None
+    legalized = context.legalized_path
+    if context.status not in SUCCEEDED or not legalized.is_file():
+        return
     graph = io.load(legalized, check=False).model.graph
     final: Verification | None = None
-    if report.status == BuildStatus.VERIFIED:
+    if context.status == BuildStatus.VERIFIED and context.engine is not None:
         try:
-            runner = open_subject(folder, target).make_runner(None)
-            try:
-                final = final_proof(runner.run, legalized, graph, source, Precision(report.precision),
-                                    expected)
-                against = "the engine"
-            finally:
-                runner.close()
+            final = final_proof(context.engine.run, legalized, graph, source, context.precision, expected)
+            against = "the engine"
         except Exception as error:  # the engine refuses the example's sizes: judge its ONNX instead
             why = f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
-            report.skipped_steps.append(SkippedStep(
+            context.skipped.append(SkippedStep(
                 SafetyStep.VERIFICATION, f"torch against the engine did not run ({why}); torch was compared "
                 "with the legalized model on ONNX Runtime CPU instead"))
     if final is None:
-        ort = session(legalized, threads=0)
-        names = [output.name for output in ort.get_outputs()]
-
-        def run(feeds: dict[str, Any]) -> dict[str, Any]:
-            return dict(zip(names, ort.run(None, feeds), strict=True))
-
-        final = final_proof(run, legalized, graph, source, Precision.FP32, expected)
+        final = _prove_on_ort(legalized, graph, source, expected)
         against = "the legalized model on ONNX Runtime CPU" + (
-            " (the engine is built on the device)" if report.status == BuildStatus.PENDING_ON_DEVICE else "")
-    if proven_final(final):
-        return report, (final, against)
-    problem = f"torch against {against}: {final.problem}"
-    return dataclasses.replace(report, status=BuildStatus.FAILED, stage=Stage.VERIFY, summary=problem,
-                               next_step="try the other exporter (--exporter), or report the model"), \
-        (final, against)
+            " (the engine is built on the device)" if context.status == BuildStatus.PENDING_ON_DEVICE else "")
+    context.source_proof = (final, against)
+    if not proven_final(final):
+        context.status, context.stage = BuildStatus.FAILED, Stage.VERIFY
+        context.message = f"torch against {against}: {final.problem}"
+        context.next_step = "try the other exporter (--exporter), or report the model"
+
+
+def _prove_on_ort(legalized: Path, graph: Any, source: TorchSource, expected: list[Any]) -> Verification:
+    from deploycc.verify.runner import session
+
+    ort = session(legalized, threads=0)
+    names = [output.name for output in ort.get_outputs()]
+
+    def run(feeds: dict[str, Any]) -> dict[str, Any]:
+        return dict(zip(names, ort.run(None, feeds), strict=True))
+
+    return final_proof(run, legalized, graph, source, Precision.FP32, expected)
 
 
 def proven_final(verification: Any) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from deploycc.options import BuildOptions
 from deploycc.pipeline.build_stages import BUILD_STAGES
 from deploycc.pipeline.context import LEGALIZED, SAMPLE_DESCRIBED, VERIFY_INPUTS, BuildContext
 from deploycc.pipeline.outcome import Clock, listing, next_step_after, summary_of, write_reports
-from deploycc.pipeline.stages import as_exported, fixed_at_drawn_sizes, run_with_retries
+from deploycc.pipeline.stages import BuildStage, as_exported, fixed_at_drawn_sizes, run_with_retries
 from deploycc.records.build import BuildReport
 from deploycc.taxonomy import Precision
 from deploycc.verify.exact import exact_integers
@@ -47,46 +48,72 @@ def build(model: str | Path, target: Target, outdir: str | Path, options: BuildO
 def _build(model: str | Path, target: Target, outdir: str | Path, options: BuildOptions | None = None,
            *, progress: Callable[[str], None] | None = None) -> BuildReport:
     from deploycc import io
-    from deploycc.backends.registry import get_backend
-    from deploycc.pipeline.shape_policy import plan_shapes
-    from deploycc.quantize import check_ready
 
-    options = options or BuildOptions()
     source, outdir = Path(model), Path(outdir)
-    precision, notes = resolve_precision(options, target)
-    check_ready(target, precision, options.quantize)  # a tool missing, --require-int8 unmet: before any work
-    backend = get_backend(target.backend.kind)
-    seconds: dict[str, float] = {}
-    clock = Clock(seconds, progress)
-    samples, options = _samples(source, options, precision)
-    given = (options.legalize.inputs, options.quantize.calibration, options.quantize.validation)
-    with io.StagedDirectory(outdir, force=options.force,
+    prepared = prepare(source, target, options or BuildOptions())  # bad options or data: before any work
+    given = (prepared.options.legalize.inputs, prepared.options.quantize.calibration,
+             prepared.options.quantize.validation)
+    with io.StagedDirectory(outdir, force=prepared.options.force,
                             protect=(source, *(Path(p) for p in given if p is not None))) as staged:
-        staging = staged.staging
         if staged.replaces_failed:
-            notes.append(f"replaces {outdir}/, which held only the report of a failed build")
-        if samples is not None and options.legalize.inputs is None:
-            options = _verify_on_a_sample(options, samples.validation[0], staging)
-        clock("shapes")
-        shapes, options = plan_shapes(source, target, options)
-        notes += shapes.notes
-
-        def start(options: BuildOptions, shapes: ShapePlan | None) -> BuildContext:
-            return BuildContext(source=source, target=target, options=options, staging=staging,
-                                backend=backend, precision=precision, clock=clock, notes=notes,
-                                samples=samples, shapes=shapes)
-
-        context = run_with_retries(start, options, shapes, lambda context: BUILD_STAGES,
-                                   (fixed_at_drawn_sizes, as_exported))
-        _describe_inputs(context)
-        _keep_inputs(context)
-        clock("manifest")
-        manifest = _write_manifest(context)
-        report = _report(context, outdir, manifest["build_hash"], seconds)
-        clock.stop()
-        write_reports(staging, report)
+            prepared.notes.append(f"replaces {outdir}/, which held only the report of a failed build")
+        context = run_build(staged.staging, source, target, prepared, progress=progress)
+        report = report_of(context, outdir)
+        write_reports(staged.staging, report)
         staged.commit()
     return report
+
+
+@dataclass
+class Prepared:
+    """What a build settles before any work: the precision it builds in (and the note of a fallback
+    taken), the int8 samples read, and the options the manifest records."""
+
+    options: BuildOptions
+    precision: Precision
+    notes: list[str]
+    samples: Any = None
+
+
+def prepare(source: Path, target: Target, options: BuildOptions) -> Prepared:
+    """The precision (refused where the target lacks it), the tools it needs (a tool missing,
+    --require-int8 unmet), and the int8 samples (bad data refused): before any folder is made."""
+    from deploycc.quantize import check_ready
+
+    precision, notes = resolve_precision(options, target)
+    check_ready(target, precision, options.quantize)
+    samples, options = _samples(source, options, precision)
+    return Prepared(options, precision, notes, samples)
+
+
+def run_build(staging: Path, source: Path, target: Target, prepared: Prepared, *,
+              progress: Callable[[str], None] | None = None,
+              after: tuple[BuildStage[BuildContext], ...] = ()) -> BuildContext:
+    """The build's stage list in `staging` (a folder the caller holds), with its retries: the shape
+    plan, then BUILD_STAGES, the caller's stages `after` them (the torch front end's proof), and the
+    stages every build ends with (its inputs kept, its manifest). Returns the context it ended with."""
+    from deploycc.backends.registry import get_backend
+    from deploycc.pipeline.shape_policy import plan_shapes
+
+    backend = get_backend(target.backend.kind)
+    clock = Clock({}, progress)
+    options, samples, notes = prepared.options, prepared.samples, prepared.notes
+    if samples is not None and options.legalize.inputs is None:
+        options = _verify_on_a_sample(options, samples.validation[0], staging)
+    clock("shapes")
+    shapes, options = plan_shapes(source, target, options)
+    notes += shapes.notes
+
+    def start(options: BuildOptions, shapes: ShapePlan | None) -> BuildContext:
+        return BuildContext(source=source, target=target, options=options, staging=staging, backend=backend,
+                            precision=prepared.precision, clock=clock, notes=notes, samples=samples,
+                            shapes=shapes)
+
+    stages = (*BUILD_STAGES, *after, *FINISHING_STAGES)
+    context = run_with_retries(start, options, shapes, lambda context: stages,
+                               (fixed_at_drawn_sizes, as_exported))
+    clock.stop()
+    return context
 
 
 def _samples(source: Path, options: BuildOptions, precision: Precision) -> tuple[Any, BuildOptions]:
@@ -102,7 +129,7 @@ def _samples(source: Path, options: BuildOptions, precision: Precision) -> tuple
         options.quantize, samples=None, validation_samples=None))
 
 
-def _write_manifest(context: BuildContext) -> dict[str, Any]:
+def _manifest_stage(context: BuildContext) -> None:
     """manifest.json, in the output folder and in the folder that travels to the device."""
     from deploycc.pipeline.manifest import build_manifest
 
@@ -118,23 +145,24 @@ def _write_manifest(context: BuildContext) -> dict[str, Any]:
     travelling = artifact.device_folder if artifact is not None else None
     if travelling is not None:  # the folder that goes to the device carries its manifest
         (context.staging / travelling / "manifest.json").write_text(manifest_text)
-    return manifest
+    context.build_hash = manifest["build_hash"]
 
 
-def _report(context: BuildContext, outdir: Path, build_hash: str, seconds: dict[str, float]) -> BuildReport:
+def report_of(context: BuildContext, outdir: Path) -> BuildReport:
+    """The build's record, from the context its stages left."""
     c = context
     return BuildReport(
         model=str(c.source), target=c.target.name, outdir=str(outdir), status=c.status, stage=c.stage,
         summary=summary_of(c.status, c.message, c.target, c.artifact),
-        next_step=next_step_after(c.status, c.stage, c.message, c.target, c.artifact),
+        next_step=c.next_step or next_step_after(c.status, c.stage, c.message, c.target, c.artifact),
         precision=c.precision, legalize=c.legalized, artifact=c.artifact, verification=c.verification,
-        benchmark=c.benchmark, build_hash=build_hash, failure_category=c.failure_category,
-        files=listing(c.staging), seconds=seconds, quantization=c.quantization, notes=c.notes,
+        benchmark=c.benchmark, build_hash=c.build_hash, failure_category=c.failure_category,
+        files=listing(c.staging), seconds=c.clock.seconds, quantization=c.quantization, notes=c.notes,
         shapes=c.shapes, half=c.half, original_on_backend=c.original_on_backend, skipped_steps=c.skipped,
         strict=c.options.strict)
 
 
-def _describe_inputs(context: BuildContext) -> None:
+def _describe_inputs_stage(context: BuildContext) -> None:
     """The verifications name an int8 build's sample by its file name, not the staging path."""
     drawn = context.legalized.verification if context.legalized is not None else None
     for judged in (drawn, context.verification):
@@ -142,7 +170,7 @@ def _describe_inputs(context: BuildContext) -> None:
             judged.inputs = context.described(judged.inputs)
 
 
-def _keep_inputs(context: BuildContext) -> None:
+def _keep_inputs_stage(context: BuildContext) -> None:
     """verify-inputs.npz, whatever the outcome: the inputs the engine (or, when it was not reached,
     legalization's verification) ran on, so a failure can be reproduced; the reports name it."""
     import numpy as np
@@ -160,6 +188,14 @@ def _keep_inputs(context: BuildContext) -> None:
     for judged in (drawn, context.verification):
         if judged is not None:
             judged.inputs_file = VERIFY_INPUTS
+
+
+# What every build ends with, however its stages ended it
+FINISHING_STAGES: tuple[BuildStage[BuildContext], ...] = (
+    BuildStage("describe-inputs", _describe_inputs_stage, label=lambda c: None, always=True),
+    BuildStage("keep-inputs", _keep_inputs_stage, label=lambda c: None, always=True),
+    BuildStage("manifest", _manifest_stage, always=True),
+)
 
 
 def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: Path) -> BuildOptions:

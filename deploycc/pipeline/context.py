@@ -82,6 +82,11 @@ class BuildContext:
     failure_category: Failure | None = None
     original_on_backend: bool | None = None  # BuildReport.original_on_backend
     skipped: list[SkippedStep] = field(default_factory=list)  # BuildReport.skipped_steps
+    next_step: str | None = None  # what to do next, where a stage knows better than the outcome's table
+    build_hash: str = ""  # the manifest's
+    # a front end's proof of the result against the model it came from (torch against the engine):
+    # the verification and what it ran
+    source_proof: tuple[Verification, str] | None = None
     stopped: bool = False  # a stage ended the build: the later ones do not run
     _drawn: dict[str, DrawnInputs] = field(default_factory=dict)
 

@@ -29,24 +29,26 @@ Context = TypeVar("Context", bound=BuildContext)
 class BuildStage(Generic[Context]):
     """One stage of a build: `run` does its work on the context; `wanted` says whether it runs in
     this build (not run, not timed); `label` names it in the timings and the progress display
-    (None: not timed: a stage that only records what it did not do)."""
+    (None: not timed: a stage that only records what it did not do); `always`: it runs however the
+    stages before it ended the build (what a failed build keeps too: its inputs, its manifest)."""
 
     name: str
     run: Callable[[Context], None]
     wanted: Callable[[Context], bool] = lambda context: True
     label: Callable[[Context], str | None] | None = None
+    always: bool = False
 
     def label_for(self, context: Context) -> str | None:
         return self.label(context) if self.label is not None else self.name
 
 
 def run_stages(context: Context, stages: Sequence[BuildStage[Context]]) -> Context:
-    """Run `stages` in order over `context` until one stops the build; what a stage holds open
-    (a loaded engine) is released at the end, however it ends."""
+    """Run `stages` in order over `context` until one stops the build (then only the stages that
+    always run); what a stage holds open (a loaded engine) is released at the end, however it ends."""
     try:
         for stage in stages:
-            if context.stopped:
-                break
+            if context.stopped and not stage.always:
+                continue
             if not stage.wanted(context):
                 continue
             label = stage.label_for(context)
