@@ -1,7 +1,9 @@
 """Nothing outside deploycc/backends/ tests a backend's kind: no `kind == "openvino"`, no
-`get_backend("tensorrt")`, no table keyed by kind. What only one backend knows is a hook of
-`backends.base.Backend` (its options, its int8 recipe, its conformance runner, its device half),
-so a new backend is one module and one line in `targets.schema.BACKENDS`. The bar is zero."""
+`get_backend("tensorrt")`, no table keyed by kind. What the engine is, the target file says
+(`targets.schema.BackendSpec`); what only some backends do is what they contribute to
+`backends.base.Backend` (its options, its `stages`: the int8 recipe, the device half; its
+`runners`), so a new backend is one module and one line in `targets.schema.BACKENDS`. The bar is
+zero."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ the cases use.
 The cases store some inputs and expected outputs as TensorProto or numpy scalars, and the exotic
 types (bfloat16, float8, int4, int2, float4) as ml_dtypes arrays, which neither ONNX Runtime's nor
 OpenVINO's Python bindings accept as numpy. Each backend runs a case its own way
-(`Backend.conformance_runner`, with backends/raw_values.py for the exotic types' raw storage
+(`Backend.runners.conformance`, with backends/raw_values.py for the exotic types' raw storage
 bits), so a case fails only for what the backend does, never for what the harness could not feed.
 """
 
@@ -17,6 +17,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from deploycc.backends.raw_values import Refused, is_exotic
+from deploycc.errors import OptionError
 
 RTOL, ATOL = 1e-3, 1e-4
 REFUSAL_WORDS = ("NOT_IMPLEMENTED", "not supported", "Unsupported", "No conversion rule",
@@ -72,7 +73,9 @@ def outcome(kind: str, model_bytes: bytes, case: Any) -> tuple[str, str]:
     for inputs, expected in case.data_sets:
         feeds = dict(zip(names, (as_value(x) for x in inputs), strict=False))
         try:
-            actual = backend.conformance_runner()(model_bytes, feeds)
+            if backend.runners.conformance is None:
+                raise OptionError(f"{kind} runs no conformance cases here")
+            actual = backend.runners.conformance(model_bytes, feeds)
         except Exception as error:
             text = headline(error)
             if isinstance(error, Refused) or any(word in text for word in REFUSAL_WORDS):

@@ -1,9 +1,15 @@
 """The small interface every backend implements (Polygraphy keeps a loader and a runner per
-backend; so do we): is it available here, describe the environment, build an artifact from a
-legalized ONNX model, say where each node runs, and load a runner for the artifact. What only
-one backend knows is a hook here that the others leave at its default: its own options, how
-`--precision int8` quantizes for it, its conformance runner, and its half on a device (the
-bundle, a bundle's build request). Nothing outside backends/ tests a backend's kind.
+backend; so do we): is it available here (`unavailable_reason`), describe the environment, its own
+options (`backend_options`), build an artifact from a legalized ONNX model (saying where each node
+runs, and which folder of it travels to the device) and load a runner for the artifact.
+
+What only some backends do is what they contribute, as data the others leave empty:
+`stages` (BackendStages: how `--precision int8` quantizes for it, the completion of a build
+request before the engine build, the dims a build must fix, the board's reference data, a device
+bundle's build request) and `runners` (BackendRunners: on an unbuilt model for `bench`, on its own
+int8 model for NNCF, on a conformance case for `probe`). What the engine is (built on the device,
+for fixed shapes, ...) is the target's data (`targets.schema.BackendSpec`), which the passes read
+without asking a backend. Nothing outside backends/ tests a backend's kind.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.errors import DeployccError, OptionError
+from deploycc.errors import DeployccError
 from deploycc.records.artifact import Artifact
 from deploycc.records.artifact import Placement as Placement  # re-exported: a record, in records/
 from deploycc.taxonomy import Failed, Failure, Name, Precision
@@ -79,7 +85,7 @@ class Quantizer(Name):
     """The tools quantize/ runs for `--precision int8`."""
 
     ORT_QDQ = "ort-qdq"  # ONNX Runtime's quantize_static, a Q/DQ ONNX model, judged on ONNX Runtime
-    NNCF = "nncf"  # NNCF on the backend's own model, judged and timed by the backend's quantize_runner
+    NNCF = "nncf"  # NNCF on the backend's own model, judged and timed by the backend's int8 runner
 
 
 class QdqLayout(Name):
@@ -128,47 +134,51 @@ class Runner(ABC):
         return {}
 
 
-class Backend(ABC):
-    kind: str
+@dataclass(frozen=True)
+class BackendStages:
+    """What a backend adds to the pipeline's stages beyond its build; None where it adds nothing."""
 
     # How `--precision int8` quantizes for it (None: no int8 path)
     int8: Int8Recipe | None = None
+    # Complete a build request from the model and the user's options before the engine build
+    # (TensorRT's profiles and the fp32 model a DLA builds its INT8 from; the TensorRT provider's
+    # profiles; OpenVINO's model cache for a request made without the user's options)
+    prepare: Callable[[BuildRequest, BuildOptions], None] | None = None
+    # Why this build takes every dim the target's shape policy would give a profile at one size
+    # instead, in the shape plan's words (TensorRT on a DLA core); None from it: profiles stand
+    static_dims: Callable[[BuildOptions], str | None] | None = None
+    # Give an artifact built on the device what the board needs to judge it: the inputs and the
+    # original model's outputs (a bundle's reference data): (artifact, outdir, inputs, outputs,
+    # precision, how the inputs were drawn)
+    add_reference: Callable[[Artifact, Path, dict[str, np.ndarray], dict[str, np.ndarray], Precision, str],
+                            None] | None = None
+    # The build request a device bundle describes (`build --engine-only` on the board):
+    # (bundle folder, outdir, target)
+    bundle_request: Callable[[Path, Path, Target], BuildRequest] | None = None
+
+
+@dataclass(frozen=True)
+class BackendRunners:
+    """The runners a backend offers besides loading its own artifact; None where it has none."""
+
+    # On the model file as it is, for `bench` on an unbuilt model: (model, target, threads)
+    raw: Callable[[Path, Target, int | None], Runner] | None = None
+    # Judges and times an int8 candidate here, for a quantizer that works on the backend's own
+    # model (NNCF): (model, pinned), pinned compiling it in the precision an int8 build pins its
+    # float parts to, else in the device's default
+    int8: Callable[[Path, bool], Runner] | None = None
+    # How `deploycc probe` runs one conformance case on this backend
+    conformance: ConformanceRunner | None = None
+
+
+class Backend(ABC):
+    kind: str
+    stages: BackendStages = BackendStages()
+    runners: BackendRunners = BackendRunners()
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         """Its own options from what the user asked (`--format`, `--dla-core`, a model cache)."""
         return BackendOptions()
-
-    def prepare(self, request: BuildRequest, options: BuildOptions) -> None:  # noqa: B027
-        """Complete a build request from the model and the user's options (TensorRT's profiles);
-        most need nothing."""
-
-    def static_dims(self, options: BuildOptions) -> str | None:
-        """Why this build takes every dim the target's shape policy would give a profile at one
-        size instead, in the shape plan's words (TensorRT on a DLA core); None where profiles stand."""
-        return None
-
-    def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],  # noqa: B027
-                      outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
-        """Give an artifact built on the device what the board needs to judge it: the inputs and
-        the original model's outputs (a bundle's reference data); most artifacts need nothing."""
-
-    def bundle_request(self, bundle: Path, outdir: Path, target: Target) -> BuildRequest:
-        """The build request a device bundle describes (`build --engine-only` on the board)."""
-        raise OptionError(f"{self.kind} writes no device bundle to build an engine from")
-
-    def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
-        """A runner on the model file as it is, for `bench` on an unbuilt model."""
-        raise OptionError(f"benching a raw model on {self.kind} is not supported; build it first")
-
-    def quantize_runner(self, model: Path, pinned: bool = True) -> Runner:
-        """A runner that judges and times an int8 candidate here, for a quantizer that works on
-        the backend's own model (NNCF): `pinned` compiles it in the precision an int8 build pins
-        its float parts to, else in the device's default."""
-        raise OptionError(f"{self.kind} has no runner for its own int8 model")
-
-    def conformance_runner(self) -> ConformanceRunner:
-        """How `deploycc probe` runs one conformance case on this backend."""
-        raise OptionError(f"{self.kind} runs no conformance cases here")
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:

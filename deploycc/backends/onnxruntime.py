@@ -21,9 +21,10 @@ from deploycc.backends.base import (
     Backend,
     BackendError,
     BackendOptions,
+    BackendRunners,
+    BackendStages,
     BackendUnavailable,
     BuildRequest,
-    ConformanceRunner,
     Int8Recipe,
     Placement,
     QdqLayout,
@@ -193,33 +194,84 @@ def _has_half_arithmetic() -> bool:
         return False
 
 
+def _has_external_data(model: Path) -> bool:
+    return model.with_name(model.name + ".data").exists()
+
+
+def _ort_value(array: np.ndarray) -> Any:
+    import onnxruntime as ort
+
+    from deploycc.backends.raw_values import elem_type, storage_bytes
+
+    raw = storage_bytes(array)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), elem_type(array))
+    ctypes.memmove(value.data_ptr(), raw, len(raw))
+    return value
+
+
+def _ort_output(value: Any) -> Any:
+    from deploycc.backends.raw_values import RAW_BITS, decode
+
+    if not value.is_tensor():
+        return value.numpy() if hasattr(value, "numpy") else value
+    kind = value.element_type()
+    if kind not in RAW_BITS:
+        return value.numpy()
+    shape = list(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    return decode(ctypes.string_at(value.data_ptr(), -(-count * RAW_BITS[kind] // 8)), shape, kind)
+
+
+def run_conformance_case(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
+    """One conformance case on ORT's defaults, as a user gets them (`deploycc probe`)."""
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from deploycc.backends.raw_values import RAW_BITS, is_exotic
+    from deploycc.verify.runner import session as ort_session
+
+    session = ort_session(model_bytes, optimize=True, threads=0)  # ORT's defaults, as a user gets them
+    feeds = {name: _ort_value(value) if is_exotic(value) else value for name, value in feeds.items()}
+    raw_names = {ir.DataType(kind).name.lower() for kind in RAW_BITS}  # ORT says tensor(bfloat16)
+    if not any(o.type.startswith("tensor(") and o.type[7:-1] in raw_names for o in session.get_outputs()):
+        return list(session.run(None, feeds))
+    # an output numpy cannot hold: run on OrtValues and read its storage bits
+    values = {name: value if not isinstance(value, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(value)
+              for name, value in feeds.items()}
+    return [_ort_output(out) for out in session.run_with_ort_values(None, values)]
+
+
+def _prepare(request: BuildRequest, options: BuildOptions) -> None:
+    """The TensorRT provider's profiles (trt_profile_*_shapes) from the shape plan's ranges."""
+    if request.target.backend.builds_profiles:
+        request.backend_options = replace(_own(request), profiles=_profiles(request.model, options))
+
+
+def _add_reference(artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
+                   outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
+    """A GPU bundle's reference data, for the GPU host to judge its session by."""
+    if artifact.kind != GPU_BUNDLE:
+        return
+    from deploycc.device.bundle import write_reference
+
+    # TensorRT 10's bindings (the TensorRT provider's): int64 stays int64
+    artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, "10", described,
+                                      trtexec=False)
+
+
+def _raw_runner(path: Path, target: Target, threads: int | None) -> Runner:
+    return OrtRunner(path, [target.backend.execution_provider or "CPUExecutionProvider"],
+                     threads=threads or 0)  # ORT's defaults on the raw model
+
+
 class OnnxRuntimeBackend(Backend):
     kind = "onnxruntime"
-    int8 = Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.X86)
+    stages = BackendStages(int8=Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.X86), prepare=_prepare,
+                           add_reference=_add_reference)
+    runners = BackendRunners(raw=_raw_runner, conformance=run_conformance_case)
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return OrtOptions(artifact_format=options.artifact_format)
-
-    def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
-        if request.target.backend.builds_profiles:  # the TensorRT provider's
-            request.backend_options = replace(_own(request), profiles=_profiles(request.model, options))
-
-    def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
-                      outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
-        if artifact.kind != GPU_BUNDLE:
-            return
-        from deploycc.device.bundle import write_reference
-
-        # TensorRT 10's bindings (the TensorRT provider's): int64 stays int64
-        artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, "10", described,
-                                          trtexec=False)
-
-    def conformance_runner(self) -> ConformanceRunner:
-        return run_conformance_case
-
-    def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
-        return OrtRunner(path, [target.backend.execution_provider or "CPUExecutionProvider"],
-                         threads=threads or 0)  # ORT's defaults on the raw model
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -322,50 +374,3 @@ class OnnxRuntimeBackend(Backend):
 
     def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:
         return OrtRunner(outdir / artifact.files[0], [self._provider(request)], threads=request.threads or 0)
-
-
-def _has_external_data(model: Path) -> bool:
-    return model.with_name(model.name + ".data").exists()
-
-
-def _ort_value(array: np.ndarray) -> Any:
-    import onnxruntime as ort
-
-    from deploycc.backends.raw_values import elem_type, storage_bytes
-
-    raw = storage_bytes(array)
-    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), elem_type(array))
-    ctypes.memmove(value.data_ptr(), raw, len(raw))
-    return value
-
-
-def _ort_output(value: Any) -> Any:
-    from deploycc.backends.raw_values import RAW_BITS, decode
-
-    if not value.is_tensor():
-        return value.numpy() if hasattr(value, "numpy") else value
-    kind = value.element_type()
-    if kind not in RAW_BITS:
-        return value.numpy()
-    shape = list(value.shape())
-    count = int(np.prod(shape, dtype=np.int64))
-    return decode(ctypes.string_at(value.data_ptr(), -(-count * RAW_BITS[kind] // 8)), shape, kind)
-
-
-def run_conformance_case(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
-    """One conformance case on ORT's defaults, as a user gets them (`deploycc probe`)."""
-    import onnx_ir as ir
-    import onnxruntime as ort
-
-    from deploycc.backends.raw_values import RAW_BITS, is_exotic
-    from deploycc.verify.runner import session as ort_session
-
-    session = ort_session(model_bytes, optimize=True, threads=0)  # ORT's defaults, as a user gets them
-    feeds = {name: _ort_value(value) if is_exotic(value) else value for name, value in feeds.items()}
-    raw_names = {ir.DataType(kind).name.lower() for kind in RAW_BITS}  # ORT says tensor(bfloat16)
-    if not any(o.type.startswith("tensor(") and o.type[7:-1] in raw_names for o in session.get_outputs()):
-        return list(session.run(None, feeds))
-    # an output numpy cannot hold: run on OrtValues and read its storage bits
-    values = {name: value if not isinstance(value, np.ndarray) else ort.OrtValue.ortvalue_from_numpy(value)
-              for name, value in feeds.items()}
-    return [_ort_output(out) for out in session.run_with_ort_values(None, values)]

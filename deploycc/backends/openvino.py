@@ -19,8 +19,9 @@ from deploycc.backends.base import (
     Backend,
     BackendError,
     BackendOptions,
+    BackendRunners,
+    BackendStages,
     BuildRequest,
-    ConformanceRunner,
     Int8Recipe,
     Placement,
     Quantizer,
@@ -210,35 +211,81 @@ def inference_problem(error: BaseException) -> str:
     return (telling or lines or [type(error).__name__])[0][:300]
 
 
+def _openvino_type(kind: int) -> Any:
+    import openvino as ov
+
+    from deploycc.backends.raw_values import Refused
+
+    name = OPENVINO_TYPE_NAMES.get(kind)
+    if name is None:
+        raise Refused(f"OpenVINO has no element type {TensorProto.DataType.Name(kind)}")
+    return getattr(ov.Type, name)
+
+
+def _openvino_output(tensor: Any) -> np.ndarray:
+    import openvino as ov
+
+    from deploycc.backends.raw_values import decode
+
+    kind = {getattr(ov.Type, name): kind for kind, name in OPENVINO_TYPE_NAMES.items()}[tensor.element_type]
+    raw = np.ascontiguousarray(tensor.data).view(np.uint8).tobytes()
+    return decode(raw, list(tensor.shape), kind)
+
+
+def run_conformance_case(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
+    """One conformance case compiled on the CPU in f32 (`deploycc probe`)."""
+    import openvino as ov
+
+    from deploycc.backends.raw_values import elem_type, is_exotic, storage_bytes
+
+    compiled = compile_model(model_bytes, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    # OpenVINO drops graph inputs nothing reads (a Shape folded to a constant): feed what it kept
+    kept = {name for port in compiled.inputs for name in port.get_names()}
+    tensors = {}
+    for name, value in feeds.items():
+        if name not in kept:
+            continue
+        if is_exotic(value):
+            value = ov.Tensor(np.frombuffer(storage_bytes(value), dtype=np.uint8).copy(),
+                              ov.Shape(list(value.shape)), _openvino_type(elem_type(value)))
+        tensors[name] = value
+    request = compiled.create_infer_request()
+    results = request.infer(tensors)
+    exotic = {getattr(ov.Type, name) for name in OPENVINO_TYPE_NAMES.values()}
+    return [_openvino_output(request.get_output_tensor(index)) if port.element_type in exotic
+            else results[port] for index, port in enumerate(compiled.outputs)]
+
+
+def _prepare(request: BuildRequest, options: BuildOptions) -> None:
+    if _own(request).cache_dir is None:  # a request made without the user's options (a segment's)
+        request.backend_options = OpenVinoOptions(cache_dir=default_cache_dir())
+
+
+def _int8_runner(model: Path, pinned: bool) -> Runner:
+    """The int8 candidate compiled for latency on the CPU, in f32 (what an int8 build pins its
+    float parts to: INFERENCE_PRECISION above) or, unpinned, in the CPU's default (bf16 where it
+    has bf16 units)."""
+    config = {"PERFORMANCE_HINT": "LATENCY"}
+    if pinned:
+        config["INFERENCE_PRECISION_HINT"] = INFERENCE_PRECISION[Precision.INT8]
+    return OpenVinoRunner(model, "CPU", config)
+
+
+def _raw_runner(path: Path, target: Target, threads: int | None) -> Runner:
+    config = {"PERFORMANCE_HINT": target.backend.performance_hint or "LATENCY"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = str(threads)
+    return OpenVinoRunner(path, target.device.kind, config)
+
+
 class OpenVinoBackend(Backend):
     kind = "openvino"
-    # NNCF on the OpenVINO model, judged and timed by quantize_runner
-    int8 = Int8Recipe(Quantizer.NNCF)
+    # int8: NNCF on the OpenVINO model, judged and timed by its int8 runner
+    stages = BackendStages(int8=Int8Recipe(Quantizer.NNCF), prepare=_prepare)
+    runners = BackendRunners(raw=_raw_runner, int8=_int8_runner, conformance=run_conformance_case)
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return OpenVinoOptions(cache_dir=default_cache_dir())
-
-    def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
-        if _own(request).cache_dir is None:  # a request made without the user's options (a segment's)
-            request.backend_options = OpenVinoOptions(cache_dir=default_cache_dir())
-
-    def quantize_runner(self, model: Path, pinned: bool = True) -> Runner:
-        """The int8 candidate compiled for latency on the CPU, in f32 (what an int8 build pins its
-        float parts to: INFERENCE_PRECISION above) or, unpinned, in the CPU's default (bf16 where it
-        has bf16 units)."""
-        config = {"PERFORMANCE_HINT": "LATENCY"}
-        if pinned:
-            config["INFERENCE_PRECISION_HINT"] = INFERENCE_PRECISION[Precision.INT8]
-        return OpenVinoRunner(model, "CPU", config)
-
-    def conformance_runner(self) -> ConformanceRunner:
-        return run_conformance_case
-
-    def raw_runner(self, path: Path, target: Target, threads: int | None) -> Runner:
-        config = {"PERFORMANCE_HINT": target.backend.performance_hint or "LATENCY"}
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = str(threads)
-        return OpenVinoRunner(path, target.device.kind, config)
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -330,48 +377,3 @@ OPENVINO_TYPE_NAMES: dict[int, str] = {
     TensorProto.BFLOAT16: "bf16", TensorProto.FLOAT8E4M3FN: "f8e4m3", TensorProto.FLOAT8E5M2: "f8e5m2",
     TensorProto.FLOAT8E8M0: "f8e8m0", TensorProto.INT4: "i4", TensorProto.UINT4: "u4",
     TensorProto.FLOAT4E2M1: "f4e2m1"}
-
-
-def _openvino_type(kind: int) -> Any:
-    import openvino as ov
-
-    from deploycc.backends.raw_values import Refused
-
-    name = OPENVINO_TYPE_NAMES.get(kind)
-    if name is None:
-        raise Refused(f"OpenVINO has no element type {TensorProto.DataType.Name(kind)}")
-    return getattr(ov.Type, name)
-
-
-def _openvino_output(tensor: Any) -> np.ndarray:
-    import openvino as ov
-
-    from deploycc.backends.raw_values import decode
-
-    kind = {getattr(ov.Type, name): kind for kind, name in OPENVINO_TYPE_NAMES.items()}[tensor.element_type]
-    raw = np.ascontiguousarray(tensor.data).view(np.uint8).tobytes()
-    return decode(raw, list(tensor.shape), kind)
-
-
-def run_conformance_case(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]:
-    """One conformance case compiled on the CPU in f32 (`deploycc probe`)."""
-    import openvino as ov
-
-    from deploycc.backends.raw_values import elem_type, is_exotic, storage_bytes
-
-    compiled = compile_model(model_bytes, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    # OpenVINO drops graph inputs nothing reads (a Shape folded to a constant): feed what it kept
-    kept = {name for port in compiled.inputs for name in port.get_names()}
-    tensors = {}
-    for name, value in feeds.items():
-        if name not in kept:
-            continue
-        if is_exotic(value):
-            value = ov.Tensor(np.frombuffer(storage_bytes(value), dtype=np.uint8).copy(),
-                              ov.Shape(list(value.shape)), _openvino_type(elem_type(value)))
-        tensors[name] = value
-    request = compiled.create_infer_request()
-    results = request.infer(tensors)
-    exotic = {getattr(ov.Type, name) for name in OPENVINO_TYPE_NAMES.values()}
-    return [_openvino_output(request.get_output_tensor(index)) if port.element_type in exotic
-            else results[port] for index, port in enumerate(compiled.outputs)]

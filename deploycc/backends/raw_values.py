@@ -3,7 +3,7 @@
 They travel as their raw storage bits (sub-byte types packed low bits first, as ONNX Runtime and
 OpenVINO store them) and are decoded back by the ONNX element type, so a case fails only for
 what the backend does, never for what the harness could not feed. The backends' conformance
-runners (`Backend.conformance_runner`) use these.
+runners (`Backend.runners.conformance`) use these.
 """
 
 from __future__ import annotations

@@ -194,7 +194,9 @@ def _model_subject(path: Path, target: Target) -> Subject:
     kind = target.backend.kind
 
     def make(threads: int | None) -> Runner:
-        return backend.raw_runner(path, target, threads)
+        if backend.runners.raw is None:
+            raise OptionError(f"benching a raw model on {kind} is not supported; build it first")
+        return backend.runners.raw(path, target, threads)
 
     return Subject(str(path), "model", target, f"{kind} (model as-is)", path, make, backend.environment())
 

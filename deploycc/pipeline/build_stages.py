@@ -109,7 +109,9 @@ def engine_stage(context: BuildContext) -> None:
         backend_options=context.backend.backend_options(options),
         fp32_layers=tuple(context.half.kept) if context.half is not None else (),
         min_segment_nodes=placement.min_segment_nodes)
-    context.backend.prepare(request, options)  # its own completion (TensorRT: profiles, the DLA's model)
+    prepare = context.backend.stages.prepare  # its own completion (TensorRT: profiles, the DLA's model)
+    if prepare is not None:
+        prepare(request, options)
     with engine_errors(context):
         context.artifact = context.backend.build(request)
 
@@ -144,8 +146,10 @@ def device_reference_stage(context: BuildContext) -> None:
                 SafetyStep.VERIFICATION, f"no reference data for the device ({error}): the board builds and "
                 "times the engine but cannot verify it"))
             return
-        context.backend.add_reference(artifact, context.staging, drawn.feeds, expected, context.precision,
-                                      drawn.described)
+        add_reference = context.backend.stages.add_reference
+        if add_reference is not None:
+            add_reference(artifact, context.staging, drawn.feeds, expected, context.precision,
+                          drawn.described)
 
 
 def verify_stage(context: BuildContext) -> None:

@@ -42,7 +42,9 @@ def build_from_bundle(bundle_path: Path, outdir: Path | None, options: BuildOpti
     outdir = outdir or bundle_path.parent / "engine"
     seconds: dict[str, float] = {}
     with io.StagedDirectory(outdir, force=options.force, protect=(bundle_path,)) as staged:
-        request = backend.bundle_request(bundle_path, staged.staging, resolved)
+        if backend.stages.bundle_request is None:
+            raise OptionError(f"{backend.kind} writes no device bundle to build an engine from")
+        request = backend.stages.bundle_request(bundle_path, staged.staging, resolved)
         context = BuildContext(source=request.model, target=resolved, options=options, staging=staged.staging,
                                backend=backend, precision=request.precision, clock=Clock(seconds, progress),
                                notes=[], request=request, stage=Stage.BUILD)

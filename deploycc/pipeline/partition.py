@@ -214,7 +214,9 @@ def _segment_engines_stage(context: PartitionContext) -> None:
             request = BuildRequest(model=folder / context.pipeline["segments"][segment.index]["file"],
                                    outdir=where, target=context.target, precision=context.precision,
                                    backend_options=backend.backend_options(context.options))
-            backend.prepare(request, _cut_ranges(context.options, context.graph_model.graph, segment.inputs))
+            if backend.stages.prepare is not None:
+                backend.stages.prepare(request, _cut_ranges(context.options, context.graph_model.graph,
+                                                            segment.inputs))
             artifact = backend.build(request)
             report.segments[segment.index]["artifact"] = {
                 "kind": artifact.kind, "files": artifact.files, "settings": artifact.settings}

@@ -65,9 +65,9 @@ def plan_shapes(source: Path, target: Target, options: BuildOptions) -> tuple[Sh
     if not guesses:
         plan.inputs = [_as_given(name, dims, options) for name, dims in declared.items()]
         return plan, options
-    backend = get_backend(target.backend.kind)
-    profiles_built, static = target.backend.builds_profiles, backend.static_dims(options)
-    dims = [_decide(guess, target, options, profiles_built, static) for guess in guesses]
+    static_dims = get_backend(target.backend.kind).stages.static_dims  # the build's own reason to fix dims
+    static = static_dims(options) if static_dims is not None else None
+    dims = [_decide(guess, target, options, target.backend.builds_profiles, static) for guess in guesses]
     if options.legalize.inputs is None:
         _find_sizes(source, model, dims, options, plan)
     else:

@@ -3,12 +3,13 @@ validation samples, keep layers in float while the budget is not met, and keep f
 does not pay off (not within budget with most layers still int8, or not faster beyond noise when
 the two are timed in interleaved rounds). --require-int8 makes that a failed build instead.
 
-The backend chooses how (`Backend.int8`, an `Int8Recipe`); this package does it:
+The backend chooses how (`Backend.stages.int8`, an `Int8Recipe`); this package does it:
 
   Quantizer.ORT_QDQ  ONNX Runtime's quantize_static, Q/DQ in the recipe's layout (ort_qdq: the
                      x86 form for ort-cpu, the form TensorRT takes), judged on ONNX Runtime
   Quantizer.NNCF     NNCF on the backend's own model (openvino-cpu), judged and timed by the
-                     backend's quantize_runner; NNCF's accuracy control as the guard
+                     backend's int8 runner (`Backend.runners.int8`); NNCF's accuracy control as
+                     the guard
   calibration_cache  also the engine's own calibration cache (TensorRT's): the DLA builds the fp32
                      model with it (implicit INT8, all it runs); on the GPU the board's runner
                      builds both forms, times them and keeps the faster
@@ -76,7 +77,15 @@ def _backend(target: Target) -> Backend:
 
 
 def _recipe(target: Target) -> Int8Recipe | None:
-    return _backend(target).int8
+    return _backend(target).stages.int8
+
+
+def _own_runner(backend: Backend) -> Callable[[Path, bool], Runner]:
+    """The backend's runner on its own int8 model, which judges and times NNCF's candidates:
+    (model, pinned to the precision an int8 build pins its float parts to)."""
+    if backend.runners.int8 is None:
+        raise OptionError(f"{backend.kind} has no runner for its own int8 model")
+    return backend.runners.int8
 
 
 def load_samples(source: Path, options: QuantizeOptions) -> SampleSets:
@@ -178,7 +187,7 @@ def quantize_for_target(model: Path, target: Target, options: QuantizeOptions, s
     NNCF the IR under OpenVINO's artifact names model.xml/.bin, and calibration.cache where the
     recipe asks for it)."""
     backend = _backend(target)
-    recipe = backend.int8
+    recipe = backend.stages.int8
     if recipe is None:
         raise OptionError(f"no INT8 path for the {target.backend.kind} backend")
     signature = model_signature(model)
@@ -344,13 +353,13 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
     from deploycc.quantize import openvino_nncf
 
     calibration, validation = context.calibration, context.validation
-    feeds = validation[0]
+    feeds, own_runner = validation[0], _own_runner(context.backend)
     source = openvino_nncf.read(context.model)
 
     def judge(model: Any, name: str, kept: list[str]) -> tuple[GuardStep, Path]:
         path = work / name
         ov.save_model(model, str(path), compress_to_fp16=False)
-        runner = context.backend.quantize_runner(path, pinned=True)
+        runner = own_runner(path, True)  # pinned
         try:
             return context.judge(runner, kept), path
         finally:
@@ -378,8 +387,7 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         steps.append(step)
 
     def race(pinned: bool) -> Comparison:
-        runner = context.backend.quantize_runner
-        return _race(runner(path, pinned), runner(context.model, pinned), feeds)
+        return _race(own_runner(path, pinned), own_runner(context.model, pinned), feeds)
 
     report = _report(context, "NNCF quantize on the OpenVINO model (accuracy control as the guard), "
                               "compiled with INFERENCE_PRECISION_HINT f32", steps, lambda: race(pinned=True))

@@ -244,7 +244,9 @@ def _all_three(request: BuildRequest, version: str, inputs: list[_Tensor],
     shutil.copytree(folder, board_copy)
     host = _host(request, version, inputs, monkeypatch)
     (request.outdir.parent / "engine").mkdir()
-    engine_only = TensorRTBackend().bundle_request(folder, request.outdir.parent / "engine", request.target)
+    bundle_request = TensorRTBackend().stages.bundle_request
+    assert bundle_request is not None
+    engine_only = bundle_request(folder, request.outdir.parent / "engine", request.target)
     on_host_from_bundle = _host(engine_only, version, inputs, monkeypatch)
     board = _board(board_copy, version, inputs)
     assert on_host_from_bundle == board

@@ -13,6 +13,7 @@ import onnx
 import pytest
 
 from deploycc import api
+from deploycc.backends.base import BackendStages
 from deploycc.errors import OptionError, TargetError
 from deploycc.options import BuildOptions, QuantizeOptions
 from deploycc.records.audit import AuditOptions
@@ -76,7 +77,7 @@ def test_int8_goes_through_the_toys_recipe(toy: str, cnn: Path, tmp_path: Path,
     assert report.precision == quantized.decision
     if quantized.decision == Precision.INT8:
         assert (tmp_path / "int8" / "model.int8.onnx").is_file()
-    monkeypatch.setattr(toy_backend.ToyBackend, "int8", None)  # a backend without a recipe
+    monkeypatch.setattr(toy_backend.ToyBackend, "stages", BackendStages())  # a backend without a recipe
     with pytest.raises(OptionError, match="no INT8 path for the toy backend"):
         api.build(cnn, toy, tmp_path / "none", options)
 
@@ -86,3 +87,13 @@ def test_the_audit_runs_the_toy_in_its_cells(toy: str, cnn: Path, tmp_path: Path
     report = api.audit([cnn], [toy], tmp_path / "audit", AuditOptions(worker=worker))
     (cell,) = report.cells
     assert cell.target == toy and cell.status == CellStatus.VERIFIED, cell.message
+
+
+def test_the_backend_interface_stays_small() -> None:
+    """Build and load, its environment and options, and what it contributes (`stages`, `runners`):
+    what the engine is belongs to the target (targets.schema.BackendSpec), not to a hook here."""
+    from deploycc.backends.base import Backend
+
+    members = {name for name in {*vars(Backend), *Backend.__annotations__} if not name.startswith("_")}
+    assert members == {"kind", "unavailable_reason", "environment", "backend_options", "build", "load",
+                       "stages", "runners"}

@@ -52,6 +52,7 @@ if __name__ == "__main__":  # the audit's worker: the repository on the path, th
 from deploycc.backends.base import (  # noqa: E402 - after the path above, when run as the worker
     Artifact,
     Backend,
+    BackendStages,
     BuildRequest,
     Int8Recipe,
     Placement,
@@ -62,8 +63,7 @@ from deploycc.backends.base import (  # noqa: E402 - after the path above, when 
 
 class ToyBackend(Backend):
     kind = TOY_KIND
-    # --precision int8: ONNX Runtime's quantizer, Q/DQ in the x86 layout, judged and timed here
-    int8 = Int8Recipe(Quantizer.ORT_QDQ)
+    stages = BackendStages(int8=Int8Recipe(Quantizer.ORT_QDQ))  # --precision int8: ORT's Q/DQ, timed here
 
     def unavailable_reason(self) -> str | None:
         return None

@@ -13,6 +13,7 @@ from deploycc.backends.base import (
     Artifact,
     Backend,
     BackendOptions,
+    BackendStages,
     BackendUnavailable,
     BuildRequest,
     Int8Recipe,
@@ -42,46 +43,56 @@ if TYPE_CHECKING:
 DEVICE_BUNDLE = "device-bundle"  # the artifact's kind where the engine is built on the device
 
 
+def _prepare(request: BuildRequest, options: BuildOptions) -> None:
+    """The profiles for every dynamic input, and on a DLA with int8 the fp32 model it builds from."""
+    if implicit_int8(request) and request.fp32_model is not None:
+        request.model = request.fp32_model  # the DLA takes implicit INT8 only: fp32 and the cache
+    request.backend_options = replace(own(request), profiles=profiles_for(request.model, options))
+
+
+def _static_dims(options: BuildOptions) -> str | None:
+    return "the DLA's static shapes" if options.dla_core is not None else None
+
+
+def _add_reference(artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
+                   outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
+    """A device bundle's reference data, in the bindings of the TensorRT it was made for."""
+    if artifact.kind != DEVICE_BUNDLE:
+        return
+    version = str(artifact.settings.get("tensorrt") or "")
+    artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, version, described)
+
+
+def _bundle_request(folder: Path, outdir: Path, target: Target) -> BuildRequest:
+    """The request a bundle describes: all the settings the board's runner builds from, so that
+    both build the same engine."""
+    settings = read_bundle(folder)["settings"]
+    cache = settings.get("int8_calibration_cache")
+    return BuildRequest(
+        model=folder / MODEL_NAME, outdir=outdir, target=target,
+        precision=Precision(settings["precision"]),
+        calibration_cache=folder / cache if cache else None,
+        fp32_layers=tuple(settings.get("fp32_layers") or ()),
+        backend_options=TensorRTOptions(
+            dla_core=settings["dla_core"], gpu_fallback=settings["gpu_fallback"],
+            workspace_mb=settings["workspace_mb"], timing_cache=folder / TIMING_CACHE,
+            profiles=[Profile(p["input"], p["min"], p["opt"], p["max"]) for p in settings["profiles"]]))
+
+
 class TensorRTBackend(Backend):
     kind = "tensorrt"
     # ONNX Runtime's quantizer, not NVIDIA's Model Optimizer: ModelOpt writes opset 19 or newer,
     # which TensorRT 8.5's parser (JetPack 5, the Xavier) does not read; ORT's writes any opset from
     # 13, so one tool serves TensorRT 8.5 to 10. The GPU builds the Q/DQ model; the DLA builds
     # the fp32 model with the calibration cache (implicit INT8, all it runs).
-    int8 = Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.TENSORRT, stand_in_for="TensorRT", calibration_cache=True)
+    stages = BackendStages(int8=Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.TENSORRT, stand_in_for="TensorRT",
+                                           calibration_cache=True),
+                           prepare=_prepare, static_dims=_static_dims, add_reference=_add_reference,
+                           bundle_request=_bundle_request)
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return TensorRTOptions(dla_core=options.dla_core, gpu_fallback=options.gpu_fallback,
                                workspace_mb=options.workspace_mb)
-
-    def prepare(self, request: BuildRequest, options: BuildOptions) -> None:
-        if implicit_int8(request) and request.fp32_model is not None:
-            request.model = request.fp32_model  # the DLA takes implicit INT8 only: fp32 and the cache
-        request.backend_options = replace(own(request), profiles=profiles_for(request.model, options))
-
-    def static_dims(self, options: BuildOptions) -> str | None:
-        return "the DLA's static shapes" if options.dla_core is not None else None
-
-    def add_reference(self, artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
-                      outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
-        if artifact.kind != DEVICE_BUNDLE:
-            return
-        version = str(artifact.settings.get("tensorrt") or "")
-        artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, version, described)
-
-    def bundle_request(self, folder: Path, outdir: Path, target: Target) -> BuildRequest:
-        settings = read_bundle(folder)["settings"]
-        # all the settings the board's runner builds from, so that both build the same engine
-        cache = settings.get("int8_calibration_cache")
-        return BuildRequest(
-            model=folder / MODEL_NAME, outdir=outdir, target=target,
-            precision=Precision(settings["precision"]),
-            calibration_cache=folder / cache if cache else None,
-            fp32_layers=tuple(settings.get("fp32_layers") or ()),
-            backend_options=TensorRTOptions(
-                dla_core=settings["dla_core"], gpu_fallback=settings["gpu_fallback"],
-                workspace_mb=settings["workspace_mb"], timing_cache=folder / TIMING_CACHE,
-                profiles=[Profile(p["input"], p["min"], p["opt"], p["max"]) for p in settings["profiles"]]))
 
     def unavailable_reason(self) -> str | None:
         missing = [name for name in ("tensorrt", "cuda") if importlib.util.find_spec(name) is None]
