@@ -91,10 +91,8 @@ def model_digest(model: Path) -> str:
     the source file it comes from (a changed factory runs again)."""
     import hashlib
 
-    from deploycc.io import sha256_file
-
     if not is_factory(model):
-        return sha256_file(model)
+        return io.sha256_file(model)
     digest = hashlib.sha256(str(model).encode())
     origin = _factory_origin(model)
     if origin:
@@ -294,14 +292,12 @@ def cell_folders(models: list[Path], targets: list[Target]) -> dict[tuple[Path, 
 def _own_report(spec: CellSpec, result: CellResult, outdir: Path) -> dict[str, str]:
     """The report.md the cell's build wrote, relative to OUTDIR (where audit.html is, so the folder
     can be moved), with its sha256: the host-segments build's for a cell deployed that way."""
-    from deploycc.io import sha256_file
-
     workdir = Path(spec.workdir)
     candidates = [workdir / "partition" / "report.md"] if result.status == HOST_SEGMENTS else []
     for candidate in [*candidates, workdir / "report.md"]:
         if candidate.is_file():
             return {"report": candidate.relative_to(outdir).as_posix(),
-                    "report_sha256": sha256_file(candidate)}
+                    "report_sha256": io.sha256_file(candidate)}
     return {}
 
 
@@ -324,13 +320,11 @@ def _keep_reports_only(workdir: Path) -> None:
 def _drop_stale_report(result: CellResult, outdir: Path) -> None:
     """A cell reused from an earlier run links its report only while the folder still holds it: a
     run with other options (another key) builds into the same `<model>.<target>` folder."""
-    from deploycc.io import sha256_file
-
     link = result.details.get("report")
     if link is None:
         return
     path = outdir / str(link)
-    if not path.is_file() or sha256_file(path) != result.details.get("report_sha256"):
+    if not path.is_file() or io.sha256_file(path) != result.details.get("report_sha256"):
         result.details.pop("report", None)
         result.details.pop("report_sha256", None)
 
