@@ -32,7 +32,9 @@ from deploycc.backends.base import (
     Runner,
 )
 from deploycc.backends.ort_gpu import GPU_BUNDLE, write_gpu_bundle
+from deploycc.backends.profiles import shape_profiles
 from deploycc.device.bundle import BUNDLE_DIR
+from deploycc.records.shapes import ShapeProfile
 from deploycc.taxonomy import Failed, Precision
 
 if TYPE_CHECKING:
@@ -98,8 +100,8 @@ class OrtRunner(Runner):
 @dataclass
 class OrtOptions(BackendOptions):
     artifact_format: str = "onnx"  # "onnx" (optimized ONNX) or "ort" (ORT format): --format
-    # the TensorRT provider's trt_profile_* shapes: (input, min, opt, max) per dynamic input
-    profiles: list[tuple[str, list[int], list[int], list[int]]] = field(default_factory=list)
+    # the TensorRT provider's trt_profile_* shapes, one per dynamic input
+    profiles: list[ShapeProfile] = field(default_factory=list)
 
 
 def _own(request: BuildRequest) -> OrtOptions:
@@ -108,29 +110,6 @@ def _own(request: BuildRequest) -> OrtOptions:
 
 
 FP16_MODEL = "model.fp16.onnx"
-
-
-def _profiles(model: Path, options: BuildOptions) -> list[tuple[str, list[int], list[int], list[int]]]:
-    """(input, min, opt, max) for each input of the legalized model with a dynamic dim, from the
-    shape plan's ranges (--shape-range, or the target's profiles) and --dynamic-batch; an input
-    the plan gave no range stays out (the provider then builds for the shapes it meets)."""
-    from deploycc import io
-    from deploycc.graph.graphs import dims_of
-
-    graph = io.load(model, check=False).model.graph
-    profiles = []
-    for value in graph.inputs:
-        name, dims = value.name or "", dims_of(value) or []
-        if value.name in graph.initializers or all(isinstance(d, int) for d in dims):
-            continue
-        if name in options.shape_ranges:
-            low, opt, high = options.shape_ranges[name]
-            profiles.append((name, list(low), list(opt), list(high)))
-        elif options.batch_range is not None and all(isinstance(d, int) for d in dims[1:]):
-            rest = [int(d) for d in dims[1:]]  # type: ignore[arg-type]
-            smallest, typical, largest = options.batch_range
-            profiles.append((name, [smallest, *rest], [typical, *rest], [largest, *rest]))
-    return profiles
 
 
 def _in_fp16(request: BuildRequest) -> tuple[BuildRequest, list[str]]:
@@ -244,7 +223,8 @@ def run_conformance_case(model_bytes: bytes, feeds: dict[str, Any]) -> list[Any]
 def _prepare(request: BuildRequest, options: BuildOptions) -> None:
     """The TensorRT provider's profiles (trt_profile_*_shapes) from the shape plan's ranges."""
     if request.target.backend.builds_profiles:
-        request.backend_options = replace(_own(request), profiles=_profiles(request.model, options))
+        profiles = shape_profiles(request.model, options, required=False)
+        request.backend_options = replace(_own(request), profiles=profiles)
 
 
 def _add_reference(artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],

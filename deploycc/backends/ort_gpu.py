@@ -16,6 +16,7 @@ The TensorRT provider's options make its build reproducible and cached:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -31,6 +32,7 @@ from deploycc.device.bundle import (
     copy_runner,
     version_tuple,
 )
+from deploycc.records.shapes import ShapeProfile
 from deploycc.taxonomy import Precision
 
 GPU_BUNDLE = "ort-gpu-bundle"  # the artifact's kind
@@ -73,12 +75,13 @@ def options_for_release(options: dict[str, Any], version: str) -> tuple[dict[str
     return kept, list(lacking.values())
 
 
-def profile_text(profiles: list[tuple[str, list[int], list[int], list[int]]], pick: int) -> str:
-    """ORT's trt_profile_*_shapes spelling: "input:1x3x224x224,mask:1x128"."""
-    return ",".join(f"{name}:{'x'.join(str(d) for d in dims[pick])}" for name, *dims in profiles)
+def profile_text(profiles: list[ShapeProfile], pick: str) -> str:
+    """ORT's trt_profile_*_shapes spelling of the "min", "opt" or "max" dims:
+    "input:1x3x224x224,mask:1x128"."""
+    return ",".join(f"{p.input}:{'x'.join(str(d) for d in p.dims(pick))}" for p in profiles)
 
 
-def provider_list(request: BuildRequest, profiles: list[tuple[str, list[int], list[int], list[int]]],
+def provider_list(request: BuildRequest, profiles: list[ShapeProfile],
                   min_subgraph_size: int | None = None) -> tuple[list[list[Any]], list[str]]:
     """[[provider, options], ...] in ORT's priority order: the target's provider, then CUDA (for
     the TensorRT provider's leftovers), then the CPU; and a note per option the target's ORT
@@ -99,8 +102,8 @@ def provider_list(request: BuildRequest, profiles: list[tuple[str, list[int], li
         if min_subgraph_size is not None:
             options["trt_min_subgraph_size"] = min_subgraph_size
         if profiles:
-            for key, pick in (("trt_profile_min_shapes", 0), ("trt_profile_opt_shapes", 1),
-                              ("trt_profile_max_shapes", 2)):
+            for key, pick in (("trt_profile_min_shapes", "min"), ("trt_profile_opt_shapes", "opt"),
+                              ("trt_profile_max_shapes", "max")):
                 options[key] = profile_text(profiles, pick)
         options, notes = options_for_release(options, request.target.backend.version)
         providers.append([TENSORRT, options])
@@ -109,7 +112,7 @@ def provider_list(request: BuildRequest, profiles: list[tuple[str, list[int], li
     return providers, notes
 
 
-def write_gpu_bundle(request: BuildRequest, profiles: list[tuple[str, list[int], list[int], list[int]]],
+def write_gpu_bundle(request: BuildRequest, profiles: list[ShapeProfile],
                      min_subgraph_size: int | None = None) -> Artifact:
     """OUTDIR/bundle: the model, providers.json, bundle.json and the runner; pending on the device."""
     folder = request.outdir / BUNDLE_DIR
@@ -118,8 +121,7 @@ def write_gpu_bundle(request: BuildRequest, profiles: list[tuple[str, list[int],
     providers, option_notes = provider_list(request, profiles, min_subgraph_size)
     model_sha = hashlib.sha256((folder / MODEL_NAME).read_bytes()).hexdigest()
     document = {"providers": providers, "model_sha256": model_sha,
-                "profiles": [{"input": name, "min": low, "opt": opt, "max": high}
-                             for name, low, opt, high in profiles],
+                "profiles": [dataclasses.asdict(profile) for profile in profiles],
                 "load": "from run_on_device import ort_gpu_session; session = ort_gpu_session('bundle')"}
     (folder / PROVIDERS_FILE).write_text(json.dumps(document, indent=1) + "\n")
     jetpack = request.target.jetpack

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from deploycc.graph.dim_roles import BATCH, DimGuess, guess_dims
 from deploycc.graph.dim_ties import tie_guesses
-from deploycc.records.shapes import InputShapes, ShapePlan
+from deploycc.records.shapes import InputShapes, ShapePlan, ShapeProfile
 from deploycc.verify.inputs import NOISE, SYMBOLIC_DIM_SIZE, draws, pictures_possible
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ def _carry_out(plan: ShapePlan, dims: list[_Dim], declared: dict[str, list[int |
                       places[a].decision == "profile" else (sample[a],) * 3 for a in range(len(exported))]
             low, opt, high = ([int(b[i]) for b in bounds] for i in range(3))
             ranges[name] = (low, opt, high)
-            profile = {"min": low, "opt": opt, "max": high}
+            profile = ShapeProfile(name, low, opt, high)
         plan.inputs.append(InputShapes(
             input=name, exported=list(exported), accepts=_accepts(exported, places), sample=sample,
             profile=profile, how=[_how(d) for d in decided]))
@@ -268,8 +268,8 @@ def _as_given(name: str, exported: list[int | str] | None, options: BuildOptions
         low, opt, high = options.shape_ranges[name]
         accepts = "x".join(str(o) if a == b else f"[{a}..{o}..{b}]"
                            for a, o, b in zip(low, opt, high, strict=False))
-        return InputShapes(name, dims, accepts, list(opt), {"min": low, "opt": opt, "max": high},
-                           ["--shape-range"])
+        profile = ShapeProfile(name, list(low), list(opt), list(high))
+        return InputShapes(name, dims, accepts, list(opt), profile, ["--shape-range"])
     given = options.legalize.shapes.get(name)
     if given is not None:
         shown = [g if g != "dynamic" else (dims[a] if a < len(dims) else g) for a, g in enumerate(given)]

@@ -9,6 +9,21 @@ FLAGS = "--batch N, --dynamic-batch MIN:OPT:MAX, --shape NAME:DIMS, --shape-rang
 
 
 @dataclass
+class ShapeProfile:
+    """The min/opt/max dims one input is built for: the one spelling of a shape profile (the shape
+    plan's, TensorRT's optimization profiles, ONNX Runtime's TensorRT-provider profiles)."""
+
+    input: str
+    min: list[int]
+    opt: list[int]
+    max: list[int]
+
+    def dims(self, pick: str) -> list[int]:
+        """"min", "opt" or "max"."""
+        return {"min": self.min, "opt": self.opt, "max": self.max}[pick]
+
+
+@dataclass
 class InputShapes:
     """What one input is built and verified at."""
 
@@ -16,7 +31,7 @@ class InputShapes:
     exported: list[int | str]  # the dims as the model declares them
     accepts: str  # what the engine takes: "1x3x224x224", "Nx3x224x224", "1x3x[112..224..448]x[...]"
     sample: list[int]  # the dims verification draws and bench times
-    profile: dict[str, list[int]] | None = None  # TensorRT: {"min": ..., "opt": ..., "max": ...}
+    profile: ShapeProfile | None = None  # where the engine is built for a range of dims
     how: list[str] = field(default_factory=list)  # per dynamic dim: what it is, its size and why
 
 

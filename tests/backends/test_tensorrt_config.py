@@ -18,9 +18,10 @@ import pytest
 
 from deploycc.backends.base import BackendError, BuildRequest
 from deploycc.backends.tensorrt import TensorRTBackend, bundle, engine, fingerprint
-from deploycc.backends.tensorrt.options import Profile, TensorRTOptions
+from deploycc.backends.tensorrt.options import TensorRTOptions
 from deploycc.device import bundle as device_bundle
 from deploycc.device import run_on_device
+from deploycc.records.shapes import ShapeProfile
 from deploycc.targets import registry
 from deploycc.taxonomy import Precision
 
@@ -257,7 +258,8 @@ def _all_three(request: BuildRequest, version: str, inputs: list[_Tensor],
 def test_an_fp16_build_with_kept_layers_and_a_dynamic_input_is_configured_alike(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a range for "ids", which the network fixed, is left out of the profile on both sides
-    options = TensorRTOptions(profiles=[Profile("x", [1, 4], [8, 4], [32, 4]), Profile("ids", [5], [5], [5])])
+    options = TensorRTOptions(profiles=[ShapeProfile("x", [1, 4], [8, 4], [32, 4]),
+                                        ShapeProfile("ids", [5], [5], [5])])
     request = _request(tmp_path, "gpu-trt10", Precision.FP16, options, fp32_layers=(KEPT,))
     inputs = [_Tensor("x", (-1, 4)), _Tensor("ids", (5,), "int32")]
     board = _all_three(request, "10.16", inputs, monkeypatch)

@@ -23,6 +23,7 @@ from deploycc.records.export import (  # noqa: E402
     TORCH_FAILURE,
     UNSUPPORTED_OP,
 )
+from deploycc.records.shapes import ShapeProfile  # noqa: E402
 from deploycc.taxonomy import BuildStatus, Stage  # noqa: E402
 from tests.frontend import torch_models as models  # noqa: E402
 
@@ -71,7 +72,7 @@ def test_a_dynamic_range_becomes_the_engine_profile_beside_the_batch(tmp_path: P
     assert set(attempt.dynamic["image"]) == {"0", "2"}  # the batch opened by default, and the height asked
     assert [p.shapes["image"] for p in attempt.proofs] == [[1, 3, 16, 16], [2, 3, 32, 16]]  # the range's max
     profile = report.shapes.inputs[0].profile
-    assert profile == {"min": [1, 3, 8, 16], "opt": [1, 3, 16, 16], "max": [1, 3, 32, 16]}
+    assert profile == ShapeProfile("image", [1, 3, 8, 16], [1, 3, 16, 16], [1, 3, 32, 16])
 
 
 def test_dynamo_without_a_translation_falls_back_to_torchscript(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from deploycc import api
 from deploycc.backends.tensorrt import bundle, fingerprint
 from deploycc.errors import OptionError
 from deploycc.options import BuildOptions, LegalizeOptions
+from deploycc.records.shapes import ShapeProfile
 from tests.conftest import REPO
 from tests.pipeline.conftest import digest
 
@@ -123,15 +124,15 @@ def test_a_dynamic_export_builds_by_the_targets_shape_policy(encoder: Path, tmp_
     assert report.shapes is not None
     (x,) = report.shapes.inputs
     assert x.exported == ["batch", "seq", 64] and x.sample == [1, 128, 64]
-    assert x.profile == {"min": [1, 64, 64], "opt": [1, 128, 64], "max": [1, 256, 64]}
+    assert x.profile == ShapeProfile("x", [1, 64, 64], [1, 128, 64], [1, 256, 64])
     assert x.accepts == "1x[64..128..256]x64"
     trtexec = report.artifact.settings["trtexec"] if report.artifact else ""
     assert "--minShapes=x:1x64x64" in trtexec and "--maxShapes=x:1x256x64" in trtexec
     markdown = (tmp_path / "x" / "report.md").read_text()
     assert "1x[64..128..256]x64" in markdown and "--shape-range" in markdown
     server = api.build(encoder, "gpu-trt10", tmp_path / "g", BuildOptions(bench=False))
-    assert server.shapes is not None and server.shapes.inputs[0].profile == {
-        "min": [1, 64, 64], "opt": [8, 128, 64], "max": [32, 256, 64]}
+    assert server.shapes is not None and server.shapes.inputs[0].profile == ShapeProfile(
+        "x", [1, 64, 64], [8, 128, 64], [32, 256, 64])
     assert server.shapes.inputs[0].sample == [2, 128, 64]  # verified at a batch of 2: rows mixed show
 
 
@@ -140,7 +141,7 @@ def test_a_users_flags_win_over_the_policy(encoder: Path, tmp_path: Path) -> Non
                            legalize=LegalizeOptions(sample_shapes={"x": [2, 32, 64]}))
     report = api.build(encoder, "jetson-xavier", tmp_path / "x", options)
     assert report.shapes is not None and report.shapes.inputs[0].profile is not None
-    assert report.shapes.inputs[0].profile["min"][0] == 1 and report.shapes.inputs[0].profile["max"][0] == 16
+    assert report.shapes.inputs[0].profile.min[0] == 1 and report.shapes.inputs[0].profile.max[0] == 16
     assert report.legalize is not None and report.legalize.verification is not None
     assert report.legalize.verification.shapes == {"x": [2, 32, 64]}
 

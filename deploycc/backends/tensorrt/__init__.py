@@ -21,8 +21,9 @@ from deploycc.backends.base import (
     Quantizer,
     Runner,
 )
+from deploycc.backends.profiles import shape_profiles
 from deploycc.backends.tensorrt import bundle, fingerprint
-from deploycc.backends.tensorrt.options import Profile, TensorRTOptions, implicit_int8, own
+from deploycc.backends.tensorrt.options import TensorRTOptions, implicit_int8, own
 from deploycc.device.bundle import (
     BUNDLE_DIR,
     MODEL_NAME,
@@ -31,7 +32,7 @@ from deploycc.device.bundle import (
     read_bundle,
     write_reference,
 )
-from deploycc.errors import DynamicShapeError
+from deploycc.records.shapes import ShapeProfile
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ def _prepare(request: BuildRequest, options: BuildOptions) -> None:
     """The profiles for every dynamic input, and on a DLA with int8 the fp32 model it builds from."""
     if implicit_int8(request) and request.fp32_model is not None:
         request.model = request.fp32_model  # the DLA takes implicit INT8 only: fp32 and the cache
-    request.backend_options = replace(own(request), profiles=profiles_for(request.model, options))
+    profiles = shape_profiles(request.model, options, required=True)
+    request.backend_options = replace(own(request), profiles=profiles)
 
 
 def _static_dims(options: BuildOptions) -> str | None:
@@ -76,7 +78,7 @@ def _bundle_request(folder: Path, outdir: Path, target: Target) -> BuildRequest:
         backend_options=TensorRTOptions(
             dla_core=settings["dla_core"], gpu_fallback=settings["gpu_fallback"],
             workspace_mb=settings["workspace_mb"], timing_cache=folder / TIMING_CACHE,
-            profiles=[Profile(p["input"], p["min"], p["opt"], p["max"]) for p in settings["profiles"]]))
+            profiles=[ShapeProfile(p["input"], p["min"], p["opt"], p["max"]) for p in settings["profiles"]]))
 
 
 class TensorRTBackend(Backend):
@@ -137,30 +139,3 @@ class TensorRTBackend(Backend):
         return TensorRTRunner(outdir / artifact.files[0])
 
 
-def profiles_for(model: Path, options: BuildOptions) -> list[Profile]:
-    """TensorRT optimization profiles for every dynamic input of the legalized model."""
-    from deploycc import io
-    from deploycc.graph.graphs import dims_of
-
-    graph = io.peek(model).model.graph
-    profiles = []
-    for value in graph.inputs:
-        if value.name in graph.initializers:
-            continue
-        name = value.name or ""
-        dims = dims_of(value) or []
-        if name in options.shape_ranges:
-            profiles.append(Profile(name, *options.shape_ranges[name]))
-            continue
-        dynamic = [i for i, d in enumerate(dims) if not isinstance(d, int)]
-        if not dynamic:
-            continue
-        if options.batch_range is None or dynamic != [0]:
-            raise DynamicShapeError(
-                f"input '{name}' has dynamic dims {dims}: TensorRT needs a profile for them",
-                hint="give --dynamic-batch MIN:OPT:MAX (batch only) or --shape-range "
-                     "NAME:MINxDIMS:OPTxDIMS:MAXxDIMS")
-        rest = [int(d) for d in dims[1:]]  # type: ignore[arg-type]
-        smallest, typical, largest = options.batch_range
-        profiles.append(Profile(name, [smallest, *rest], [typical, *rest], [largest, *rest]))
-    return profiles

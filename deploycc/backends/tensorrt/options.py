@@ -8,17 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploycc.backends.base import BackendOptions, BuildRequest
+from deploycc.records.shapes import ShapeProfile
 from deploycc.taxonomy import Precision
-
-
-@dataclass
-class Profile:
-    """min/opt/max dims of one dynamic input (a TensorRT optimization profile)."""
-
-    input: str
-    min: list[int]
-    opt: list[int]
-    max: list[int]
 
 
 @dataclass
@@ -26,7 +17,7 @@ class TensorRTOptions(BackendOptions):
     dla_core: int | None = None
     gpu_fallback: bool = True
     workspace_mb: int | None = None  # None: the target's
-    profiles: list[Profile] = field(default_factory=list)  # one per dynamic input (prepare)
+    profiles: list[ShapeProfile] = field(default_factory=list)  # one per dynamic input (prepare)
     timing_cache: Path | None = None  # read and written back by a build here (the bundle's, on the board)
 
 
