@@ -67,7 +67,6 @@ class BuildRequest:
     precision: Precision
     fail_on_fallback: bool = False
     threads: int | None = None  # runners: CPU threads (None: the backend's default)
-    bundle_only: bool = False  # backends that build on the device: the bundle, never the engine here
     # INT8: the float model the quantized one was made from, and the scales file the backend's
     # int8 recipe had quantize/ write beside it (`Int8Recipe.calibration_cache`)
     fp32_model: Path | None = None

@@ -104,7 +104,7 @@ def engine_stage(context: BuildContext) -> None:
     request = context.request = BuildRequest(
         model=context.engine_model or context.legalized_path, outdir=context.staging, target=context.target,
         precision=context.precision, fail_on_fallback=options.fail_on_fallback,
-        bundle_only=options.bundle_only, calibration_cache=_calibration_cache(context, quantized),
+        calibration_cache=_calibration_cache(context, quantized),
         fp32_model=context.legalized_path if quantized is not None else None,
         backend_options=context.backend.backend_options(options),
         fp32_layers=tuple(context.half.kept) if context.half is not None else (),
@@ -266,11 +266,13 @@ def engine_errors(context: BuildContext) -> Iterator[None]:
                      message=str(error))
 
 
-def _asks_backend_on_original(request: BuildRequest) -> bool:
+def _asks_backend_on_original(context: BuildContext) -> bool:
     """Whether the backend's result on the model as exported says anything here: not for a
-    bundle-only target (nothing runs here), nor for int8 builds, whose float original says nothing
+    bundle-only build (nothing runs here), nor for int8 builds, whose float original says nothing
     of the quantized engine's rounding."""
-    return not (request.precision == Precision.INT8 or request.fp32_model is not None or request.bundle_only)
+    request = context.request
+    return request is not None and not (request.precision == Precision.INT8 or request.fp32_model is not None
+                                        or context.options.bundle_only)
 
 
 def backend_on_original(context: BuildContext, feeds: dict[str, Any]) -> dict[str, Any] | None:
@@ -278,7 +280,7 @@ def backend_on_original(context: BuildContext, feeds: dict[str, Any]) -> dict[st
     a user gets without deploycc); None where it does not (an op it lacks, a bundle-only target), and
     for int8 builds."""
     request = context.request
-    if request is None or not _asks_backend_on_original(request):
+    if request is None or not _asks_backend_on_original(context):
         return None
     folder = context.staging / ".as-exported-engine"
     try:
@@ -299,7 +301,7 @@ def original_runs_on_backend(context: BuildContext) -> bool | None:
     """Whether the backend builds and runs the model as exported, on the inputs verification drew,
     asked where it failed on deploycc's model: True is worse than doing nothing. None where it cannot
     be asked here (_asks_backend_on_original) or the inputs cannot be drawn."""
-    if context.request is None or not _asks_backend_on_original(context.request):
+    if not _asks_backend_on_original(context):
         return None
     try:
         original_feeds = context.inputs().original_feeds

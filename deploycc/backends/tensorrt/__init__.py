@@ -94,7 +94,7 @@ class TensorRTBackend(Backend):
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return TensorRTOptions(dla_core=options.dla_core, gpu_fallback=options.gpu_fallback,
-                               workspace_mb=options.workspace_mb)
+                               workspace_mb=options.workspace_mb, bundle_only=options.bundle_only)
 
     def unavailable_reason(self) -> str | None:
         missing = [name for name in ("tensorrt", "cuda") if importlib.util.find_spec(name) is None]
@@ -115,7 +115,7 @@ class TensorRTBackend(Backend):
         return facts
 
     def build(self, request: BuildRequest) -> Artifact:
-        if request.bundle_only or self.unavailable_reason() is not None:
+        if own(request).bundle_only or self.unavailable_reason() is not None:
             return bundle.write_bundle(request)
         from deploycc import budget
         from deploycc.backends.tensorrt.engine import build_plan

@@ -19,6 +19,7 @@ class TensorRTOptions(BackendOptions):
     workspace_mb: int | None = None  # None: the target's
     profiles: list[ShapeProfile] = field(default_factory=list)  # one per dynamic input (prepare)
     timing_cache: Path | None = None  # read and written back by a build here (the bundle's, on the board)
+    bundle_only: bool = False  # the bundle, never the engine here, even where TensorRT is installed
 
 
 def own(request: BuildRequest) -> TensorRTOptions:
