@@ -251,6 +251,8 @@ def engine_errors(context: BuildContext) -> Iterator[None]:
     try:
         yield
     except (BackendError, BackendUnavailable) as error:
+        if context.status == BuildStatus.VERIFIED:  # the bench's run failed: the build did not end well
+            context.status, context.stage = BuildStatus.FAILED, Stage.VERIFY
         context.message = str(error)
         context.failure_category = getattr(error, "category", None)
         if getattr(error, "stage", None) == Failed.LOAD:  # the engine built but does not load
