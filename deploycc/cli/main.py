@@ -88,6 +88,10 @@ def cli(ctx: click.Context, debug: bool, memory_budget: str | None, run_seconds:
 
 
 _MAIN_PID = os.getpid()
+# The signal that ended the command, once one did: the Terminated it raises can come back as
+# another error (Python wraps one raised while a class is made in a RuntimeError, and a library
+# calling back into Python may too), which must still end the command as interrupted (130).
+_SIGNALLED: list[int] = []
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -97,7 +101,23 @@ def _terminate(signum: int, frame: Any) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
+    _SIGNALLED.append(signum)
     raise Terminated(f"terminated by signal {signum}")
+
+
+def _exit_if_signalled() -> None:
+    if _SIGNALLED:  # the command may have finished its output: whole, or not there at all
+        _interrupted(f"terminated by signal {_SIGNALLED[0]}", "no partial output is left")
+
+
+def _interrupted(reason: str, outcome: str = "nothing was written") -> NoReturn:
+    """Exit 130 once the staging folders are gone (they were, on the way out here), without the
+    interpreter's teardown: a runtime's worker threads still busy in the interrupted call crashed it
+    there (SIGSEGV after a SIGTERM mid-build)."""
+    click.echo(f"deploycc: {reason}; {outcome}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def main(argv: list[str] | None = None) -> Any:
@@ -115,6 +135,7 @@ def main(argv: list[str] | None = None) -> Any:
     try:
         code = cli.main(args=args, prog_name="deploycc", standalone_mode=False)
     except DeployccError as error:
+        _exit_if_signalled()  # a signal's Terminated, wrapped in another error on its way out
         if debug:
             raise
         click.echo(f"deploycc: error: {error.for_cli()}", err=True)
@@ -128,9 +149,7 @@ def main(argv: list[str] | None = None) -> Any:
         click.echo(f"deploycc: error: {error.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (errors.Terminated)
-        reason = str(interrupt) or "interrupted"
-        click.echo(f"deploycc: {reason}; nothing was written", err=True)
-        sys.exit(130)
+        _interrupted(str(interrupt) or "interrupted")
     except MemoryError:  # past the ceiling budget.enable_ceiling set: the model asked too much
         if debug:
             raise
@@ -139,6 +158,7 @@ def main(argv: list[str] | None = None) -> Any:
         click.echo(f"deploycc: error: {budget.out_of_memory('this command').for_cli()}", err=True)
         sys.exit(EXIT_USAGE)
     except OSError as error:
+        _exit_if_signalled()
         if debug:
             raise
         if error.errno not in FULL_DISK:
@@ -149,9 +169,11 @@ def main(argv: list[str] | None = None) -> Any:
                    "(--output)", err=True)
         sys.exit(EXIT_USAGE)
     except Exception as error:
+        _exit_if_signalled()
         if debug:
             raise
         _internal(error)
+    _exit_if_signalled()  # a signal's Terminated, caught on its way out as a stage's failure
     sys.exit(code if isinstance(code, int) else 0)
 
 
