@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
           "all": "ORT_ENABLE_ALL"}
 DEFAULT_LEVEL = "extended"
+# The level the artifact is loaded at, whatever level it was saved at: ORT's own default. A
+# portable artifact (saved at "extended") still gets this machine's layout transforms (NCHWc)
+# when it is loaded; loaded at "extended", MobileNetV3 ran 1.95x the time of the raw export.
+LOAD_LEVEL = "all"
 
 
 def session_options(level: str, threads: int = 0, optimized_path: Path | None = None,
@@ -126,6 +130,7 @@ def _in_fp16(request: BuildRequest) -> tuple[BuildRequest, list[str]]:
         raise BackendUnavailable("--precision fp16 on ONNX Runtime needs onnxconverter-common",
                                  hint="pip install 'deploycc[fp16]'") from None
     proto = onnx.load(str(request.model))
+    _name_nameless(proto.graph)  # the converter names its Casts after the node: two nameless ones collide
     # fp16's own limits: the converter's defaults clamp weights to 1e4 and flush below 1e-7
     converted = float16.convert_float_to_float16(
         proto, min_positive_val=float(np.finfo(np.float16).smallest_subnormal),
@@ -144,6 +149,20 @@ def _in_fp16(request: BuildRequest) -> tuple[BuildRequest, list[str]]:
                      "runs most fp16 nodes between Casts it inserts, so fp16 halves the weights but is "
                      "not faster here; fp32 is the faster build on this machine")
     return dataclasses.replace(request, model=path), notes
+
+
+def _name_nameless(graph: Any) -> None:
+    """Name every nameless node of the main graph uniquely (the half analysis names them too, when
+    it runs: `--no-fp16-analysis` left them nameless, and ORT refused the converted model for two
+    Casts named alike)."""
+    taken = {node.name for node in graph.node}
+    for index, node in enumerate(graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{index}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
 
 
 def _restore_fp32_weights(original: Any, converted: Any, kept: set[str]) -> None:
@@ -294,7 +313,7 @@ class OnnxRuntimeBackend(Backend):
         if provider != "CPUExecutionProvider":
             budget.lift_ceiling()
         try:
-            ort.InferenceSession(str(request.model), options, providers=[provider])
+            session = ort.InferenceSession(str(request.model), options, providers=[provider])
         except Exception as error:
             raise BackendError(f"onnxruntime could not build the optimized model: "
                                f"{str(error).strip().splitlines()[0]}") from None
@@ -304,9 +323,11 @@ class OnnxRuntimeBackend(Backend):
             raise BackendError(f"{len(placement.fallback)} node(s) fall back from {provider}: "
                                f"{', '.join(placement.fallback[:5])}",
                                hint="drop --fail-on-fallback to allow it")
+        load = load_settings(provider, request.threads)
         return Artifact(kind="ort-format" if ort_format else "ort-optimized-onnx", files=files,
-                        settings={"graph_optimization_level": level, "execution_provider": provider,
-                                  "format": artifact_format},
+                        settings={"saved_optimization_level": level, "execution_provider": provider,
+                                  "format": artifact_format, "load": load,
+                                  "python": _load_lines(name, load, session)},
                         placement=placement, notes=notes)
 
     def placement(self, artifact: Path, provider: str) -> Placement:
@@ -353,4 +374,42 @@ class OnnxRuntimeBackend(Backend):
         return Placement(primary=provider, counts=counts, fallback=fallback, method="onnxruntime profiling")
 
     def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:
-        return OrtRunner(outdir / artifact.files[0], [self._provider(request)], threads=request.threads or 0)
+        """As the manifest says (settings["load"]); an artifact built before it said, at ORT's
+        defaults with the request's threads."""
+        load = artifact.settings.get("load") or load_settings(self._provider(request), request.threads)
+        session = load["session_options"]
+        level = next(name for name, value in LEVELS.items() if value == session["graph_optimization_level"])
+        return OrtRunner(outdir / artifact.files[0], list(load["providers"]), level=level,
+                         threads=request.threads or session.get("intra_op_num_threads", 0))
+
+
+def load_settings(provider: str, threads: int | None) -> dict[str, Any]:
+    """How the artifact is loaded (the manifest's settings["load"]): the provider, ORT's default
+    optimization level, and the threads when the build was given them."""
+    session: dict[str, Any] = {"graph_optimization_level": LEVELS[LOAD_LEVEL]}
+    if threads:
+        session["intra_op_num_threads"] = threads
+    return {"providers": [provider], "session_options": session}
+
+
+def _load_lines(name: str, load: dict[str, Any], session: Any) -> str:
+    """The Python that loads the artifact as `load` says and runs it once."""
+    from deploycc.backends.load_snippet import Port, feeds_lines, outputs_comment
+    from deploycc.verify.inputs import ORT_TYPES
+
+    def port(meta: Any) -> Port:
+        dtype = ORT_TYPES.get(meta.type)
+        dims = tuple(dim if isinstance(dim, int) else str(dim or '?') for dim in (meta.shape or []))
+        return Port(meta.name, np.dtype(dtype).name if dtype is not None else meta.type, dims)
+
+    options = load["session_options"]
+    level = options["graph_optimization_level"]
+    lines = ["import numpy as np", "import onnxruntime as ort", "", "options = ort.SessionOptions()",
+             f"options.graph_optimization_level = ort.GraphOptimizationLevel.{level}"]
+    if "intra_op_num_threads" in options:
+        lines.append(f"options.intra_op_num_threads = {options['intra_op_num_threads']}")
+    lines += [f"session = ort.InferenceSession({name!r}, options, providers={load['providers']!r})",
+              *feeds_lines([port(meta) for meta in session.get_inputs()]),
+              "outputs = session.run(None, feeds)",
+              *outputs_comment([port(meta) for meta in session.get_outputs()])]
+    return "\n".join(lines)

@@ -347,11 +347,12 @@ class OpenVinoBackend(Backend):
                                if dynamic else None, category=Failure.DYNAMIC_SHAPE if dynamic else None)
         if request.fail_on_fallback and placement.fallback:
             raise BackendError(f"{len(placement.fallback)} op(s) fall back from {device}")
+        # the model cache's folder is a path of this machine
+        config = {k: v for k, v in compile_config(request).items() if k != "CACHE_DIR"}
         return Artifact(kind="openvino-ir", files=["model.xml", "model.bin"],
-                        settings={"device": device,
-                                  "compile": {k: v for k, v in compile_config(request).items()
-                                              if k != "CACHE_DIR"},  # a path of this machine
-                                  "compress_to_fp16": request.precision == Precision.FP16},
+                        settings={"device": device, "compile": config,
+                                  "compress_to_fp16": request.precision == Precision.FP16,
+                                  "python": _load_lines(model, device, config)},
                         placement=placement, notes=notes)
 
     @staticmethod
@@ -369,7 +370,37 @@ class OpenVinoBackend(Backend):
                          method="openvino Core.query_model")
 
     def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:
-        return OpenVinoRunner(outdir / artifact.files[0], request.target.device.kind, compile_config(request))
+        """With the compile settings the manifest records (an artifact built before it did: the
+        request's), this machine's blob cache, and the threads `bench` or `run` was given."""
+        config = {**artifact.settings.get("compile", compile_config(request))}
+        cache_dir = _own(request).cache_dir
+        if cache_dir is not None:
+            config["CACHE_DIR"] = str(cache_dir)
+        if request.threads:
+            config["INFERENCE_NUM_THREADS"] = str(request.threads)
+        device = artifact.settings.get("device", request.target.device.kind)
+        return OpenVinoRunner(outdir / artifact.files[0], device, config)
+
+
+def _load_lines(model: Any, device: str, config: dict[str, str]) -> str:
+    """The Python that compiles the IR as the manifest says and runs it once."""
+    from deploycc.backends.load_snippet import Port, feeds_lines, outputs_comment
+
+    def port(node: Any) -> Port:
+        shape = node.get_partial_shape()
+        dims = tuple(dim.get_length() if dim.is_static else "?" for dim in shape) \
+            if shape.rank.is_static else ("...",)
+        try:
+            dtype = node.get_element_type().to_dtype().name
+        except (RuntimeError, TypeError):  # a type numpy has no dtype for (bf16, u4): OpenVINO's name
+            dtype = node.get_element_type().get_type_name()
+        return Port(node.get_any_name(), dtype, dims)
+
+    return "\n".join(["import numpy as np", "import openvino as ov", "",
+                      f"compiled = ov.Core().compile_model('model.xml', {device!r}, {config!r})",
+                      *feeds_lines([port(node) for node in model.inputs]),
+                      "outputs = compiled(feeds)  # by output: outputs[compiled.output(name)]",
+                      *outputs_comment([port(node) for node in model.outputs])])
 
 
 # ONNX element types OpenVINO's Python bindings take only as raw storage bits, by OpenVINO's name

@@ -124,6 +124,8 @@ def _artifact(report: BuildReport) -> list[str]:
     for key in ("trtexec", "deploycc"):
         if key in artifact.settings:
             lines += ["", f"```sh\n{artifact.settings[key]}\n```"]
+    if "python" in artifact.settings:  # the settings bench and run load it with
+        lines += ["", "How to load it:", "", f"```python\n{artifact.settings['python']}\n```"]
     if artifact.placement is not None:
         placement = artifact.placement
         lines += ["", f"Placement ({placement.method}): "

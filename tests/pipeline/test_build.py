@@ -47,7 +47,9 @@ def test_ort_build_leaves_a_verified_deployable_directory(cnn: Path, tmp_path: P
     assert manifest["status"] == "verified" and manifest["build_hash"] == report.build_hash
     assert manifest["input"][0]["sha256"] == digest(cnn)
     assert manifest["outputs"]["model.ort.onnx"] == digest(out / "model.ort.onnx")
-    assert manifest["artifact"]["settings"]["graph_optimization_level"] == "extended"
+    assert manifest["artifact"]["settings"]["saved_optimization_level"] == "extended"
+    loaded_at = manifest["artifact"]["settings"]["load"]["session_options"]["graph_optimization_level"]
+    assert loaded_at == "ORT_ENABLE_ALL"
     assert {"onnx", "onnx-ir", "onnxscript", "onnxruntime", "openvino", "tensorrt"} <= \
         set(manifest["versions"])
     assert str(tmp_path) not in (out / "manifest.json").read_text()  # no absolute paths
