@@ -53,7 +53,8 @@ def _measure(name: str, rounds: int, workdir: Path) -> dict:
     model = HERE / "corpus" / f"{name}.onnx"
     shapes = json.loads((HERE / "corpus" / f"{name}.hints.json").read_text()).get("shapes", {})
     out = workdir / name
-    report = api.build(model, "ort-cpu", out, BuildOptions(legalize=LegalizeOptions(shapes=shapes), bench=False))
+    options = BuildOptions(legalize=LegalizeOptions(shapes=shapes), bench=False)
+    report = api.build(model, "ort-cpu", out, options)
     if report.artifact is None:
         return {"model": name, "status": str(report.status), "summary": report.summary}
     settings = json.loads((out / "manifest.json").read_text())["artifact"]["settings"]

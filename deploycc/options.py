@@ -79,6 +79,9 @@ class BuildOptions:
 
     legalize: LegalizeOptions = field(default_factory=LegalizeOptions)
     precision: Precision | None = None  # None: the target's default
+    # --precision auto: the fastest of the target's precisions within the accuracy budget, measured
+    # here where the target runs here (pipeline/precision_search.py); `precision` is then unset
+    choose_precision: bool = False
     artifact_format: str = "onnx"  # ORT only: "onnx" (optimized ONNX) or "ort" (ORT format)
     fail_on_fallback: bool = False
     batch_range: tuple[int, int, int] | None = None  # --dynamic-batch MIN:OPT:MAX

@@ -138,6 +138,17 @@ class Precision(Name):
     INT4 = "int4"
 
 
+class CandidateOutcome(Name):
+    """What `--precision auto` made of one precision it tried."""
+
+    CHOSEN = "chosen"
+    BASELINE = "baseline"  # fp32: what the others are timed against, kept when none is faster
+    NOT_FASTER = "not faster"  # within budget, but its interval does not lie below the baseline's
+    OVER_BUDGET = "over budget"  # its verification failed, or its cosine is below the budget's
+    FAILED = "failed"  # the engine did not build, load or run
+    NOT_MEASURED = "not measured"  # the target runs elsewhere: chosen from its data
+
+
 class SafetyStep(Name):
     """A step that guards what deploycc says of a model: skipped, it is never silent (a warning
     line, the report's `skipped_steps`, and with `--strict` exit 1)."""

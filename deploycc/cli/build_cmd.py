@@ -22,6 +22,11 @@ PRECISION_CHOICE = click.Choice([p.value for p in (Precision.FP32, Precision.FP1
                                                    Precision.INT8)])
 
 
+# `build` also takes "auto": the fastest within the accuracy budget, measured (pipeline/precision_search.py)
+AUTO = "auto"
+BUILD_PRECISION_CHOICE = click.Choice([*PRECISION_CHOICE.choices, AUTO])
+
+
 def as_precision(name: str | None) -> Precision | None:
     return None if name is None else Precision(name)
 
@@ -58,7 +63,10 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
               help="Output directory (default: MODEL's stem.TARGET here; refused if it exists, "
                    "unless --force).")
 @click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
-@click.option("--precision", type=PRECISION_CHOICE, help="Engine precision (default: the target's).")
+@click.option("--precision", type=BUILD_PRECISION_CHOICE,
+              help="Engine precision (default: the target's); auto: of the target's precisions, the fastest "
+                   "whose engine is within the accuracy budget, timed here against fp32 (a device target: "
+                   "its default).")
 @click.option("--calibration", type=click.Path(path_type=Path),
               help="int8: a folder of .npz samples keyed by input name, to calibrate on.")
 @click.option("--validation", type=click.Path(path_type=Path),
@@ -117,7 +125,9 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
     """
     source = torch_source(model, flags)
     options = BuildOptions(
-        legalize=options_from_flags(dynamic_batch=False, **flags), precision=as_precision(precision),
+        legalize=options_from_flags(dynamic_batch=False, **flags),
+        precision=None if precision == AUTO else as_precision(precision),
+        choose_precision=precision == AUTO,
         artifact_format=artifact_format, fail_on_fallback=fail_on_fallback,
         batch_range=parse_batch_range(batch_range) if batch_range else None,
         shape_ranges=dict(parse_shape_range(text) for text in shape_range), dla_core=dla_core,

@@ -82,7 +82,7 @@ def prepare(source: Path, target: Target, options: BuildOptions) -> Prepared:
 
     precision, notes = resolve_precision(options, target)
     check_ready(target, precision, options.quantize)
-    samples, options = _samples(source, options, precision)
+    samples, options = _samples(source, target, options, precision)
     return Prepared(options, precision, notes, samples)
 
 
@@ -116,11 +116,14 @@ def run_build(staging: Path, source: Path, target: Target, prepared: Prepared, *
     return context
 
 
-def _samples(source: Path, options: BuildOptions, precision: Precision) -> tuple[Any, BuildOptions]:
-    """An int8 build's calibration and validation samples, read before any work (bad data is refused
-    then), and the options without the arrays an API caller passed: the manifest records the options,
-    not the samples."""
-    if precision != Precision.INT8:
+def _samples(source: Path, target: Target, options: BuildOptions,
+             precision: Precision) -> tuple[Any, BuildOptions]:
+    """An int8 build's (or an int8 candidate's) calibration and validation samples, read before
+    any work (bad data is refused then), and the options without the arrays an API caller passed:
+    the manifest records the options, not the samples."""
+    int8_candidate = options.choose_precision and Precision.INT8 in target.precision.supported and (
+        options.quantize.calibration is not None or options.quantize.samples is not None)
+    if precision != Precision.INT8 and not int8_candidate:
         return None, options
     from deploycc.quantize import load_samples
 
@@ -158,7 +161,8 @@ def report_of(context: BuildContext, outdir: Path) -> BuildReport:
         precision=c.precision, legalize=c.legalized, artifact=c.artifact, verification=c.verification,
         benchmark=c.benchmark, build_hash=c.build_hash, failure_category=c.failure_category,
         files=listing(c.staging), seconds=c.clock.seconds, quantization=c.quantization, notes=c.notes,
-        shapes=c.shapes, half=c.half, original_on_backend=c.original_on_backend, skipped_steps=c.skipped,
+        shapes=c.shapes, half=c.half, precision_choice=c.precision_choice,
+        original_on_backend=c.original_on_backend, skipped_steps=c.skipped,
         strict=c.options.strict)
 
 

@@ -42,6 +42,14 @@ def legalize_stage(context: BuildContext) -> None:
         context.stop()
 
 
+def precision_search_stage(context: BuildContext) -> None:
+    """--precision auto: the precision the later stages build in, chosen by building and timing the
+    candidates (pipeline/precision_search.py)."""
+    from deploycc.pipeline.precision_search import CANDIDATE_STAGES, choose_precision
+
+    choose_precision(context, [stage for stage in BUILD_STAGES if stage.name in CANDIDATE_STAGES])
+
+
 def quantize_stage(context: BuildContext) -> None:
     """INT8 as the target's recipe makes it, kept where the accuracy guard allows; the backend
     builds from the quantized model (or from the float one and the scales, in `prepare`)."""
@@ -227,7 +235,9 @@ def bench_stage(context: BuildContext) -> None:
 
 BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("legalize", legalize_stage),
-    BuildStage("quantize", quantize_stage, wanted=lambda c: c.samples is not None),
+    BuildStage("precision", precision_search_stage, wanted=lambda c: c.options.choose_precision),
+    BuildStage("quantize", quantize_stage,
+               wanted=lambda c: c.samples is not None and c.precision == Precision.INT8),
     BuildStage("half", half_analysis_stage, label=lambda c: c.precision.value,
                wanted=lambda c: c.precision in HALF and c.options.half_analysis),
     BuildStage("half-declined", half_declined_stage, label=lambda c: None,

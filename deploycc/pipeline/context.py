@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from deploycc.pipeline.placement import PlacementPlan
     from deploycc.quantize import QuantizeReport
     from deploycc.records.legalize import LegalizeReport
+    from deploycc.records.precision import PrecisionChoice
     from deploycc.records.shapes import ShapePlan
     from deploycc.targets.schema import Target
     from deploycc.verify.verification import Verification
@@ -68,6 +69,7 @@ class BuildContext:
     engine_model: Path | None = None  # what the backend builds from (int8: the quantized model)
     quantization: QuantizeReport | None = None
     half: HalfPrecisionReport | None = None
+    precision_choice: PrecisionChoice | None = None  # --precision auto
     placement: PlacementPlan | None = None
     request: BuildRequest | None = None
     artifact: Artifact | None = None

@@ -13,6 +13,7 @@ from deploycc.records.device import DeviceResult
 from deploycc.records.export import ExportReport
 from deploycc.records.half import HalfPrecisionReport
 from deploycc.records.legalize import LegalizeReport
+from deploycc.records.precision import PrecisionChoice
 from deploycc.records.quantize import QuantizeReport
 from deploycc.records.shapes import ShapePlan
 from deploycc.records.verification import Verification
@@ -46,6 +47,7 @@ class BuildReport(Result):
     device: DeviceResult | None = None  # the board's result, once `deploycc device import` read it
     export: ExportReport | None = None  # a torch model's export: both exporters' attempts and proofs
     half: HalfPrecisionReport | None = None  # fp16/bf16: what half breaks, and the layers kept in fp32
+    precision_choice: PrecisionChoice | None = None  # --precision auto: every candidate tried
     # Asked only where the backend failed on deploycc's model: whether it builds and runs the model
     # as exported (True: deploycc made it worse than doing nothing, a deploycc bug; None: not asked)
     original_on_backend: bool | None = None

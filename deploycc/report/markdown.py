@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from deploycc.records.device import DeviceResult
     from deploycc.records.legalize import LegalizeReport
     from deploycc.records.partition import PartitionReport
+    from deploycc.records.precision import PrecisionChoice
 
 
 def _ops(counts: dict[str, int]) -> str:
@@ -33,6 +34,8 @@ def build_markdown(report: BuildReport) -> str:
         lines += _shapes(report)
     if report.legalize is not None:
         lines += _legalized(report.legalize)
+    if report.precision_choice is not None:
+        lines += _precision_choice(report.precision_choice)
     if report.quantization is not None:
         lines += _quantization(report.quantization)
     if report.half is not None:
@@ -175,6 +178,21 @@ def _benchmark(report: BuildReport) -> list[str]:
             f"{bench.iterations} iterations after {bench.warmup} warm-up: p50 {bench.p50_ms:.3f} ms, "
             f"p90 {bench.p90_ms:.3f} ms, p99 {bench.p99_ms:.3f} ms, {bench.throughput_per_s:.1f}/s; "
             f"load {bench.load_ms:.1f} ms, first inference {bench.first_inference_ms:.3f} ms", ""]
+
+
+def _precision_choice(choice: PrecisionChoice) -> list[str]:
+    """--precision auto: every candidate, its speed against fp32 and its error, and the verdict."""
+    shapes = ", ".join(f"{name} {dims}" for name, dims in choice.timed_at.items())
+    lines = [f"## Precision: {choice.chosen} (--precision auto, {choice.seconds:.1f} s)", "",
+             f"Budget: {choice.budget}." + (f" Timed at {shapes}." if shapes else ""), "",
+             "| precision | outcome | latency / fp32 (95% CI) | min cosine | max abs error | why |",
+             "|---|---|---|---|---|---|"]
+    for c in choice.candidates:
+        interval = f" ({c.ci95[0]:.3f}-{c.ci95[1]:.3f})" if c.ci95 else ""
+        ratio = "" if c.ratio is None else f"{c.ratio:.3f}{interval}"
+        lines.append(f"| {c.precision} | {c.outcome} | {ratio} | {_shown(c.min_cosine)} | "
+                     f"{_shown(c.max_abs_error)} | {c.why} |")
+    return [*lines, ""]
 
 
 def _shapes(report: BuildReport) -> list[str]:

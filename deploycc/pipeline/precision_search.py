@@ -1,0 +1,212 @@
+"""`--precision auto`: of the precisions the target offers, the fastest whose engine stays within the
+accuracy budget, decided by measurement where the target runs here and from its data where it runs
+elsewhere.
+
+Each candidate (fp32, bf16, fp16, and int8 where calibration data was given) is built from the one
+legalized model by the build's own stages (quantize, the half-precision analysis, the engine,
+verification), each in a folder of its own, on the inputs the build drew once. Those within budget
+are timed against the fp32 engine, interleaved (A B B A, as `bench --compare-to`), and the one with
+the lowest median ratio whose whole 95% interval lies below 1 is chosen; none: fp32. The later
+stages then build the chosen precision as if it had been asked, and verify it again.
+
+The budget: the candidate's verification passes at its precision's tolerances (those fp16 and int8
+builds are judged by everywhere), and every output's cosine against the original is at least
+MIN_COSINE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploycc.pipeline.context import LEGALIZED, BuildContext
+from deploycc.records.precision import PrecisionCandidate, PrecisionChoice
+from deploycc.taxonomy import BuildStatus, CandidateOutcome, Precision
+
+if TYPE_CHECKING:
+    from deploycc.backends.base import Runner
+    from deploycc.pipeline.stages import BuildStage
+    from deploycc.records.verification import Verification
+
+MIN_COSINE = 0.999
+BUDGET = (f"verification at the precision's tolerances, and every output's cosine against the "
+          f"original >= {MIN_COSINE}")
+ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8)
+SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice is made
+# The build's stages a candidate runs, by name (the same functions, so a candidate is built as
+# the chosen one will be): the build's stage list hands them over
+CANDIDATE_STAGES = ("quantize", "half", "half-declined", "build", "verify")
+TIMING_SECONDS = 1.5  # per comparison with fp32: enough pairs for a tight interval on a fast model
+MIN_PAIRS, MAX_PAIRS = 10, 200
+
+
+def candidates(context: BuildContext) -> list[Precision]:
+    """The precisions to try: the target's, in ORDER; int8 only with calibration data."""
+    supported = context.target.precision.supported
+    return [p for p in ORDER if p in supported and (p != Precision.INT8 or context.samples is not None)]
+
+
+def measured_here(context: BuildContext) -> bool:
+    """Whether this machine is the target's: a CPU target whose backend builds and runs here."""
+    return context.target.device.kind == "CPU" and context.backend.unavailable_reason() is None
+
+
+def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildContext]]) -> None:
+    """Set the context's precision to the fastest candidate within budget; each candidate is built
+    by `stages` (the build's own, those named CANDIDATE_STAGES)."""
+    started = time.perf_counter()
+    default = Precision(context.target.precision.default)
+    if not measured_here(context):
+        why = (f"{context.target.name} runs on its device, not here: its default precision, from the "
+               "target's data")
+        context.precision = default
+        context.precision_choice = PrecisionChoice(default, BUDGET, [PrecisionCandidate(
+            default, CandidateOutcome.NOT_MEASURED, why)])
+        context.notes.append(f"--precision auto: {default} ({why})")
+        return
+    folder = context.staging / SEARCH_FOLDER
+    built: dict[Precision, BuildContext] = {}
+    tried: list[PrecisionCandidate] = []
+    try:
+        for precision in candidates(context):
+            candidate = _build_candidate(context, precision, folder / precision.value, stages)
+            verdict = _judged(candidate, precision)
+            if verdict is None:
+                built[precision] = candidate
+            else:
+                tried.append(verdict)
+        timed = _timed(context, built)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    tried = [*timed, *tried]
+    chosen = next((c.precision for c in tried if c.outcome == CandidateOutcome.CHOSEN), Precision.FP32)
+    tried.sort(key=lambda c: ORDER.index(c.precision))
+    context.precision = chosen
+    feeds = context.inputs().feeds
+    context.precision_choice = PrecisionChoice(chosen, BUDGET, tried,
+                                               {name: list(array.shape) for name, array in feeds.items()},
+                                               round(time.perf_counter() - started, 3))
+    context.notes.append(f"--precision auto: {chosen} (" + "; ".join(
+        f"{c.precision} {c.outcome}" for c in tried) + ")")
+
+
+def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
+                     stages: Sequence[BuildStage[BuildContext]]) -> BuildContext:
+    """The build's own stages for one precision, over a context that shares the legalized model
+    (linked into `folder`) and the inputs drawn for it."""
+    from deploycc.pipeline.outcome import Clock
+    from deploycc.pipeline.stages import run_stages
+
+    folder.mkdir(parents=True)
+    for file in context.staging.iterdir():  # the model and its external data
+        if file.is_file() and file.name.startswith(LEGALIZED):
+            _link(file, folder / file.name)
+    candidate = BuildContext(source=context.source, target=context.target, options=context.options,
+                             staging=folder, backend=context.backend, precision=precision,
+                             clock=Clock({}, None), notes=[], shapes=context.shapes,
+                             legalized=context.legalized,
+                             engine_model=folder / LEGALIZED,
+                             samples=context.samples if precision == Precision.INT8 else None)
+    candidate._drawn = context._drawn  # the inputs are drawn once for every candidate
+    try:
+        run_stages(candidate, stages)
+    except Exception as error:  # a candidate that breaks is not chosen; the build goes on without it
+        candidate.stop(BuildStatus.FAILED, message=f"{type(error).__name__}: {str(error).strip()[:200]}")
+    return candidate
+
+
+def _link(source: Path, link: Path) -> None:
+    try:
+        os.link(source, link)
+    except OSError:  # another file system: a copy
+        shutil.copyfile(source, link)
+
+
+def _judged(candidate: BuildContext, precision: Precision) -> PrecisionCandidate | None:
+    """None where the candidate is within budget (to be timed), else why it is not."""
+    verification = candidate.verification
+    if precision == Precision.INT8 and candidate.precision != Precision.INT8:  # the int8 guard kept float
+        return _candidate(precision, CandidateOutcome.OVER_BUDGET,
+                          f"the int8 guard kept {candidate.precision}: {candidate.message}", None)
+    if candidate.status != BuildStatus.VERIFIED or verification is None:
+        outcome = CandidateOutcome.OVER_BUDGET if verification is not None else CandidateOutcome.FAILED
+        return _candidate(precision, outcome, candidate.message or str(candidate.status), verification)
+    judged = _candidate(precision, CandidateOutcome.OVER_BUDGET, "", verification)
+    if judged.min_cosine is not None and judged.min_cosine < MIN_COSINE:
+        judged.why = f"an output's cosine {judged.min_cosine:.6f} < {MIN_COSINE}"
+        return judged
+    return None
+
+
+def _candidate(precision: Precision, outcome: CandidateOutcome, why: str, verification: Verification | None,
+               ratio: float | None = None, ci95: tuple[float, float] | None = None) -> PrecisionCandidate:
+    """The candidate's record, with its error against the original from its verification."""
+    outputs = verification.outputs if verification is not None else []
+    cosines = [o.cosine_similarity for o in outputs
+               if math.isfinite(o.cosine_similarity) and not o.degenerate]
+    errors = [o.max_abs_error for o in outputs if math.isfinite(o.max_abs_error)]
+    return PrecisionCandidate(precision, outcome, why, ratio=ratio, ci95=ci95,
+                              min_cosine=round(min(cosines), 6) if cosines else None,
+                              max_abs_error=float(f"{max(errors):.3g}") if errors else None)
+
+
+def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[PrecisionCandidate]:
+    """The candidates within budget timed against fp32, interleaved, on the inputs the build drew;
+    the chosen one marked."""
+    from deploycc.bench.run import compare
+
+    if Precision.FP32 not in built:  # nothing to time against: the first within budget
+        untimed = [_candidate(p, CandidateOutcome.NOT_FASTER, "fp32 did not pass: not timed", c.verification)
+                   for p, c in built.items()]
+        if untimed:
+            untimed[0].outcome = CandidateOutcome.CHOSEN
+        return untimed
+    feeds = context.inputs().feeds
+    with contextlib.ExitStack() as stack:
+        runners = {p: stack.enter_context(_loaded(c)) for p, c in built.items()}
+        baseline = runners[Precision.FP32]
+        pairs = _pairs(baseline, feeds)
+        timed = [_candidate(Precision.FP32, CandidateOutcome.BASELINE, "what the others are timed against",
+                            built[Precision.FP32].verification, ratio=1.0)]
+        for precision, runner in runners.items():
+            if precision == Precision.FP32:
+                continue
+            comparison = compare(runner, baseline, feeds, pairs, "fp32")
+            verdict = comparison.verdict(str(precision))
+            timed.append(_candidate(precision, CandidateOutcome.NOT_FASTER, verdict,
+                                    built[precision].verification, ratio=comparison.ratio_of_medians,
+                                    ci95=comparison.ci95))
+    faster = [c for c in timed if c.ci95 is not None and c.ci95[1] < 1.0]
+    if faster:
+        best = min(faster, key=lambda c: (c.ratio, ORDER.index(c.precision)))
+        best.outcome = CandidateOutcome.CHOSEN
+    else:
+        timed[0].why = "no other candidate within budget is faster beyond the interval's noise"
+        timed[0].outcome = CandidateOutcome.CHOSEN
+    return timed
+
+
+@contextlib.contextmanager
+def _loaded(candidate: BuildContext):  # type: ignore[no-untyped-def]
+    assert candidate.artifact is not None and candidate.request is not None
+    runner = candidate.backend.load(candidate.artifact, candidate.staging, candidate.request)
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+def _pairs(runner: Runner, feeds: dict) -> int:
+    """Interleaved pairs for about TIMING_SECONDS of both engines, from a few warm runs."""
+    for _ in range(2):
+        runner.run(feeds)
+    started = time.perf_counter()
+    runner.run(feeds)
+    once = max(time.perf_counter() - started, 1e-5)
+    return max(MIN_PAIRS, min(MAX_PAIRS, int(TIMING_SECONDS / (2 * once))))

@@ -1,0 +1,125 @@
+"""`--precision auto`: every candidate the target offers is built by the build's own stages and
+judged against the budget; one that breaks it is never chosen (the slower one is kept, and the
+report says why), a device target takes its default from its data, and the chosen precision is the
+one built and verified. Which candidate is fastest is this machine's measurement: the tests assert
+the rule that chose, not a speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deploycc import api
+from deploycc.options import BuildOptions, QuantizeOptions
+from deploycc.taxonomy import CandidateOutcome, Precision
+from examples.make_models import small_cnn
+from tests.cli.test_cli import run as run_cli
+
+
+def _cancelling_model() -> onnx.ModelProto:
+    """y = x @ A - x @ B with B a hair from A: in fp32 the difference is x @ (A - B); in bf16 or fp16
+    each product's rounding (0.4% or 0.05% of a large value) is larger than the difference itself,
+    and in int8 so is each product's quantization step."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(0, 1, (64, 32)).astype(np.float32) * 100
+    b = a + rng.normal(0, 0.01, a.shape).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "a"], ["xa"]), helper.make_node("MatMul", ["x", "b"], ["xb"]),
+         helper.make_node("Sub", ["xa", "xb"], ["y"])], "cancelling",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+        [numpy_helper.from_array(a, "a"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def cancelling(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("auto") / "cancelling.onnx"
+    onnx.save(_cancelling_model(), path)
+    return path
+
+
+def _candidates(report) -> dict[Precision, object]:
+    assert report.precision_choice is not None
+    return {c.precision: c for c in report.precision_choice.candidates}
+
+
+@pytest.mark.parametrize(("target", "half"), [("openvino-cpu", Precision.BF16), ("ort-cpu", Precision.FP16)])
+def test_a_half_candidate_over_budget_is_not_chosen_and_says_why(cancelling: Path, tmp_path: Path,
+                                                                 target: str, half: Precision) -> None:
+    # without the half analysis nothing is kept in fp32: the half engine is as broken as half makes it
+    options = BuildOptions(choose_precision=True, half_analysis=False, bench=False)
+    report = api.build(cancelling, target, tmp_path / "out", options)
+    candidates = _candidates(report)
+    assert candidates[half].outcome == CandidateOutcome.OVER_BUDGET, candidates[half]
+    assert candidates[half].why  # the verification's or the cosine's words
+    assert report.precision == Precision.FP32 and report.status == "verified", report.summary
+    assert candidates[Precision.FP32].outcome == CandidateOutcome.CHOSEN
+    assert "## Precision: fp32 (--precision auto" in (tmp_path / "out" / "report.md").read_text()
+    assert not (tmp_path / "out" / ".precision").exists()  # the candidates' folders are gone
+
+
+def test_an_int8_candidate_the_guard_refuses_is_not_chosen(cancelling: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    for index in range(12):
+        np.savez(calibration / f"{index:02d}.npz", x=rng.standard_normal((4, 64)).astype(np.float32))
+    options = BuildOptions(choose_precision=True, half_analysis=False, bench=False,
+                           quantize=QuantizeOptions(calibration=calibration, metric="cosine", max_drop=0.001))
+    report = api.build(cancelling, "ort-cpu", tmp_path / "out", options)
+    int8 = _candidates(report)[Precision.INT8]
+    assert int8.outcome == CandidateOutcome.OVER_BUDGET and "int8 guard kept" in int8.why, int8
+    assert report.precision != Precision.INT8 and report.status == "verified", report.summary
+
+
+@pytest.mark.parametrize("target", ["openvino-cpu", "ort-cpu"])
+def test_the_chosen_precision_is_within_budget_faster_and_the_one_built(tmp_path: Path, target: str) -> None:
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)
+    out = tmp_path / "out"
+    report = api.build(model, target, out, BuildOptions(choose_precision=True, bench=False))
+    assert report.status == "verified", report.summary
+    choice = report.precision_choice
+    assert choice is not None and choice.chosen == report.precision and choice.seconds > 0
+    offered = [Precision(p) for p in ("fp32", "bf16", "fp16") if p in _target_precisions(target)]
+    assert [c.precision for c in choice.candidates] == offered  # every one the target offers, in order
+    chosen = next(c for c in choice.candidates if c.outcome == CandidateOutcome.CHOSEN)
+    assert chosen.precision == report.precision
+    if chosen.precision != Precision.FP32:  # faster beyond noise, and within budget
+        assert chosen.ci95 is not None and chosen.ci95[1] < 1.0
+        assert chosen.min_cosine is not None and chosen.min_cosine >= 0.999
+    # the report reads back, and the manifest records that the precision was chosen
+    data = json.loads((out / "report.json").read_text())
+    assert data["precision_choice"]["chosen"] == str(report.precision)
+    assert json.loads((out / "manifest.json").read_text())["options"]["choose_precision"] is True
+
+
+def _target_precisions(name: str) -> list[str]:
+    from deploycc.targets import registry
+
+    return [str(p) for p in registry.resolve(name).precision.supported]
+
+
+def test_a_device_target_takes_its_default_from_its_data(tmp_path: Path) -> None:
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)
+    out = tmp_path / "out"
+    run = run_cli("build", str(model), "-t", "jetson-xavier", "--precision", "auto", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["precision"] == "fp16"  # the target's default: TensorRT on the board builds fp16
+    (only,) = report["precision_choice"]["candidates"]
+    assert only["outcome"] == str(CandidateOutcome.NOT_MEASURED) and "runs on its device" in only["why"]
+
+
+def test_without_auto_nothing_is_searched(tmp_path: Path) -> None:
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.precision_choice is None and report.precision == Precision.FP32
