@@ -105,6 +105,9 @@ class Int8Recipe:
     qdq_layout: QdqLayout = QdqLayout.X86
     stand_in_for: str | None = None
     calibration_cache: bool = False
+    # int8 without calibration data: constant MatMul weights quantized ahead, activations by the
+    # engine at run time (quantize/dynamic.py), a `--precision auto` candidate
+    dynamic: bool = False
 
 
 # A conformance case run on a backend: the model's bytes and its feeds (exotic element types as

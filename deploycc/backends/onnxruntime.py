@@ -265,7 +265,7 @@ def _raw_runner(path: Path, target: Target, threads: int | None) -> Runner:
 
 class OnnxRuntimeBackend(Backend):
     kind = "onnxruntime"
-    stages = BackendStages(int8=Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.X86), prepare=_prepare,
+    stages = BackendStages(int8=Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.X86, dynamic=True), prepare=_prepare,
                            add_reference=_add_reference)
     runners = BackendRunners(raw=_raw_runner, conformance=run_conformance_case)
 

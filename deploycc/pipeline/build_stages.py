@@ -71,6 +71,17 @@ def quantize_stage(context: BuildContext) -> None:
         context.skipped.append(SkippedStep(SafetyStep.INT8_GUARD, quantized.unjudged))
 
 
+def dynamic_int8_stage(context: BuildContext) -> None:
+    """INT8 without calibration data (a `--precision auto` candidate where the backend's recipe
+    offers it): the constant MatMul weights in int8, the activations quantized by the engine."""
+    from deploycc.quantize.dynamic import quantize_dynamically
+
+    context.stage = Stage.QUANTIZE
+    quantized, note = quantize_dynamically(context.legalized_path, context.staging)
+    context.engine_model = quantized
+    context.notes.append(note)
+
+
 def half_analysis_stage(context: BuildContext) -> None:
     """What half precision breaks in the legalized model, on the inputs verification drew, and the
     layers to keep in fp32; a skipped step, said, where ORT cannot run the model on them.
@@ -238,6 +249,8 @@ BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("precision", precision_search_stage, wanted=lambda c: c.options.choose_precision),
     BuildStage("quantize", quantize_stage,
                wanted=lambda c: c.samples is not None and c.precision == Precision.INT8),
+    BuildStage("int8-dynamic", dynamic_int8_stage,
+               wanted=lambda c: c.samples is None and c.precision == Precision.INT8),
     BuildStage("half", half_analysis_stage, label=lambda c: c.precision.value,
                wanted=lambda c: c.precision in HALF and c.options.half_analysis),
     BuildStage("half-declined", half_declined_stage, label=lambda c: None,

@@ -41,15 +41,25 @@ ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8)
 SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice is made
 # The build's stages a candidate runs, by name (the same functions, so a candidate is built as
 # the chosen one will be): the build's stage list hands them over
-CANDIDATE_STAGES = ("quantize", "half", "half-declined", "build", "verify")
+CANDIDATE_STAGES = ("quantize", "int8-dynamic", "half", "half-declined", "build", "verify")
 TIMING_SECONDS = 1.5  # per comparison with fp32: enough pairs for a tight interval on a fast model
 MIN_PAIRS, MAX_PAIRS = 10, 200
 
 
 def candidates(context: BuildContext) -> list[Precision]:
-    """The precisions to try: the target's, in ORDER; int8 only with calibration data."""
+    """The precisions to try: the target's, in ORDER; int8 with calibration data, or without where
+    the backend quantizes weights ahead and activations at run time and the model has such weights."""
     supported = context.target.precision.supported
-    return [p for p in ORDER if p in supported and (p != Precision.INT8 or context.samples is not None)]
+    return [p for p in ORDER if p in supported and (p != Precision.INT8 or _int8_candidate(context))]
+
+
+def _int8_candidate(context: BuildContext) -> bool:
+    from deploycc.quantize.dynamic import quantizable_weights
+
+    if context.samples is not None:
+        return True
+    recipe = context.backend.stages.int8
+    return recipe is not None and recipe.dynamic and quantizable_weights(context.legalized_path) > 0
 
 
 def measured_here(context: BuildContext) -> bool:

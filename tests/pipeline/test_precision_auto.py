@@ -64,6 +64,45 @@ def test_a_half_candidate_over_budget_is_not_chosen_and_says_why(cancelling: Pat
     assert not (tmp_path / "out" / ".precision").exists()  # the candidates' folders are gone
 
 
+def test_a_dynamic_int8_candidate_over_budget_is_not_chosen(cancelling: Path, tmp_path: Path) -> None:
+    # no calibration data: ORT's recipe offers int8 with the MatMul weights quantized ahead
+    options = BuildOptions(choose_precision=True, bench=False)
+    report = api.build(cancelling, "ort-cpu", tmp_path / "out", options)
+    int8 = _candidates(report)[Precision.INT8]
+    assert int8.outcome == CandidateOutcome.OVER_BUDGET, int8
+    assert report.precision != Precision.INT8 and report.status == "verified", report.summary
+
+
+def test_a_dynamic_int8_candidate_within_budget_is_timed_and_when_chosen_built(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    weights = [numpy_helper.from_array(rng.normal(0, 0.05, (256, 256)).astype(np.float32), f"w{i}")
+               for i in range(2)]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w0"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w1"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 256])], weights)
+    model = tmp_path / "mlp.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "out"
+    report = api.build(model, "ort-cpu", out, BuildOptions(choose_precision=True, bench=False))
+    assert report.status == "verified", report.summary
+    int8 = _candidates(report)[Precision.INT8]
+    assert int8.outcome in (CandidateOutcome.CHOSEN, CandidateOutcome.NOT_FASTER), int8  # within budget
+    assert int8.ratio is not None and int8.min_cosine is not None and int8.min_cosine >= 0.999
+    if report.precision == Precision.INT8:  # the artifact is the quantized model, verified
+        ops = {node.op_type for node in onnx.load(out / "model.ort.onnx").graph.node}
+        assert ops & {"DynamicQuantizeMatMul", "MatMulInteger", "DynamicQuantizeLinear"}, ops
+        assert report.verification is not None and report.verification.passed
+
+
+def test_a_dynamic_int8_candidate_is_built_only_where_it_changes_something(tmp_path: Path) -> None:
+    model = tmp_path / "cnn.onnx"  # Conv and Gemm: no MatMul reads a constant
+    onnx.save(small_cnn(), model)
+    report = api.build(model, "ort-cpu", tmp_path / "out", BuildOptions(choose_precision=True, bench=False))
+    assert Precision.INT8 not in _candidates(report)
+
+
 def test_an_int8_candidate_the_guard_refuses_is_not_chosen(cancelling: Path, tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     calibration = tmp_path / "calibration"
@@ -88,6 +127,7 @@ def test_the_chosen_precision_is_within_budget_faster_and_the_one_built(tmp_path
     choice = report.precision_choice
     assert choice is not None and choice.chosen == report.precision and choice.seconds > 0
     offered = [Precision(p) for p in ("fp32", "bf16", "fp16") if p in _target_precisions(target)]
+    # small_cnn has no MatMul with constant weights: no int8 candidate without calibration data
     assert [c.precision for c in choice.candidates] == offered  # every one the target offers, in order
     chosen = next(c for c in choice.candidates if c.outcome == CandidateOutcome.CHOSEN)
     assert chosen.precision == report.precision

@@ -1,0 +1,41 @@
+"""INT8 without calibration data, where the backend runs it: the weights of the MatMuls that read a
+constant quantized ahead (per tensor, signed), the activations at run time by the engine itself
+(ONNX Runtime's quantize_dynamic, whose DynamicQuantizeMatMul its CPU provider fuses). What a
+transformer's user gets from `quantize_dynamic` today; a `--precision auto` candidate, judged
+like any other by its verification and the budget's cosine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DYNAMIC_INT8_ONNX = "model.int8-dynamic.onnx"
+# The ops whose constant weights are quantized: the MatMuls of a transformer's projections and
+# feed-forward layers (a Conv's dynamic int8 is slower than fp32 on ORT's CPU provider)
+WEIGHT_OPS = ("MatMul",)
+LARGE_MODEL = 1 << 31  # protobuf's limit: beyond it the quantized weights go to external data
+
+
+def quantizable_weights(model: Path) -> int:
+    """How many of WEIGHT_OPS read a constant second input (0: dynamic int8 changes nothing)."""
+    from deploycc import io
+
+    graph = io.peek(model).model.graph
+    return sum(1 for node in graph
+               if node.op_type in WEIGHT_OPS and node.domain == "" and len(node.inputs) > 1
+               and node.inputs[1] is not None and node.inputs[1].const_value is not None)
+
+
+def quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
+    """The model with its constant MatMul weights in int8, written beside it, and what was done."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from deploycc.quantize.ort_qdq import quiet
+
+    quantized = outdir / DYNAMIC_INT8_ONNX
+    weights = quantizable_weights(model)
+    large = sum(f.stat().st_size for f in model.parent.glob(f"{model.name}*")) > LARGE_MODEL
+    with quiet():  # its advice to pre-process, on the root logger, is not deploycc's finding
+        quantize_dynamic(model, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=list(WEIGHT_OPS),
+                         use_external_data_format=large, extra_options={"MatMulConstBOnly": True})
+    return quantized, (f"int8 dynamic: ONNX Runtime's quantize_dynamic, {weights} MatMul weight(s) in int8 "
+                       "per tensor, activations quantized at run time")
