@@ -13,6 +13,17 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_CAPABILITIES = REPO.parent / "shared" / "capabilities"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_precision_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`--precision auto` remembers its choices in ~/.cache: the tests keep theirs in a folder of
+    this session, so no earlier run's choice stands in for a measurement."""
+    import os
+
+    from deploycc.pipeline.precision_search import CACHE_ENV
+
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("precision-cache"))
+
+
 def parse(text: str) -> onnx.ModelProto:
     return onnx.parser.parse_model(text)
 

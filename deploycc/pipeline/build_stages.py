@@ -238,27 +238,35 @@ def _first_sizes_both_run(context: BuildContext) -> tuple[DrawnInputs, Any, Any,
 def bench_stage(context: BuildContext) -> None:
     from deploycc.bench.latency import measure
 
-    assert context.engine is not None and context.feeds is not None
+    assert context.artifact is not None and context.request is not None and context.feeds is not None
     with engine_errors(context):
+        if context.engine is None:  # verified elsewhere (the precision search's chosen candidate)
+            context.engine = context.backend.load(context.artifact, context.staging, context.request)
         context.benchmark = measure(context.engine, context.feeds,
                                     iterations=context.options.bench_iterations)
+
+
+def _unbuilt(context: BuildContext) -> bool:
+    """No engine yet: the stages up to the engine's verification have not run (the precision
+    search hands over its chosen candidate's engine, verified, and they do not run again)."""
+    return context.artifact is None
 
 
 BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("legalize", legalize_stage),
     BuildStage("precision", precision_search_stage, wanted=lambda c: c.options.choose_precision),
     BuildStage("quantize", quantize_stage,
-               wanted=lambda c: c.samples is not None and c.precision == Precision.INT8),
+               wanted=lambda c: _unbuilt(c) and c.samples is not None and c.precision == Precision.INT8),
     BuildStage("int8-dynamic", dynamic_int8_stage,
-               wanted=lambda c: c.samples is None and c.precision == Precision.INT8),
+               wanted=lambda c: _unbuilt(c) and c.samples is None and c.precision == Precision.INT8),
     BuildStage("half", half_analysis_stage, label=lambda c: c.precision.value,
-               wanted=lambda c: c.precision in HALF and c.options.half_analysis),
+               wanted=lambda c: _unbuilt(c) and c.precision in HALF and c.options.half_analysis),
     BuildStage("half-declined", half_declined_stage, label=lambda c: None,
-               wanted=lambda c: c.precision in HALF and not c.options.half_analysis),
-    BuildStage("build", engine_stage),
+               wanted=lambda c: _unbuilt(c) and c.precision in HALF and not c.options.half_analysis),
+    BuildStage("build", engine_stage, wanted=_unbuilt),
     BuildStage("device-reference", device_reference_stage, label=lambda c: None,
                wanted=lambda c: c.artifact is not None and c.artifact.pending_on_device),
-    BuildStage("verify", verify_stage),
+    BuildStage("verify", verify_stage, wanted=lambda c: c.verification is None),
     BuildStage("bench", bench_stage, wanted=lambda c: c.options.bench and c.status == BuildStatus.VERIFIED),
 )
 

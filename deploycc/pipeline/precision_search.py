@@ -6,8 +6,8 @@ Each candidate (fp32, bf16, fp16, and int8 where calibration data was given) is 
 legalized model by the build's own stages (quantize, the half-precision analysis, the engine,
 verification), each in a folder of its own, on the inputs the build drew once. Those within budget
 are timed against the fp32 engine, interleaved (A B B A, as `bench --compare-to`), and the one with
-the lowest median ratio whose whole 95% interval lies below 1 is chosen; none: fp32. The later
-stages then build the chosen precision as if it had been asked, and verify it again.
+the lowest median ratio whose whole 95% interval lies below 1 is chosen; none: fp32. The chosen
+candidate's engine, verified, is the build's: the later stages take it as it is (the bench times it).
 
 The budget: the candidate's verification passes at its precision's tolerances (those fp16 and int8
 builds are judged by everywhere), and every output's cosine against the original is at least
@@ -17,6 +17,7 @@ MIN_COSINE.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
@@ -35,6 +36,11 @@ if TYPE_CHECKING:
     from deploycc.records.verification import Verification
 
 MIN_COSINE = 0.999
+# Choices already measured, by the legalized model's sha256, the target, the options that change
+# the candidates, the libraries and the CPU (CACHE_ENV names another folder): the same model built
+# again takes the same precision without building its candidates again.
+CACHE_ENV = "DEPLOYCC_PRECISION_CACHE"
+CACHE_SCHEMA = 1
 BUDGET = (f"verification at the precision's tolerances, and every output's cosine against the "
           f"original >= {MIN_COSINE}")
 ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8)
@@ -42,7 +48,7 @@ SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice i
 # The build's stages a candidate runs, by name (the same functions, so a candidate is built as
 # the chosen one will be): the build's stage list hands them over
 CANDIDATE_STAGES = ("quantize", "int8-dynamic", "half", "half-declined", "build", "verify")
-TIMING_SECONDS = 1.5  # per comparison with fp32: enough pairs for a tight interval on a fast model
+TIMING_SECONDS = 1.0  # per comparison with fp32: enough pairs for a tight interval on a fast model
 MIN_PAIRS, MAX_PAIRS = 10, 200
 
 
@@ -80,6 +86,15 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
             default, CandidateOutcome.NOT_MEASURED, why)])
         context.notes.append(f"--precision auto: {default} ({why})")
         return
+    feeds = context.inputs().feeds  # drawn by the build itself: every candidate takes them
+    cache = _cache_file(context)
+    remembered = _remembered(cache)
+    if remembered is not None:
+        remembered.seconds, remembered.cached = round(time.perf_counter() - started, 3), True
+        context.precision, context.precision_choice = remembered.chosen, remembered
+        context.notes.append(f"--precision auto: {remembered.chosen}, as measured for this model, these "
+                             "options and this machine before")
+        return
     folder = context.staging / SEARCH_FOLDER
     built: dict[Precision, BuildContext] = {}
     tried: list[PrecisionCandidate] = []
@@ -91,19 +106,66 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
                 built[precision] = candidate
             else:
                 tried.append(verdict)
-        timed = _timed(context, built)
+        tried = [*_timed(context, built), *tried]
+        chosen = next((c.precision for c in tried if c.outcome == CandidateOutcome.CHOSEN), Precision.FP32)
+        context.precision = chosen
+        if chosen in built:
+            _adopt(context, built[chosen])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    tried = [*timed, *tried]
-    chosen = next((c.precision for c in tried if c.outcome == CandidateOutcome.CHOSEN), Precision.FP32)
     tried.sort(key=lambda c: ORDER.index(c.precision))
-    context.precision = chosen
-    feeds = context.inputs().feeds
     context.precision_choice = PrecisionChoice(chosen, BUDGET, tried,
                                                {name: list(array.shape) for name, array in feeds.items()},
                                                round(time.perf_counter() - started, 3))
     context.notes.append(f"--precision auto: {chosen} (" + "; ".join(
         f"{c.precision} {c.outcome}" for c in tried) + ")")
+    if cache is not None and not any(c.outcome == CandidateOutcome.FAILED for c in tried):
+        _remember(cache, context.precision_choice)
+
+
+def _cache_file(context: BuildContext) -> Path | None:
+    """Where the choice for this model, target, options and machine is kept; None where it is not
+    (int8 calibrated on the user's samples: their data is not in the key)."""
+    import hashlib
+    import json
+
+    from deploycc import __version__, io
+    from deploycc.bench.conditions import cpu_model
+
+    if context.samples is not None:
+        return None
+    key = json.dumps({"schema": CACHE_SCHEMA, "deploycc": __version__,
+                      "model": io.sha256_file(context.legalized_path), "target": context.target.spec_hash,
+                      "half_analysis": context.options.half_analysis,
+                      "candidates": [str(p) for p in candidates(context)], "budget": BUDGET,
+                      "libraries": context.backend.environment(), "cpu": cpu_model(),
+                      "inputs": {name: list(array.shape) for name, array in context.inputs().feeds.items()}},
+                     sort_keys=True)
+    folder = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "deploycc" / "precision")
+    return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def _remembered(cache: Path | None) -> PrecisionChoice | None:
+    import json
+
+    from deploycc.results import from_dict
+
+    if cache is None:
+        return None
+    try:
+        return from_dict(PrecisionChoice, json.loads(cache.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):  # absent, or written by another version
+        return None
+
+
+def _remember(cache: Path, choice: PrecisionChoice) -> None:
+    import json
+
+    from deploycc.io import write_text_atomic
+    from deploycc.results import strict
+
+    with contextlib.suppress(OSError):  # a cache that cannot be written is only not kept
+        write_text_atomic(cache, json.dumps(strict(dataclasses.asdict(choice)), indent=1))
 
 
 def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
@@ -129,6 +191,32 @@ def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
     except Exception as error:  # a candidate that breaks is not chosen; the build goes on without it
         candidate.stop(BuildStatus.FAILED, message=f"{type(error).__name__}: {str(error).strip()[:200]}")
     return candidate
+
+
+def _adopt(context: BuildContext, candidate: BuildContext) -> None:
+    """The chosen candidate's engine, built and verified, becomes the build's: its files move into
+    the staging folder and its records into the context, so the later stages take it as their own
+    (the bench loads it again) and nothing is built twice."""
+    for file in candidate.staging.iterdir():
+        if not file.name.startswith(LEGALIZED):  # the links to the build's own legalized model
+            os.replace(file, context.staging / file.name)
+
+    def moved(path: Path | None) -> Path | None:
+        if path is None or not path.is_relative_to(candidate.staging):
+            return path
+        return context.staging / path.relative_to(candidate.staging)
+
+    request = candidate.request
+    assert request is not None
+    context.request = dataclasses.replace(
+        request, model=moved(request.model) or request.model, outdir=context.staging,
+        calibration_cache=moved(request.calibration_cache), fp32_model=moved(request.fp32_model))
+    context.engine_model = moved(candidate.engine_model)
+    for name in ("quantization", "half", "placement", "artifact", "verification", "feeds", "status", "stage",
+                 "message", "failure_category"):
+        setattr(context, name, getattr(candidate, name))
+    context.skipped += candidate.skipped
+    context.notes += candidate.notes
 
 
 def _link(source: Path, link: Path) -> None:

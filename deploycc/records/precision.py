@@ -29,3 +29,4 @@ class PrecisionChoice:
     candidates: list[PrecisionCandidate] = field(default_factory=list)
     timed_at: dict[str, list[int]] = field(default_factory=dict)  # the input shapes the engines ran
     seconds: float = 0.0  # what the search took (its candidates' builds, verifications and timing)
+    cached: bool = False  # the choice of an earlier build of the same model, options and machine

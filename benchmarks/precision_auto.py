@@ -1,0 +1,175 @@
+"""`--precision auto` against what a user runs without deploycc, on this CPU (issue 51).
+
+    .venv/bin/python benchmarks/precision_auto.py [--only NAME ...] [--rounds 30]
+
+Per model of the corpus (benchmarks/corpus.py; its hint shapes): `deploycc build` at the target's
+default (fp32) and with `--precision auto` on ort-cpu and openvino-cpu, each timed (the search's
+extra time). Then in one process, interleaved (the order rotates every round), 2 threads each:
+the raw export on ONNX Runtime's defaults (the baseline), OpenVINO's defaults on the raw export
+(its LATENCY hint; bf16 where the CPU has it), ORT's quantize_dynamic of the raw export (where it
+has MatMul weights), and deploycc's two auto artifacts loaded as their manifests say. Ratio of
+medians to the baseline with a 95% bootstrap interval, and each one's cosine against the baseline
+on held-out inputs (another seed than the build's). Writes results/precision-auto.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+MODELS = ("tv_resnet18_ts_op11", "tv_mobilenet_v2_ts_op13", "tv_efficientnet_b0_ts_op13",
+          "tv_convnext_tiny_dynamo_op18", "tv_vit_s16_ts_op17", "hf_bert_ts_op14", "hf_distilbert_ts_op13",
+          "hf_roberta_dynamo_op18", "hf_whisper_encoder_ts_op17", "rapidocr_ppocrv4_det",
+          "tv_lraspp_mobilenet_v3_large_ts_op13", "hf_gpt2_ts_op14")
+TARGETS = ("ort-cpu", "openvino-cpu")
+THREADS = 2
+RUNS_PER_TURN = 2
+HELD_OUT_SEED = 7
+
+
+def _build(model: Path, target: str, out: Path, auto: bool) -> tuple[object, float]:
+    from deploycc import api
+    from deploycc.options import BuildOptions, LegalizeOptions
+
+    shapes = json.loads(model.with_suffix(".hints.json").read_text()).get("shapes", {})
+    options = BuildOptions(legalize=LegalizeOptions(shapes=shapes), bench=False, choose_precision=auto,
+                           force=True)
+    started = time.perf_counter()
+    report = api.build(model, target, out, options)
+    return report, time.perf_counter() - started
+
+
+def _subjects(model: Path, builds: dict[str, Path], work: Path) -> dict[str, object]:
+    """The runners to time, by label."""
+    from deploycc.bench.run import open_subject
+    from deploycc.quantize.dynamic import quantizable_weights, quantize_dynamically
+    from deploycc.targets import registry
+
+    ort_cpu, openvino_cpu = registry.resolve("ort-cpu"), registry.resolve("openvino-cpu")
+    subjects = {"raw ORT": open_subject(model, ort_cpu).make_runner(THREADS),
+                "OpenVINO defaults": open_subject(model, openvino_cpu).make_runner(THREADS)}
+    if quantizable_weights(model):
+        dynamic, _ = quantize_dynamically(model, work)
+        subjects["ORT quantize_dynamic"] = open_subject(dynamic, ort_cpu).make_runner(THREADS)
+    for target, folder in builds.items():
+        subjects[f"deploycc auto {target}"] = open_subject(folder, None).make_runner(THREADS)
+    return subjects
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return 1.0 if norm == 0 else float(a @ b / norm)
+
+
+def _time(subjects: dict, feeds: dict, rounds: int) -> dict[str, list[float]]:
+    order = list(subjects)
+    times: dict[str, list[float]] = {key: [] for key in order}
+    for runner in subjects.values():
+        for _ in range(3):
+            runner.run(feeds)
+    for turn in range(rounds):
+        shift = turn % len(order)
+        for key in order[shift:] + order[:shift]:
+            for _ in range(RUNS_PER_TURN):
+                tick = time.perf_counter()
+                subjects[key].run(feeds)
+                times[key].append(time.perf_counter() - tick)
+    return times
+
+
+def _measure(name: str, rounds: int, work: Path) -> dict:
+    from deploycc.bench.run import bench_feeds, bootstrap_ratio
+
+    model = HERE / "corpus" / f"{name}.onnx"
+    row: dict = {"model": name, "targets": {}}
+    builds: dict[str, Path] = {}
+    for target in TARGETS:
+        fp32, fp32_seconds = _build(model, target, work / f"{target}-fp32", auto=False)
+        auto, auto_seconds = _build(model, target, work / f"{target}-auto", auto=True)
+        choice = auto.precision_choice
+        row["targets"][target] = {
+            "status": str(auto.status), "precision": str(auto.precision),
+            "fp32_build_s": round(fp32_seconds, 2), "auto_build_s": round(auto_seconds, 2),
+            "search_s": choice.seconds if choice else None,
+            "candidates": [{"precision": str(c.precision), "outcome": str(c.outcome), "ratio": c.ratio,
+                            "ci95": c.ci95, "min_cosine": c.min_cosine} for c in (choice.candidates if choice else [])]}
+        if str(auto.status) == "verified":
+            builds[target] = work / f"{target}-auto"
+    subjects = _subjects(model, builds, work)
+    shapes = json.loads(model.with_suffix(".hints.json").read_text()).get("shapes", {})
+    timing_feeds = bench_feeds(model, None, 0, shapes or None)
+    held_out = bench_feeds(model, None, HELD_OUT_SEED, shapes or None)
+    times = _time(subjects, timing_feeds, rounds)
+    expected = subjects["raw ORT"].run(held_out)
+    raw = np.array(times["raw ORT"])
+    row["raw_ms"] = round(float(np.median(raw)) * 1e3, 3)
+    row["subjects"] = {}
+    for label, runner in subjects.items():
+        mine = np.array(times[label])
+        outputs = runner.run(held_out)
+        cosines = [_cosine(np.asarray(outputs[k]), np.asarray(v)) for k, v in expected.items()
+                   if k in outputs and np.asarray(v).dtype.kind == "f"]
+        row["subjects"][label] = {"ratio": round(float(np.median(mine) / np.median(raw)), 3),
+                                  "ci95": bootstrap_ratio(mine, raw),
+                                  "held_out_cosine": round(min(cosines), 6) if cosines else None}
+    for runner in subjects.values():
+        runner.close()
+    return row
+
+
+def _markdown(rows: list[dict]) -> str:
+    labels = ["OpenVINO defaults", "ORT quantize_dynamic", "deploycc auto ort-cpu", "deploycc auto openvino-cpu"]
+    lines = ["| model | raw ORT (ms) | " + " | ".join(labels) + " | auto chose (ort / ov) | search s (ort / ov) | "
+             "fp32 build s (ort / ov) |", "|---|---|" + "---|" * (len(labels) + 3)]
+    for row in rows:
+        cells = []
+        for label in labels:
+            found = row["subjects"].get(label)
+            cells.append("" if found is None else
+                         f"{found['ratio']:.2f}x [{found['ci95'][0]:.2f}, {found['ci95'][1]:.2f}] "
+                         f"cos {found['held_out_cosine']}")
+        targets = row["targets"]
+        chose = " / ".join(targets[t]["precision"] for t in TARGETS)
+        search = " / ".join(str(targets[t]["search_s"]) for t in TARGETS)
+        plain = " / ".join(str(targets[t]["fp32_build_s"]) for t in TARGETS)
+        lines.append(f"| {row['model']} | {row['raw_ms']:.2f} | " + " | ".join(cells) +
+                     f" | {chose} | {search} | {plain} |")
+    ratios = {label: [row["subjects"][label]["ratio"] for row in rows if label in row["subjects"]]
+              for label in labels}
+    lines += ["", "Median ratio to raw ORT: " + ", ".join(
+        f"{label} {statistics.median(values):.2f}x ({len(values)})" for label, values in ratios.items() if values)]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    from rich.progress import track
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="deploycc-auto-") as folder:
+        for name in track(args.only or MODELS, description="models"):
+            work = Path(folder) / name
+            work.mkdir()
+            rows.append(_measure(name, args.rounds, work))
+    results = HERE / "results"
+    (results / "precision-auto.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (results / "precision-auto.md").write_text(_markdown(rows))
+    print(_markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
