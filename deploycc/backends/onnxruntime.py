@@ -9,6 +9,7 @@ import ctypes
 import json
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,10 +133,12 @@ def _in_fp16(request: BuildRequest) -> tuple[BuildRequest, list[str]]:
     proto = onnx.load(str(request.model))
     _name_nameless(proto.graph)  # the converter names its Casts after the node: two nameless ones collide
     # fp16's own limits: the converter's defaults clamp weights to 1e4 and flush below 1e-7
-    converted = float16.convert_float_to_float16(
-        proto, min_positive_val=float(np.finfo(np.float16).smallest_subnormal),
-        max_finite_val=float(np.finfo(np.float16).max), keep_io_types=True,
-        node_block_list=list(request.fp32_layers) or None)
+    with warnings.catch_warnings():  # each value below fp16's smallest subnormal, flushed as asked
+        warnings.simplefilter("ignore", UserWarning)
+        converted = float16.convert_float_to_float16(
+            proto, min_positive_val=float(np.finfo(np.float16).smallest_subnormal),
+            max_finite_val=float(np.finfo(np.float16).max), keep_io_types=True,
+            node_block_list=list(request.fp32_layers) or None)
     _restore_fp32_weights(proto, converted, set(request.fp32_layers))
     path = request.outdir / FP16_MODEL
     large = converted.ByteSize() > (1 << 30) if hasattr(converted, "ByteSize") else False

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploycc.pipeline.context import LEGALIZED, BuildContext
+from deploycc.records.bench import Comparison
 from deploycc.records.precision import PrecisionCandidate, PrecisionChoice
 from deploycc.taxonomy import BuildStatus, CandidateOutcome, Precision
 
@@ -48,8 +49,12 @@ SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice i
 # The build's stages a candidate runs, by name (the same functions, so a candidate is built as
 # the chosen one will be): the build's stage list hands them over
 CANDIDATE_STAGES = ("quantize", "int8-dynamic", "half", "half-declined", "build", "verify")
-TIMING_SECONDS = 1.0  # per comparison with fp32: enough pairs for a tight interval on a fast model
-MIN_PAIRS, MAX_PAIRS = 10, 200
+# Each comparison with fp32 runs blocks of interleaved pairs of about BLOCK_SECONDS until the ratio's
+# 95% interval lies on one side of 1 or MAX_TIMING_SECONDS have passed: a fast model is decided in
+# one block, a slow or noisy one gets more pairs (a 38 ms Whisper encoder's int8 was left at
+# [0.47, 1.77] after the 13 pairs of one fixed second)
+BLOCK_SECONDS, MAX_TIMING_SECONDS = 0.5, 3.0
+MIN_PAIRS, MAX_PAIRS = 5, 200
 
 
 def candidates(context: BuildContext) -> list[Precision]:
@@ -257,8 +262,6 @@ def _candidate(precision: Precision, outcome: CandidateOutcome, why: str, verifi
 def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[PrecisionCandidate]:
     """The candidates within budget timed against fp32, interleaved, on the inputs the build drew;
     the chosen one marked."""
-    from deploycc.bench.run import compare
-
     if Precision.FP32 not in built:  # nothing to time against: the first within budget
         untimed = [_candidate(p, CandidateOutcome.NOT_FASTER, "fp32 did not pass: not timed", c.verification)
                    for p, c in built.items()]
@@ -275,7 +278,7 @@ def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[
         for precision, runner in runners.items():
             if precision == Precision.FP32:
                 continue
-            comparison = compare(runner, baseline, feeds, pairs, "fp32")
+            comparison = _race(runner, baseline, feeds, pairs)
             verdict = comparison.verdict(str(precision))
             timed.append(_candidate(precision, CandidateOutcome.NOT_FASTER, verdict,
                                     built[precision].verification, ratio=comparison.ratio_of_medians,
@@ -300,11 +303,41 @@ def _loaded(candidate: BuildContext):  # type: ignore[no-untyped-def]
         runner.close()
 
 
+def _race(runner: Runner, baseline: Runner, feeds: dict, block: int) -> Comparison:
+    """`runner` against `baseline`, interleaved A B B A (as `bench --compare-to`), in blocks of
+    `block` pairs until the ratio's 95% interval lies on one side of 1 or MAX_TIMING_SECONDS."""
+    import numpy as np
+
+    from deploycc.bench.run import bootstrap_ratio, shapes_of
+
+    runner.run(feeds)  # its first run is no measure of it
+    first: list[float] = []
+    second: list[float] = []
+    clock = time.perf_counter
+    started = clock()
+    while True:
+        for index in range(block):
+            pair = ((runner, first), (baseline, second))
+            order = pair if index % 2 == 0 else pair[::-1]
+            for engine, sink in order:
+                tick = clock()
+                engine.run(feeds)
+                sink.append(clock() - tick)
+        low, high = bootstrap_ratio(np.array(first), np.array(second))
+        if high < 1.0 or low > 1.0 or clock() - started > MAX_TIMING_SECONDS:
+            break
+    mine, other = float(np.median(first)), float(np.median(second))
+    return Comparison(other="fp32", order="ABBA interleaved, until decided", pairs=len(first),
+                      median_ms=round(mine * 1e3, 4), other_median_ms=round(other * 1e3, 4),
+                      ratio_of_medians=round(mine / other, 4), ci95=(low, high), bootstrap_samples=2000,
+                      input_shapes=shapes_of(feeds))
+
+
 def _pairs(runner: Runner, feeds: dict) -> int:
-    """Interleaved pairs for about TIMING_SECONDS of both engines, from a few warm runs."""
+    """Interleaved pairs for about BLOCK_SECONDS of both engines, from a few warm runs."""
     for _ in range(2):
         runner.run(feeds)
     started = time.perf_counter()
     runner.run(feeds)
     once = max(time.perf_counter() - started, 1e-5)
-    return max(MIN_PAIRS, min(MAX_PAIRS, int(TIMING_SECONDS / (2 * once))))
+    return max(MIN_PAIRS, min(MAX_PAIRS, int(BLOCK_SECONDS / (2 * once))))
