@@ -2,7 +2,8 @@
 accuracy budget, decided by measurement where the target runs here and from its data where it runs
 elsewhere.
 
-Each candidate (fp32, bf16, fp16, and int8 where calibration data was given) is built from the one
+Each candidate (fp32, bf16, fp16; int8 with calibration data, or where the backend quantizes
+constant weights ahead and activations at run time) is built from the one
 legalized model by the build's own stages (quantize, the half-precision analysis, the engine,
 verification), each in a folder of its own, on the inputs the build drew once. Those within budget
 are timed against the fp32 engine, interleaved (A B B A, as `bench --compare-to`), and the one with
@@ -111,7 +112,12 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
                 built[precision] = candidate
             else:
                 tried.append(verdict)
-        tried = [*_timed(context, built), *tried]
+        try:
+            timed = _timed(context, built)
+        except Exception as error:  # an engine that verified and then fails to run again: fp32, said
+            why = f"timing failed ({type(error).__name__}: {str(error).strip()[:150]}): fp32 kept"
+            timed = [_candidate(p, CandidateOutcome.FAILED, why, c.verification) for p, c in built.items()]
+        tried = [*timed, *tried]
         chosen = next((c.precision for c in tried if c.outcome == CandidateOutcome.CHOSEN), Precision.FP32)
         context.precision = chosen
         if chosen in built:
