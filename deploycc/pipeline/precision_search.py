@@ -139,13 +139,14 @@ def _cache_file(context: BuildContext) -> Path | None:
     (int8 calibrated on the user's samples: their data is not in the key)."""
     import hashlib
     import json
+    from importlib import metadata
 
-    from deploycc import __version__, io
+    from deploycc import io
     from deploycc.bench.conditions import cpu_model
 
     if context.samples is not None:
         return None
-    key = json.dumps({"schema": CACHE_SCHEMA, "deploycc": __version__,
+    key = json.dumps({"schema": CACHE_SCHEMA, "deploycc": metadata.version("deploycc"),
                       "model": io.sha256_file(context.legalized_path), "target": context.target.spec_hash,
                       "half_analysis": context.options.half_analysis,
                       "candidates": [str(p) for p in candidates(context)], "budget": BUDGET,
