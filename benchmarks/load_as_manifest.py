@@ -72,6 +72,7 @@ def _measure(name: str, rounds: int, workdir: Path) -> dict:
             session.run(None, feeds)
     for turn in range(rounds):
         for key in order[turn % 3:] + order[:turn % 3]:
+            subjects[key].run(None, feeds)  # untimed: the previous session's idle threads spin here
             for _ in range(RUNS_PER_TURN):
                 tick = time.perf_counter()
                 subjects[key].run(None, feeds)

@@ -87,6 +87,7 @@ def _time(subjects: dict, feeds: dict, rounds: int) -> dict[str, list[float]]:
     for turn in range(rounds):
         shift = turn % len(order)
         for key in order[shift:] + order[:shift]:
+            subjects[key].run(feeds)  # untimed: the previous subject's idle threads (ORT's spin) pay here
             for _ in range(RUNS_PER_TURN):
                 tick = time.perf_counter()
                 subjects[key].run(feeds)

@@ -298,16 +298,28 @@ def bootstrap_ratio(a: np.ndarray, b: np.ndarray, samples: int = 2000, seed: int
     return round(float(low), 4), round(float(high), 4)
 
 
-def compare(a: Runner, b: Runner, feeds: dict[str, np.ndarray], pairs: int, other: str) -> Comparison:
-    """Interleaved A B B A ... so drift (thermal, frequency, noise) hits both alike."""
+def interleaved(a: Runner, b: Runner, feeds: dict[str, np.ndarray],
+                pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """A B B A ... so drift (thermal, frequency, noise) hits both alike; each turn starts with an
+    untimed run. ONNX Runtime's idle threads spin for a while after a run, and the other engine's
+    first run after it paid for that: two identical sessions of a Whisper encoder timed 54 and 48 ms
+    (95% CI of the ratio 0.63-1.73) one run a turn, 25 and 25 ms (0.97-1.07) with the untimed run,
+    as one session alone does."""
     first, second = np.empty(pairs), np.empty(pairs)
     clock = time.perf_counter
     for i in range(pairs):
         order = ((a, first), (b, second)) if i % 2 == 0 else ((b, second), (a, first))
         for runner, sink in order:
+            runner.run(feeds)
             tick = clock()
             runner.run(feeds)
             sink[i] = clock() - tick
+    return first, second
+
+
+def compare(a: Runner, b: Runner, feeds: dict[str, np.ndarray], pairs: int, other: str) -> Comparison:
+    """`a` against `b`, interleaved (`interleaved`), as the ratio of medians with its 95% interval."""
+    first, second = interleaved(a, b, feeds, pairs)
     low, high = bootstrap_ratio(first, second)
     return Comparison(other=other, order="ABBA interleaved", pairs=pairs,
                       median_ms=round(float(np.median(first)) * 1e3, 4),
