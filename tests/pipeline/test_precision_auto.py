@@ -179,3 +179,14 @@ def test_the_choice_is_remembered_for_the_same_model_and_options(tmp_path: Path)
     other = api.build(model, "openvino-cpu", tmp_path / "other",
                       BuildOptions(choose_precision=True, bench=False, half_analysis=False))
     assert other.precision_choice is not None and not other.precision_choice.cached
+
+
+def test_a_partitioned_build_says_it_did_not_search(tmp_path: Path) -> None:
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)
+    out = tmp_path / "out"
+    run = run_cli("build", str(model), "-t", "ort-cpu", "--partition", "--precision", "auto", "--no-bench",
+                  "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    notes = json.loads((out / "report.json").read_text())["notes"]
+    assert any(note.startswith("--precision auto: fp32, the target's default") for note in notes), notes
