@@ -32,7 +32,8 @@ def feeds_lines(inputs: Sequence[Port]) -> list[str]:
         shape += "," if len(port.dims) == 1 else ""
         open_dims = [str(dim) for dim in port.dims if not isinstance(dim, int)]
         comment = f"  # open: {', '.join(open_dims)}" if open_dims else ""
-        lines.append(f"    {port.name!r}: np.zeros(({shape}), np.{port.dtype}),{comment}")
+        dtype = "object" if port.dtype == "object" else f"np.{port.dtype}"  # strings: numpy has no np.object
+        lines.append(f"    {port.name!r}: np.zeros(({shape}), {dtype}),{comment}")
     return [*lines, "}"]
 
 
