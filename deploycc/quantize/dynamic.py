@@ -10,13 +10,15 @@ from pathlib import Path
 
 DYNAMIC_INT8_ONNX = "model.int8-dynamic.onnx"
 # The ops whose constant weights are quantized: the MatMuls of a transformer's projections and
-# feed-forward layers (a Conv's dynamic int8 is slower than fp32 on ORT's CPU provider)
+# feed-forward layers (ORT's quantizer takes a Gemm with them; a Conv's dynamic int8 is slower than
+# fp32 on ORT's CPU provider). A model without such a MatMul (a CNN and its Gemm head) is no candidate.
 WEIGHT_OPS = ("MatMul",)
+QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeMatMul")  # what the quantized model computes them with
 LARGE_MODEL = 1 << 31  # protobuf's limit: beyond it the quantized weights go to external data
 
 
 def quantizable_weights(model: Path) -> int:
-    """How many of WEIGHT_OPS read a constant second input (0: dynamic int8 changes nothing)."""
+    """How many of WEIGHT_OPS read a constant second input (0: no dynamic int8 candidate)."""
     from deploycc import io
 
     graph = io.peek(model).model.graph
@@ -29,13 +31,14 @@ def quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
     """The model with its constant MatMul weights in int8, written beside it, and what was done."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from deploycc import io
     from deploycc.quantize.ort_qdq import quiet
 
     quantized = outdir / DYNAMIC_INT8_ONNX
-    weights = quantizable_weights(model)
     large = sum(f.stat().st_size for f in model.parent.glob(f"{model.name}*")) > LARGE_MODEL
     with quiet():  # its advice to pre-process, on the root logger, is not deploycc's finding
         quantize_dynamic(model, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=list(WEIGHT_OPS),
                          use_external_data_format=large, extra_options={"MatMulConstBOnly": True})
-    return quantized, (f"int8 dynamic: ONNX Runtime's quantize_dynamic, {weights} MatMul weight(s) in int8 "
-                       "per tensor, activations quantized at run time")
+    weights = sum(1 for node in io.peek(quantized).model.graph if node.op_type in QUANTIZED_OPS)
+    return quantized, (f"int8 dynamic: ONNX Runtime's quantize_dynamic, {weights} weight(s) of MatMul or "
+                       "Gemm in int8 per tensor, activations quantized at run time")
