@@ -232,6 +232,12 @@ def _adopt(context: BuildContext, candidate: BuildContext) -> None:
         setattr(context, name, getattr(candidate, name))
     context.skipped += candidate.skipped
     context.notes += candidate.notes
+    # loaded, as the verify stage leaves it, for the stages after it (the bench, a torch proof)
+    from deploycc.backends.base import BackendError
+
+    assert context.artifact is not None
+    with contextlib.suppress(BackendError):  # the bench loads it again and reports the failure
+        context.engine = context.backend.load(context.artifact, context.staging, context.request)
 
 
 def _link(source: Path, link: Path) -> None:

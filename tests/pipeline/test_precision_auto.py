@@ -190,3 +190,22 @@ def test_a_partitioned_build_says_it_did_not_search(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     notes = json.loads((out / "report.json").read_text())["notes"]
     assert any(note.startswith("--precision auto: fp32, the target's default") for note in notes), notes
+
+
+def test_a_torch_model_is_proven_against_the_chosen_engine(tmp_path: Path) -> None:
+    """The search's engine is the build's: the torch front end proves it, not the legalized model,
+    also when no bench loads it again."""
+    torch = pytest.importorskip("torch")
+
+    class Mlp(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second = torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.second(torch.relu(self.first(x)))
+
+    report = api.build(Mlp().eval(), (torch.randn(4, 64),), target="ort-cpu", outdir=tmp_path / "out",
+                       options=BuildOptions(choose_precision=True, bench=False))
+    assert report.status == "verified" and report.precision_choice is not None, report.summary
+    assert report.export is not None and report.export.final_against == "the engine"
