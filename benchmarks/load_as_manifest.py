@@ -14,16 +14,18 @@ with a 95% bootstrap interval. 2 threads each. Writes results/load-as-manifest.j
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.rotation import rotated_times  # noqa: E402
 
 MODELS = ("tv_resnet18_ts_op11", "tv_mobilenet_v2_ts_op13", "tv_mobilenet_v3_small_ts_op17",
           "tv_efficientnet_b0_ts_op13", "tv_convnext_tiny_dynamo_op18", "tv_vit_s16_ts_op17",
@@ -65,18 +67,8 @@ def _measure(name: str, rounds: int, workdir: Path) -> dict:
     with np.load(out / "verify-inputs.npz") as data:
         names = [i.name for i in subjects["raw"].get_inputs()]
         feeds = {key: data[key] for key in data.files if key in names}
-    times: dict[str, list[float]] = {key: [] for key in subjects}
-    order = list(subjects)
-    for session in subjects.values():  # warm up
-        for _ in range(3):
-            session.run(None, feeds)
-    for turn in range(rounds):
-        for key in order[turn % 3:] + order[:turn % 3]:
-            subjects[key].run(None, feeds)  # untimed: the previous session's idle threads spin here
-            for _ in range(RUNS_PER_TURN):
-                tick = time.perf_counter()
-                subjects[key].run(None, feeds)
-                times[key].append(time.perf_counter() - tick)
+    runs = {key: functools.partial(session.run, None, feeds) for key, session in subjects.items()}
+    times = rotated_times(runs, rounds, RUNS_PER_TURN)
     raw = np.array(times["raw"])
     row = {"model": name, "status": str(report.status), "raw_ms": round(float(np.median(raw)) * 1e3, 3)}
     for key in ("as manifest says", "at the saved level"):

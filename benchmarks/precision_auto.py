@@ -16,6 +16,7 @@ on held-out inputs (another seed than the build's). Writes results/precision-aut
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -27,6 +28,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.rotation import rotated_times  # noqa: E402
 
 MODELS = ("tv_resnet18_ts_op11", "tv_mobilenet_v2_ts_op13", "tv_efficientnet_b0_ts_op13",
           "tv_convnext_tiny_dynamo_op18", "tv_vit_s16_ts_op17", "hf_bert_ts_op14", "hf_distilbert_ts_op13",
@@ -79,23 +82,6 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return 1.0 if norm == 0 else float(a @ b / norm)
 
 
-def _time(subjects: dict, feeds: dict, rounds: int) -> dict[str, list[float]]:
-    order = list(subjects)
-    times: dict[str, list[float]] = {key: [] for key in order}
-    for runner in subjects.values():
-        for _ in range(3):
-            runner.run(feeds)
-    for turn in range(rounds):
-        shift = turn % len(order)
-        for key in order[shift:] + order[:shift]:
-            subjects[key].run(feeds)  # untimed: the previous subject's idle threads (ORT's spin) pay here
-            for _ in range(RUNS_PER_TURN):
-                tick = time.perf_counter()
-                subjects[key].run(feeds)
-                times[key].append(time.perf_counter() - tick)
-    return times
-
-
 def _measure(name: str, rounds: int, work: Path) -> dict:
     from deploycc.bench.run import bench_feeds, bootstrap_ratio
 
@@ -119,7 +105,8 @@ def _measure(name: str, rounds: int, work: Path) -> dict:
     shapes = json.loads(model.with_suffix(".hints.json").read_text()).get("shapes", {})
     timing_feeds = bench_feeds(model, None, 0, shapes or None)
     held_out = bench_feeds(model, None, HELD_OUT_SEED, shapes or None)
-    times = _time(subjects, timing_feeds, rounds)
+    times = rotated_times({label: functools.partial(runner.run, timing_feeds)
+                           for label, runner in subjects.items()}, rounds, RUNS_PER_TURN)
     expected = subjects["raw ORT"].run(held_out)
     raw = np.array(times["raw ORT"])
     row["raw_ms"] = round(float(np.median(raw)) * 1e3, 3)

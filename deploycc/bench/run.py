@@ -320,12 +320,18 @@ def interleaved(a: Runner, b: Runner, feeds: dict[str, np.ndarray],
 def compare(a: Runner, b: Runner, feeds: dict[str, np.ndarray], pairs: int, other: str) -> Comparison:
     """`a` against `b`, interleaved (`interleaved`), as the ratio of medians with its 95% interval."""
     first, second = interleaved(a, b, feeds, pairs)
-    low, high = bootstrap_ratio(first, second)
-    return Comparison(other=other, order="ABBA interleaved", pairs=pairs,
+    return comparison_of(first, second, other, "ABBA interleaved", feeds)
+
+
+def comparison_of(first: np.ndarray, second: np.ndarray, other: str, order: str, feeds: dict[str, np.ndarray],
+                  ci95: tuple[float, float] | None = None) -> Comparison:
+    """The record of two engines' interleaved times (`ci95`: the interval already taken of them)."""
+    return Comparison(other=other, order=order, pairs=len(first),
                       median_ms=round(float(np.median(first)) * 1e3, 4),
                       other_median_ms=round(float(np.median(second)) * 1e3, 4),
                       ratio_of_medians=round(float(np.median(first) / np.median(second)), 4),
-                      ci95=(low, high), bootstrap_samples=2000, input_shapes=shapes_of(feeds))
+                      ci95=ci95 or bootstrap_ratio(first, second), bootstrap_samples=2000,
+                      input_shapes=shapes_of(feeds))
 
 
 def bench(path: str | Path, target: Target | None = None, options: BenchOptions | None = None, *,

@@ -210,8 +210,8 @@ def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
 
 def _adopt(context: BuildContext, candidate: BuildContext) -> None:
     """The chosen candidate's engine, built and verified, becomes the build's: its files move into
-    the staging folder and its records into the context, so the later stages take it as their own
-    (the bench loads it again) and nothing is built twice."""
+    the staging folder and its records into the context, loaded as the verify stage leaves one, so
+    the later stages (the bench, a torch proof) take it as their own and nothing is built twice."""
     for file in candidate.staging.iterdir():
         if not file.name.startswith(LEGALIZED):  # the links to the build's own legalized model
             os.replace(file, context.staging / file.name)
@@ -232,7 +232,6 @@ def _adopt(context: BuildContext, candidate: BuildContext) -> None:
         setattr(context, name, getattr(candidate, name))
     context.skipped += candidate.skipped
     context.notes += candidate.notes
-    # loaded, as the verify stage leaves it, for the stages after it (the bench, a torch proof)
     from deploycc.backends.base import BackendError
 
     assert context.artifact is not None
@@ -324,23 +323,17 @@ def _race(runner: Runner, baseline: Runner, feeds: dict, block: int) -> Comparis
     `block` pairs until the ratio's 95% interval lies on one side of 1 or MAX_TIMING_SECONDS."""
     import numpy as np
 
-    from deploycc.bench.run import bootstrap_ratio, interleaved, shapes_of
+    from deploycc.bench.run import bootstrap_ratio, comparison_of, interleaved
 
-    first: list[float] = []
-    second: list[float] = []
+    first, second = np.empty(0), np.empty(0)
     started = time.perf_counter()
     while True:
         mine, other = interleaved(runner, baseline, feeds, block)
-        first += mine.tolist()
-        second += other.tolist()
-        low, high = bootstrap_ratio(np.array(first), np.array(second))
+        first, second = np.concatenate([first, mine]), np.concatenate([second, other])
+        low, high = bootstrap_ratio(first, second)
         if high < 1.0 or low > 1.0 or time.perf_counter() - started > MAX_TIMING_SECONDS:
             break
-    median, other_median = float(np.median(first)), float(np.median(second))
-    return Comparison(other="fp32", order="ABBA interleaved, until decided", pairs=len(first),
-                      median_ms=round(median * 1e3, 4), other_median_ms=round(other_median * 1e3, 4),
-                      ratio_of_medians=round(median / other_median, 4), ci95=(low, high),
-                      bootstrap_samples=2000, input_shapes=shapes_of(feeds))
+    return comparison_of(first, second, "fp32", "ABBA interleaved, until decided", feeds, ci95=(low, high))
 
 
 def _pairs(runner: Runner, feeds: dict) -> int:

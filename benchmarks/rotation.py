@@ -1,0 +1,29 @@
+"""Several engines timed in one process, the order rotating every round so drift hits all alike."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+WARMUP = 3
+
+
+def rotated_times(runs: dict[str, Callable[[], object]], rounds: int,
+                  runs_per_turn: int) -> dict[str, list[float]]:
+    """Per label, the seconds of its timed runs: after WARMUP runs each, every round gives each
+    engine a turn (the order shifted by one each round) of one untimed run, then `runs_per_turn`
+    timed ones. The untimed run absorbs the previous engine's idle threads (ONNX Runtime's spin)."""
+    order = list(runs)
+    times: dict[str, list[float]] = {label: [] for label in order}
+    for run in runs.values():
+        for _ in range(WARMUP):
+            run()
+    for turn in range(rounds):
+        shift = turn % len(order)
+        for label in order[shift:] + order[:shift]:
+            runs[label]()
+            for _ in range(runs_per_turn):
+                tick = time.perf_counter()
+                runs[label]()
+                times[label].append(time.perf_counter() - tick)
+    return times
