@@ -51,7 +51,7 @@ SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice i
 # the chosen one will be): the build's stage list hands them over
 CANDIDATE_STAGES = ("quantize", "int8-dynamic", "half", "half-declined", "build", "verify")
 # Each comparison with fp32 runs blocks of interleaved pairs of about BLOCK_SECONDS until the ratio's
-# 95% interval lies on one side of 1 or MAX_TIMING_SECONDS have passed: a fast model is decided in
+# 95% interval lies on one side of FASTER or MAX_TIMING_SECONDS have passed: a fast model is decided in
 # one block, a slow or noisy one gets more pairs (a 38 ms Whisper encoder's int8 was left at
 # [0.47, 1.77] after the 13 pairs of one fixed second)
 BLOCK_SECONDS, MAX_TIMING_SECONDS = 0.5, 3.0
@@ -62,10 +62,28 @@ MIN_PAIRS, MAX_PAIRS = 5, 200
 
 
 def candidates(context: BuildContext) -> list[Precision]:
-    """The precisions to try: the target's, in ORDER; int8 with calibration data, or without where
-    the backend quantizes weights ahead and activations at run time and the model has such weights."""
+    """The precisions to try: the target's, in ORDER, but those it computes in float32 (declined);
+    int8 with calibration data, or without where the backend quantizes weights ahead and
+    activations at run time and the model has such weights."""
     supported = context.target.precision.supported
-    return [p for p in ORDER if p in supported and (p != Precision.INT8 or _int8_candidate(context))]
+    return [p for p in ORDER if p in supported and p not in declined(context)
+            and (p != Precision.INT8 or _int8_candidate(context))]
+
+
+# The element type of each half precision, as the target's [dtypes.computed_as] names it
+HALF_DTYPES = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}
+
+
+def declined(context: BuildContext) -> dict[Precision, str]:
+    """The half precisions the target offers and computes in another type, from its data (ONNX
+    Runtime's CPU provider has no float16 kernel for Conv, MatMul or Gemm: its InsertCastTransformer
+    runs them in float32): such an engine cannot be faster, so it is not built, and the report says
+    why."""
+    supported = context.target.precision.supported
+    computed = {p: context.target.dtypes.computed_as_dtype(dtype) for p, dtype in HALF_DTYPES.items()}
+    return {p: (f"{context.target.name} computes {HALF_DTYPES[p]} as {computed[p]} (the target's "
+                "dtypes.computed_as): it saves no arithmetic, so it is not built")
+            for p in ORDER if p in supported and p in computed and computed[p] != HALF_DTYPES[p]}
 
 
 def _int8_candidate(context: BuildContext) -> bool:
@@ -127,6 +145,8 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
             _adopt(context, built[chosen])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    tried += [PrecisionCandidate(p, CandidateOutcome.NOT_MEASURED, why)
+              for p, why in declined(context).items()]
     tried.sort(key=lambda c: ORDER.index(c.precision))
     context.precision_choice = PrecisionChoice(chosen, BUDGET, tried,
                                                {name: list(array.shape) for name, array in feeds.items()},
@@ -303,7 +323,8 @@ def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[
         best = min(faster, key=lambda c: (c.ratio, ORDER.index(c.precision)))
         best.outcome = CandidateOutcome.CHOSEN
     else:
-        timed[0].why = "no other candidate within budget is faster beyond the interval's noise"
+        timed[0].why = ("no other candidate within budget is faster beyond the interval's noise"
+                        if len(timed) > 1 else "the only candidate built")
         timed[0].outcome = CandidateOutcome.CHOSEN
     return timed
 
@@ -320,7 +341,8 @@ def _loaded(candidate: BuildContext):  # type: ignore[no-untyped-def]
 
 def _race(runner: Runner, baseline: Runner, feeds: dict, block: int) -> Comparison:
     """`runner` against `baseline`, interleaved as `bench --compare-to` times them, in blocks of
-    `block` pairs until the ratio's 95% interval lies on one side of 1 or MAX_TIMING_SECONDS."""
+    `block` pairs until the ratio's 95% interval lies on one side of FASTER (the choice is then
+    made: chosen if below, not if above) or MAX_TIMING_SECONDS."""
     import numpy as np
 
     from deploycc.bench.run import bootstrap_ratio, comparison_of, interleaved
@@ -331,7 +353,7 @@ def _race(runner: Runner, baseline: Runner, feeds: dict, block: int) -> Comparis
         mine, other = interleaved(runner, baseline, feeds, block)
         first, second = np.concatenate([first, mine]), np.concatenate([second, other])
         low, high = bootstrap_ratio(first, second)
-        if high < 1.0 or low > 1.0 or time.perf_counter() - started > MAX_TIMING_SECONDS:
+        if high < FASTER or low > FASTER or time.perf_counter() - started > MAX_TIMING_SECONDS:
             break
     return comparison_of(first, second, "fp32", "ABBA interleaved, until decided", feeds, ci95=(low, high))
 

@@ -49,12 +49,11 @@ def _candidates(report) -> dict[Precision, object]:
     return {c.precision: c for c in report.precision_choice.candidates}
 
 
-@pytest.mark.parametrize(("target", "half"), [("openvino-cpu", Precision.BF16), ("ort-cpu", Precision.FP16)])
-def test_a_half_candidate_over_budget_is_not_chosen_and_says_why(cancelling: Path, tmp_path: Path,
-                                                                 target: str, half: Precision) -> None:
+def test_a_half_candidate_over_budget_is_not_chosen_and_says_why(cancelling: Path, tmp_path: Path) -> None:
+    half = Precision.BF16
     # without the half analysis nothing is kept in fp32: the half engine is as broken as half makes it
     options = BuildOptions(choose_precision=True, half_analysis=False, bench=False)
-    report = api.build(cancelling, target, tmp_path / "out", options)
+    report = api.build(cancelling, "openvino-cpu", tmp_path / "out", options)
     candidates = _candidates(report)
     assert candidates[half].outcome == CandidateOutcome.OVER_BUDGET, candidates[half]
     assert candidates[half].why  # the verification's or the cosine's words
@@ -129,6 +128,9 @@ def test_the_chosen_precision_is_within_budget_faster_and_the_one_built(tmp_path
     offered = [Precision(p) for p in ("fp32", "bf16", "fp16") if p in _target_precisions(target)]
     # small_cnn has no MatMul with constant weights: no int8 candidate without calibration data
     assert [c.precision for c in choice.candidates] == offered  # every one the target offers, in order
+    if target == "ort-cpu":  # its CPU provider has no float16 Conv: from its data, not built
+        fp16 = next(c for c in choice.candidates if c.precision == Precision.FP16)
+        assert fp16.outcome == CandidateOutcome.NOT_MEASURED and "computes float16 as float32" in fp16.why
     chosen = next(c for c in choice.candidates if c.outcome == CandidateOutcome.CHOSEN)
     assert chosen.precision == report.precision
     if chosen.precision != Precision.FP32:  # faster beyond noise, and within budget
