@@ -67,7 +67,9 @@ def runners_for(name: str, raw: Path, work: Path) -> tuple[dict[str, object], di
             problems[f"{tool} ORT"] = problem
         else:
             runners[f"{tool} ORT"] = OrtRunner(output, ["CPUExecutionProvider"])
-    ort_build = api.build(raw, "ort-cpu", work / f"{name}.ort-cpu", BuildOptions(bench=False, force=True))
+    # the precisions are pinned here (fp32, bf16); benchmarks/precision_auto.py times the default's choice
+    ort_build = api.build(raw, "ort-cpu", work / f"{name}.ort-cpu",
+                          BuildOptions(bench=False, force=True, choose_precision=False))
     if ort_build.status == "verified":
         runners["deploycc ort-cpu"] = OrtRunner(work / f"{name}.ort-cpu" / "model.ort.onnx",
                                                 ["CPUExecutionProvider"])

@@ -78,10 +78,11 @@ class BuildOptions:
     """What `deploycc build` takes on top of the legalization options."""
 
     legalize: LegalizeOptions = field(default_factory=LegalizeOptions)
-    precision: Precision | None = None  # None: the target's default
-    # --precision auto: the fastest of the target's precisions within the accuracy budget, measured
-    # here where the target runs here (pipeline/precision_search.py); `precision` is then unset
-    choose_precision: bool = False
+    precision: Precision | None = None  # None: chosen (choose_precision), else the target's default
+    # With no precision given (`--precision auto`, the default): the fastest of the target's
+    # precisions within the accuracy budget, measured where the target runs here, from its data where
+    # it runs on its device (pipeline/precision_search.py). False: the target's default precision
+    choose_precision: bool = True
     artifact_format: str = "onnx"  # ORT only: "onnx" (optimized ONNX) or "ort" (ORT format)
     fail_on_fallback: bool = False
     batch_range: tuple[int, int, int] | None = None  # --dynamic-batch MIN:OPT:MAX
@@ -102,6 +103,11 @@ class BuildOptions:
     # A safety step skipped without being asked (the fp16 analysis, the INT8 guard, verification)
     # fails the build (exit 1) instead of being only a warning and the report's `skipped_steps`
     strict: bool = False
+
+    @property
+    def searches_precision(self) -> bool:
+        """Whether the build chooses its precision: none given, and choosing not turned off."""
+        return self.choose_precision and self.precision is None
 
     def effective_precision(self, target: Target) -> Precision:
         """The asked precision, else the target's default; a name that is no precision is refused."""

@@ -78,7 +78,8 @@ def _with_host_segments(spec: CellSpec, target, options, result: CellResult,
     from deploycc.pipeline.partition import build_partitioned
 
     report = build_partitioned(model or spec.model, target, Path(spec.workdir) / "partition",
-                               BuildOptions(legalize=options, bench=False, force=True))
+                               BuildOptions(legalize=options, bench=False, force=True,
+                                            choose_precision=False))
     result.details["partition"] = {"status": report.status, "summary": report.summary,
                                    "segments": [s["placement"] for s in report.segments],
                                    "device_flops_share": round(report.device_flops_share, 4),
@@ -176,8 +177,10 @@ def _build_options(spec: CellSpec, options: LegalizeOptions) -> BuildOptions:
 
     quantize = QuantizeOptions(calibration=Path(spec.calibration) if spec.calibration else None,
                                max_drop=spec.max_drop, metric=spec.metric)
+    # The matrix is of conversion, at the target's default precision: choosing one would build and
+    # time every precision in every cell (pass a precision to the audit to audit another)
     return BuildOptions(
-        legalize=options, bench=Stage.BENCH in spec.stages, force=True,
+        legalize=options, bench=Stage.BENCH in spec.stages, force=True, choose_precision=False,
         bundle_only=spec.device_engine is not None, precision=spec.precision, quantize=quantize,
         half_analysis=spec.half_analysis,
         batch_range=tuple(spec.batch_range) if spec.batch_range else None,  # type: ignore[arg-type]

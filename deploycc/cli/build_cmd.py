@@ -64,9 +64,9 @@ def parse_shape_range(text: str) -> tuple[str, tuple[list[int], list[int], list[
                    "unless --force).")
 @click.option("--jetpack", help="Resolve a Jetson target at this JetPack release.")
 @click.option("--precision", type=BUILD_PRECISION_CHOICE,
-              help="Engine precision (default: the target's); auto: of the target's precisions, the fastest "
-                   "whose engine is within the accuracy budget, timed here against fp32 (a device target: "
-                   "its default).")
+              help="Engine precision (default: auto: of the target's precisions, the fastest whose engine "
+                   "is within the accuracy budget, timed here against fp32; a device target: its default). "
+                   "Name one (fp32) to pin it.")
 @click.option("--calibration", type=click.Path(path_type=Path),
               help="int8: a folder of .npz samples keyed by input name, to calibrate on.")
 @click.option("--validation", type=click.Path(path_type=Path),
@@ -127,7 +127,7 @@ def build_command(ctx: click.Context, model: str, target: str, outdir: str | Non
     options = BuildOptions(
         legalize=options_from_flags(dynamic_batch=False, **flags),
         precision=None if precision == AUTO else as_precision(precision),
-        choose_precision=precision == AUTO,
+        choose_precision=precision in (None, AUTO),
         artifact_format=artifact_format, fail_on_fallback=fail_on_fallback,
         batch_range=parse_batch_range(batch_range) if batch_range else None,
         shape_ranges=dict(parse_shape_range(text) for text in shape_range), dla_core=dla_core,

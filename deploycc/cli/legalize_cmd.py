@@ -142,7 +142,8 @@ def legalize_command(ctx: click.Context, model: str, target: str, output: str | 
             raise OptionError("--partition writes a directory", hint="pass -o OUTDIR")
         with progress_status("partitioning", quiet=as_json):
             split = api.build_partitioned(source or model, target, Path(output),
-                                          BuildOptions(legalize=options, bench=False, force=force),
+                                          BuildOptions(legalize=options, bench=False, force=force,
+                                                       choose_precision=False),
                                           jetpack=jetpack,
                                           build_engines=False)
         emit(split, as_json, console.render_partition)

@@ -121,7 +121,7 @@ def _samples(source: Path, target: Target, options: BuildOptions,
     """An int8 build's (or an int8 candidate's) calibration and validation samples, read before
     any work (bad data is refused then), and the options without the arrays an API caller passed:
     the manifest records the options, not the samples."""
-    int8_candidate = options.choose_precision and Precision.INT8 in target.precision.supported and (
+    int8_candidate = options.searches_precision and Precision.INT8 in target.precision.supported and (
         options.quantize.calibration is not None or options.quantize.samples is not None)
     if precision != Precision.INT8 and not int8_candidate:
         return None, options

@@ -254,7 +254,7 @@ def _unbuilt(context: BuildContext) -> bool:
 
 BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("legalize", legalize_stage),
-    BuildStage("precision", precision_search_stage, wanted=lambda c: c.options.choose_precision),
+    BuildStage("precision", precision_search_stage, wanted=lambda c: c.options.searches_precision),
     BuildStage("quantize", quantize_stage,
                wanted=lambda c: _unbuilt(c) and c.samples is not None and c.precision == Precision.INT8),
     BuildStage("int8-dynamic", dynamic_int8_stage,

@@ -128,7 +128,7 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
             flops_per_byte=flops_per_byte, build_engines=build_engines)
         run_stages(context, PARTITION_STAGES)
         assert context.report is not None
-        if options.choose_precision:  # said, not silently dropped: the search builds whole models
+        if options.searches_precision:  # said, not silently dropped: the search builds whole models
             context.report.notes.append(f"--precision auto: {context.precision}, the target's default; a "
                                         "partitioned build does not search its segments' precision yet")
         _write(staged.staging, context.report)

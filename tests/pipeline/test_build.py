@@ -70,7 +70,7 @@ def test_same_build_twice_is_byte_identical(cnn: Path, tmp_path: Path, target: s
 
 
 def test_openvino_ir_and_fp16_compression(cnn: Path, tmp_path: Path) -> None:
-    fp32 = api.build(cnn, "openvino-cpu", tmp_path / "fp32", BuildOptions(bench=False))
+    fp32 = api.build(cnn, "openvino-cpu", tmp_path / "fp32", BuildOptions(precision="fp32", bench=False))
     fp16 = api.build(cnn, "openvino-cpu", tmp_path / "fp16", BuildOptions(precision="fp16", bench=False))
     assert fp32.status == fp16.status == "verified"
     assert "f16" not in (tmp_path / "fp32" / "model.xml").read_text()

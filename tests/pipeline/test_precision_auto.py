@@ -160,11 +160,25 @@ def test_a_device_target_takes_its_default_from_its_data(tmp_path: Path) -> None
     assert only["outcome"] == str(CandidateOutcome.NOT_MEASURED) and "runs on its device" in only["why"]
 
 
-def test_without_auto_nothing_is_searched(tmp_path: Path) -> None:
+def test_the_default_searches_and_a_named_precision_pins(tmp_path: Path) -> None:
+    """No --precision is --precision auto; --precision fp32 gives the fp32 build, nothing searched."""
     model = tmp_path / "cnn.onnx"
     onnx.save(small_cnn(), model)
-    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
-    assert report.precision_choice is None and report.precision == Precision.FP32
+    default = run_cli("build", str(model), "-t", "openvino-cpu", "--no-bench",
+                      "-o", str(tmp_path / "default"))
+    assert default.returncode == 0, default.stderr
+    searched = json.loads((tmp_path / "default" / "report.json").read_text())
+    assert searched["precision_choice"] is not None
+    assert searched["precision"] == searched["precision_choice"]["chosen"]
+    pinned = run_cli("build", str(model), "-t", "openvino-cpu", "--precision", "fp32", "--no-bench",
+                     "-o", str(tmp_path / "pinned"))
+    assert pinned.returncode == 0, pinned.stderr
+    report = json.loads((tmp_path / "pinned" / "report.json").read_text())
+    assert report["precision_choice"] is None and report["precision"] == "fp32"
+    # the API the same way: choosing off keeps the target's default
+    api_report = api.build(model, "openvino-cpu", tmp_path / "api",
+                           BuildOptions(bench=False, choose_precision=False))
+    assert api_report.precision_choice is None and api_report.precision == Precision.FP32
 
 
 def test_the_choice_is_remembered_for_the_same_model_and_options(tmp_path: Path) -> None:
