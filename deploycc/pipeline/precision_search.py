@@ -3,11 +3,14 @@ accuracy budget, decided by measurement where the target runs here and from its 
 elsewhere.
 
 Each candidate (fp32, bf16, fp16; int8 with calibration data, or where the backend quantizes
-constant weights ahead and activations at run time) is built from the one
-legalized model by the build's own stages (quantize, the half-precision analysis, the engine,
-verification), each in a folder of its own, on the inputs the build drew once. Those within budget
-are timed against the fp32 engine, interleaved (A B B A, as `bench --compare-to`), and the one with
-the lowest median ratio whose whole 95% interval lies below FASTER is chosen; none: fp32. The chosen
+constant weights ahead and activations at run time) is built from the one legalized model by the
+build's own stages (quantize, the half-precision analysis, the engine, verification), each in a
+folder of its own, on the inputs the build drew once. A half candidate is built with every layer in
+half first: when that engine is within budget no layer needs to stay in fp32, and the analysis that
+finds such layers (emulated runs, a third of a small CNN's search) is not run; when it is not, the
+analysis runs and the candidate is built again with what it keeps. Those within budget are timed
+against the fp32 engine, interleaved (A B B A, as `bench --compare-to`), and the one with the lowest
+median ratio whose whole 95% interval lies below FASTER is chosen; none: fp32. The chosen
 candidate's engine, verified, is the build's: the later stages take it as it is (the bench times it).
 
 The budget: the candidate's verification passes at its precision's tolerances (those fp16 and int8
@@ -42,7 +45,7 @@ MIN_COSINE = 0.999
 # the candidates, the libraries and the CPU (CACHE_ENV names another folder): the same model built
 # again takes the same precision without building its candidates again.
 CACHE_ENV = "DEPLOYCC_PRECISION_CACHE"
-CACHE_SCHEMA = 1
+CACHE_SCHEMA = 2  # 2: half candidates are built in every layer's half first
 BUDGET = (f"verification at the precision's tolerances, and every output's cosine against the "
           f"original >= {MIN_COSINE}")
 ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8)
@@ -50,6 +53,7 @@ SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice i
 # The build's stages a candidate runs, by name (the same functions, so a candidate is built as
 # the chosen one will be): the build's stage list hands them over
 CANDIDATE_STAGES = ("quantize", "int8-dynamic", "half", "half-declined", "build", "verify")
+HALF_ANALYSIS_STAGES = ("half", "half-declined")
 # Each comparison with fp32 runs blocks of interleaved pairs of about BLOCK_SECONDS until the ratio's
 # 95% interval lies on one side of FASTER or MAX_TIMING_SECONDS have passed: a fast model is decided in
 # one block, a slow or noisy one gets more pairs (a 38 ms Whisper encoder's int8 was left at
@@ -127,8 +131,7 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
     tried: list[PrecisionCandidate] = []
     try:
         for precision in candidates(context):
-            candidate = _build_candidate(context, precision, folder / precision.value, stages)
-            verdict = _judged(candidate, precision)
+            candidate, verdict = _built_and_judged(context, precision, folder, stages)
             if verdict is None:
                 built[precision] = candidate
             else:
@@ -201,6 +204,35 @@ def _remember(cache: Path, choice: PrecisionChoice) -> None:
 
     with contextlib.suppress(OSError):  # a cache that cannot be written is only not kept
         write_text_atomic(cache, json.dumps(strict(dataclasses.asdict(choice)), indent=1))
+
+
+def _built_and_judged(context: BuildContext, precision: Precision, folder: Path,
+                      stages: Sequence[BuildStage[BuildContext]]
+                      ) -> tuple[BuildContext, PrecisionCandidate | None]:
+    """The candidate built, and why it is not within budget (None: it is). A half candidate in
+    every layer's half first; the half analysis and a second build only where that is over budget."""
+    analysed = precision in HALF_DTYPES and context.options.half_analysis
+    if not analysed:
+        candidate = _build_candidate(context, precision, folder / precision.value, stages)
+        return candidate, _judged(candidate, precision)
+    plain = _build_candidate(context, precision, folder / f"{precision.value}-all",
+                             [stage for stage in stages if stage.name not in HALF_ANALYSIS_STAGES])
+    verdict = _judged(plain, precision)
+    if verdict is None:
+        plain.notes.append(f"{precision}: every layer in {precision}, within the budget on the drawn inputs: "
+                           "no layer needs fp32, so the half-precision analysis was not needed")
+        return plain, None
+    plain.close()
+    if verdict.outcome != CandidateOutcome.OVER_BUDGET:  # it failed to build or run: kept layers won't help
+        return plain, verdict
+    candidate = _build_candidate(context, precision, folder / precision.value, stages)
+    verdict = _judged(candidate, precision)
+    if verdict is not None and candidate.half is not None:
+        kept = candidate.half.kept
+        verdict.why = (f"over budget with every layer in {precision}, and with the half analysis's "
+                       f"{len(kept)} layer(s) kept in fp32{': ' + ', '.join(kept[:4]) if kept else ''}"
+                       f"{' and more' if len(kept) > 4 else ''}: {verdict.why}")
+    return candidate, verdict
 
 
 def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
@@ -314,7 +346,7 @@ def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[
             if precision == Precision.FP32:
                 continue
             comparison = _race(runner, baseline, feeds, pairs)
-            verdict = comparison.verdict(str(precision))
+            verdict = comparison.verdict(str(precision)) + _layers(built[precision])
             timed.append(_candidate(precision, CandidateOutcome.NOT_FASTER, verdict,
                                     built[precision].verification, ratio=comparison.ratio_of_medians,
                                     ci95=comparison.ci95))
@@ -327,6 +359,15 @@ def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[
                         if len(timed) > 1 else "the only candidate built")
         timed[0].outcome = CandidateOutcome.CHOSEN
     return timed
+
+
+def _layers(candidate: BuildContext) -> str:
+    """For a half candidate, what of it is in half: every layer, or all but those kept in fp32."""
+    if candidate.precision not in HALF_DTYPES:
+        return ""
+    if candidate.half is None or not candidate.half.kept:
+        return f"; every layer in {candidate.precision}"
+    return f"; {len(candidate.half.kept)} layer(s) kept in fp32 by the half analysis"
 
 
 @contextlib.contextmanager

@@ -63,6 +63,28 @@ def test_a_half_candidate_over_budget_is_not_chosen_and_says_why(cancelling: Pat
     assert not (tmp_path / "out" / ".precision").exists()  # the candidates' folders are gone
 
 
+def test_the_half_analysis_runs_only_where_every_layer_in_half_is_over_budget(cancelling: Path,
+                                                                              tmp_path: Path) -> None:
+    """A half candidate is built in every layer's half first; the analysis (which layers to keep in
+    fp32) and a second build follow only where that engine breaks the budget."""
+    broken = api.build(cancelling, "openvino-cpu", tmp_path / "broken", BuildOptions(bench=False))
+    for half in (Precision.BF16, Precision.FP16):
+        candidate = _candidates(broken)[half]
+        assert candidate.outcome == CandidateOutcome.OVER_BUDGET, candidate
+        assert "half analysis's 2 layer(s) kept in fp32" in candidate.why, candidate.why  # MatMul_0, _1
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(seed=5), model)
+    fine = api.build(model, "openvino-cpu", tmp_path / "fine", BuildOptions(bench=False))
+    timed = {p: c for p, c in _candidates(fine).items()
+             if p in (Precision.BF16, Precision.FP16) and c.ratio is not None}
+    assert timed, fine.precision_choice  # a small CNN is within budget in either half, and timed
+    for half, candidate in timed.items():
+        assert candidate.why.endswith(f"; every layer in {half}"), candidate.why
+    if fine.precision in timed:  # the chosen half engine: no analysis in its report, and it says why
+        assert fine.half is None
+        assert f"{fine.precision}: every layer in {fine.precision}, within the budget" in " ".join(fine.notes)
+
+
 def test_a_dynamic_int8_candidate_over_budget_is_not_chosen(cancelling: Path, tmp_path: Path) -> None:
     # no calibration data: ORT's recipe offers int8 with the MatMul weights quantized ahead
     options = BuildOptions(choose_precision=True, bench=False)
