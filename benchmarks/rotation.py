@@ -5,14 +5,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from deploycc.bench.run import IDLE_PAUSE_S
+
 WARMUP = 3
 
 
 def rotated_times(runs: dict[str, Callable[[], object]], rounds: int,
                   runs_per_turn: int) -> dict[str, list[float]]:
     """Per label, the seconds of its timed runs: after WARMUP runs each, every round gives each
-    engine a turn (the order shifted by one each round) of one untimed run, then `runs_per_turn`
-    timed ones. The untimed run absorbs the previous engine's idle threads (ONNX Runtime's spin)."""
+    engine a turn (the order shifted by one each round) of a pause, one untimed run, then
+    `runs_per_turn` timed ones. The pause and the untimed run absorb the previous engine's idle
+    threads (ONNX Runtime's and OpenVINO's spin)."""
     order = list(runs)
     times: dict[str, list[float]] = {label: [] for label in order}
     for run in runs.values():
@@ -21,6 +24,7 @@ def rotated_times(runs: dict[str, Callable[[], object]], rounds: int,
     for turn in range(rounds):
         shift = turn % len(order)
         for label in order[shift:] + order[:shift]:
+            time.sleep(IDLE_PAUSE_S)  # the previous engine's idle threads park first
             runs[label]()
             for _ in range(runs_per_turn):
                 tick = time.perf_counter()

@@ -400,10 +400,14 @@ def _race(runner: Runner, baseline: Runner, feeds: dict, block: int) -> Comparis
 
 
 def _pairs(runner: Runner, feeds: dict) -> int:
-    """Interleaved pairs for about BLOCK_SECONDS of both engines, from a few warm runs."""
+    """Interleaved pairs for about BLOCK_SECONDS of both engines and their pauses, from a few warm
+    runs."""
+    from deploycc.bench.run import IDLE_PAUSE_S
+
     for _ in range(2):
         runner.run(feeds)
     started = time.perf_counter()
     runner.run(feeds)
     once = max(time.perf_counter() - started, 1e-5)
-    return max(MIN_PAIRS, min(MAX_PAIRS, int(BLOCK_SECONDS / (4 * once))))  # 2 runs a turn
+    turn = 2 * once + IDLE_PAUSE_S  # a pause, an untimed run and a timed one
+    return max(MIN_PAIRS, min(MAX_PAIRS, int(BLOCK_SECONDS / (2 * turn))))
