@@ -157,6 +157,10 @@ class BackendStages:
     # The build request a device bundle describes (`build --engine-only` on the board):
     # (bundle folder, outdir, target)
     bundle_request: Callable[[Path, Path, Target], BuildRequest] | None = None
+    # The precision the device here computes a precision asked of it in, where the runtime decides
+    # that by the device (OpenVINO's CPU plugin computes f16 in bf16 without FP16 units): (target,
+    # precision). A search does not build what it would compute as another candidate
+    computes_as: Callable[[Target, Precision], Precision] | None = None
 
 
 @dataclass(frozen=True)

@@ -293,10 +293,11 @@ class OnnxRuntimeBackend(Backend):
     def build(self, request: BuildRequest) -> Artifact:
         import onnxruntime as ort
 
-        # int8: the model is a Q/DQ model (quantize/); fp16: converted here, the kept layers in fp32
-        if request.precision not in (Precision.FP32, Precision.INT8, Precision.FP16):
+        # int8: the model is a Q/DQ model, int4 a MatMulNBits one (quantize/); fp16: converted here,
+        # the kept layers in fp32
+        if request.precision not in (Precision.FP32, Precision.INT8, Precision.INT4, Precision.FP16):
             raise BackendError(f"precision {request.precision} is not built for {request.target.name}: "
-                               "ORT CPU runs fp32, fp16 and int8 models",
+                               "ORT CPU runs fp32, fp16, int8 and int4 weight-only models",
                                hint="use --precision fp32 or fp16")
         notes: list[str] = []
         if request.precision == Precision.FP16:

@@ -146,19 +146,44 @@ def keep_in_fp32(model: Any, onnx_path: Path, nodes: tuple[str, ...]) -> tuple[l
 
 
 def _half_arithmetic(device: str, precision: Precision) -> list[str]:
-    """A note where the device has no arithmetic in `precision`: its plugin then computes in fp32
+    """A note where the device computes `precision` in another: the plugin picks by its units
     (the IR keeps the precision asked and the kept layers for a device that has it)."""
-    import openvino as ov
+    computed = _computed_as(device, precision)
+    if computed == precision:
+        return []
+    return [f"{device} here computes {precision} as {computed} (OpenVINO's plugin, by the units this "
+            f"machine has); the IR is {precision} for a device that has them"]
 
-    try:
-        capabilities = [str(c) for c in ov.Core().get_property(device, "OPTIMIZATION_CAPABILITIES")]
-    except Exception:  # a device without the property: nothing to say
-        return []
-    if precision.value.upper() in capabilities:
-        return []
-    return [f"{device} here has no {precision} arithmetic (OPTIMIZATION_CAPABILITIES: "
-            f"{', '.join(capabilities)}): it computes in fp32, so {precision} saves nothing on this machine; "
-            f"the IR is {precision} for one that has it"]
+
+_COMPUTED: dict[tuple[str, Precision], Precision] = {}
+# OpenVINO's element type names, as a compiled model reports its INFERENCE_PRECISION_HINT
+ELEMENT_PRECISION = {"f32": Precision.FP32, "f16": Precision.FP16, "bf16": Precision.BF16}
+
+
+def _computed_as(device: str, precision: Precision) -> Precision:
+    """What the plugin computes `precision` in on this machine's `device`: a one-MatMul model
+    compiled with it as the hint, the hint read back (the CPU plugin gives bf16 for f16 where the
+    CPU has no FP16 units, f32 where it has no bf16 ones). `precision` itself where it cannot tell."""
+    key = (device, precision)
+    if key not in _COMPUTED:
+        import openvino as ov
+        from openvino import opset13 as ops
+
+        try:
+            x = ops.parameter([1, 16], np.float32)
+            model = ov.Model([ops.matmul(x, ops.constant(np.ones((16, 16), np.float32)), False, False)], [x])
+            compiled = ov.Core().compile_model(model, device, {"INFERENCE_PRECISION_HINT":
+                                                               INFERENCE_PRECISION[precision]})
+            read = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+            _COMPUTED[key] = ELEMENT_PRECISION.get(read, precision)
+        except Exception:  # a device without the property: the precision asked
+            _COMPUTED[key] = precision
+    return _COMPUTED[key]
+
+
+def _target_computes_as(target: Target, precision: Precision) -> Precision:
+    return _computed_as(target.device.kind, precision) if precision in (Precision.FP16, Precision.BF16) \
+        else precision
 
 
 def compile_model(model: Any, device: str, config: dict[str, str]) -> Any:
@@ -281,7 +306,7 @@ def _raw_runner(path: Path, target: Target, threads: int | None) -> Runner:
 class OpenVinoBackend(Backend):
     kind = "openvino"
     # int8: NNCF on the OpenVINO model, judged and timed by its int8 runner
-    stages = BackendStages(int8=Int8Recipe(Quantizer.NNCF), prepare=_prepare)
+    stages = BackendStages(int8=Int8Recipe(Quantizer.NNCF), prepare=_prepare, computes_as=_target_computes_as)
     runners = BackendRunners(raw=_raw_runner, int8=_int8_runner, conformance=run_conformance_case)
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:

@@ -298,27 +298,31 @@ def bootstrap_ratio(a: np.ndarray, b: np.ndarray, samples: int = 2000, seed: int
     return round(float(low), 4), round(float(high), 4)
 
 
-# Before each turn of an interleaved timing, the other engine's idle threads are given this long to
-# park: ONNX Runtime's and OpenVINO's workers spin after a run, and the next engine's runs paid for
-# it. A RoBERTa export's ORT artifact, 12 ms alone, timed 16.6-20.9 ms after OpenVINO's turns with
-# no pause or 2-5 ms, 13.1 ms with 20 ms (OpenVINO itself 19-22 ms, then 13.3 ms); two identical ORT
-# sessions' ratio came out 0.74 once without it.
+# Before an engine's turn after the other's in an interleaved timing, the other engine's idle
+# threads are given this long to park: ONNX Runtime's and OpenVINO's workers spin after a run, and
+# the next engine's runs paid for it. A RoBERTa export's ORT artifact, 12 ms alone, timed 16.6-20.9
+# ms after OpenVINO's turns with no pause or 2-5 ms, 13.1 ms with 20 ms (OpenVINO itself 19-22 ms,
+# then 13.3 ms); two identical ORT sessions' ratio came out 0.74 once without it.
 IDLE_PAUSE_S = 0.02
 
 
-def interleaved(a: Runner, b: Runner, feeds: dict[str, np.ndarray],
-                pairs: int) -> tuple[np.ndarray, np.ndarray]:
-    """A B B A ... so drift (thermal, frequency, noise) hits both alike; each turn starts with a
-    pause (IDLE_PAUSE_S) and an untimed run. ONNX Runtime's idle threads spin for a while after a
-    run, and the other engine's first run after it paid for that: two identical sessions of a
-    Whisper encoder timed 54 and 48 ms (95% CI of the ratio 0.63-1.73) one run a turn, 25 and 25 ms
-    (0.97-1.07) with the untimed run, as one session alone does."""
+def interleaved(a: Runner, b: Runner, feeds: dict[str, np.ndarray], pairs: int,
+                pause: float = IDLE_PAUSE_S) -> tuple[np.ndarray, np.ndarray]:
+    """A B B A ... so drift (thermal, frequency, noise) hits both alike; each turn starts with an
+    untimed run, and a turn after the other engine's with a pause of `pause` seconds. ONNX Runtime's
+    idle threads spin for a while after a run, and the other engine's first run after it paid for
+    that: two identical sessions of a Whisper encoder timed 54 and 48 ms (95% CI of the ratio
+    0.63-1.73) one run a turn, 25 and 25 ms (0.97-1.07) with the untimed run, as one session alone
+    does."""
     first, second = np.empty(pairs), np.empty(pairs)
     clock = time.perf_counter
+    previous: Runner | None = None
     for i in range(pairs):
         order = ((a, first), (b, second)) if i % 2 == 0 else ((b, second), (a, first))
         for runner, sink in order:
-            time.sleep(IDLE_PAUSE_S)
+            if runner is not previous:
+                time.sleep(pause)
+            previous = runner
             runner.run(feeds)
             tick = clock()
             runner.run(feeds)

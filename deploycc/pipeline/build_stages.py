@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from deploycc.records.legalize import LegalizeReport
 
 HALF = (Precision.FP16, Precision.BF16)
+QUANTIZED = (Precision.INT8, Precision.INT4)  # engines whose float original says nothing of their rounding
 
 
 def legalize_stage(context: BuildContext) -> None:
@@ -79,6 +80,20 @@ def dynamic_int8_stage(context: BuildContext) -> None:
     context.stage = Stage.QUANTIZE
     quantized, note = quantize_dynamically(context.legalized_path, context.staging)
     context.engine_model = quantized
+    context.notes.append(note)
+
+
+def int4_weights_stage(context: BuildContext) -> None:
+    """INT4 weight-only (`--precision int4`): the constant MatMul weights in 4-bit blocks, the
+    activations in float; a model without such a weight is refused (int4 would change nothing)."""
+    from deploycc.quantize.weights import NoWeightsToQuantize, quantize_weights_int4
+
+    context.stage = Stage.QUANTIZE
+    try:
+        context.engine_model, note = quantize_weights_int4(context.legalized_path, context.staging)
+    except NoWeightsToQuantize as error:
+        context.stop(stage=Stage.QUANTIZE, message=str(error))
+        return
     context.notes.append(note)
 
 
@@ -259,6 +274,8 @@ BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
                wanted=lambda c: _unbuilt(c) and c.samples is not None and c.precision == Precision.INT8),
     BuildStage("int8-dynamic", dynamic_int8_stage,
                wanted=lambda c: _unbuilt(c) and c.samples is None and c.precision == Precision.INT8),
+    BuildStage("int4-weights", int4_weights_stage,
+               wanted=lambda c: _unbuilt(c) and c.precision == Precision.INT4),
     BuildStage("half", half_analysis_stage, label=lambda c: c.precision.value,
                wanted=lambda c: _unbuilt(c) and c.precision in HALF and c.options.half_analysis),
     BuildStage("half-declined", half_declined_stage, label=lambda c: None,
@@ -304,7 +321,7 @@ def _asks_backend_on_original(context: BuildContext) -> bool:
     bundle-only build (nothing runs here), nor for int8 builds, whose float original says nothing
     of the quantized engine's rounding."""
     request = context.request
-    return request is not None and not (request.precision == Precision.INT8 or request.fp32_model is not None
+    return request is not None and not (request.precision in QUANTIZED or request.fp32_model is not None
                                         or context.options.bundle_only)
 
 

@@ -119,6 +119,9 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     source, outdir = Path(model), Path(outdir)
     if min_segment_nodes < 1:
         raise OptionError("--min-segment-nodes must be at least 1")
+    if options.precision == Precision.INT4:  # its stage list builds segments, not one quantized model
+        raise OptionError("--partition does not build int4 weight-only segments",
+                          hint="build the whole model with --precision int4")
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         shapes, options = plan_shapes(source, target, options)  # the target's shape policy, as in `build`
         context = PartitionContext(

@@ -63,6 +63,7 @@ BLOCK_SECONDS, MAX_TIMING_SECONDS = 0.5, 3.0
 # so on this 2-core machine sometimes differ by a few percent (position, drift)
 FASTER = 0.97
 MIN_PAIRS, MAX_PAIRS = 5, 200
+PAUSE_RUNS = 4  # the pause before the other engine's turn, in runs of the model (at most IDLE_PAUSE_S)
 
 
 def candidates(context: BuildContext) -> list[Precision]:
@@ -81,13 +82,24 @@ HALF_DTYPES = {Precision.FP16: "float16", Precision.BF16: "bfloat16"}
 def declined(context: BuildContext) -> dict[Precision, str]:
     """The half precisions the target offers and computes in another type, from its data (ONNX
     Runtime's CPU provider has no float16 kernel for Conv, MatMul or Gemm: its InsertCastTransformer
-    runs them in float32): such an engine cannot be faster, so it is not built, and the report says
-    why."""
+    runs them in float32) or, where the runtime picks by the device, from the backend (OpenVINO's
+    CPU plugin computes f16 as bf16 without FP16 units): such an engine saves nothing, or is another
+    candidate's, so it is not built, and the report says why."""
     supported = context.target.precision.supported
     computed = {p: context.target.dtypes.computed_as_dtype(dtype) for p, dtype in HALF_DTYPES.items()}
-    return {p: (f"{context.target.name} computes {HALF_DTYPES[p]} as {computed[p]} (the target's "
-                "dtypes.computed_as): it saves no arithmetic, so it is not built")
-            for p in ORDER if p in supported and p in computed and computed[p] != HALF_DTYPES[p]}
+    found = {p: (f"{context.target.name} computes {HALF_DTYPES[p]} as {computed[p]} (the target's "
+                 "dtypes.computed_as): it saves no arithmetic, so it is not built")
+             for p in ORDER if p in supported and p in computed and computed[p] != HALF_DTYPES[p]}
+    computes_as = context.backend.stages.computes_as
+    for precision in HALF_DTYPES:
+        if computes_as is None or precision in found or precision not in supported:
+            continue
+        other = computes_as(context.target, precision)
+        if other != precision:
+            same = f"the {other} candidate's engine" if other in supported else "it saves nothing"
+            found[precision] = (f"{context.target.device.kind} here computes {precision} as {other} (the "
+                                f"runtime picks by this machine's units): {same}, so it is not built")
+    return found
 
 
 def _int8_candidate(context: BuildContext) -> bool:
@@ -339,13 +351,13 @@ def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[
     with contextlib.ExitStack() as stack:
         runners = {p: stack.enter_context(_loaded(c)) for p, c in built.items()}
         baseline = runners[Precision.FP32]
-        pairs = _pairs(baseline, feeds)
+        pairs, pause = _pairs(baseline, feeds)
         timed = [_candidate(Precision.FP32, CandidateOutcome.BASELINE, "what the others are timed against",
                             built[Precision.FP32].verification, ratio=1.0)]
         for precision, runner in runners.items():
             if precision == Precision.FP32:
                 continue
-            comparison = _race(runner, baseline, feeds, pairs)
+            comparison = _race(runner, baseline, feeds, pairs, pause)
             verdict = comparison.verdict(str(precision)) + _layers(built[precision])
             timed.append(_candidate(precision, CandidateOutcome.NOT_FASTER, verdict,
                                     built[precision].verification, ratio=comparison.ratio_of_medians,
@@ -380,7 +392,7 @@ def _loaded(candidate: BuildContext):  # type: ignore[no-untyped-def]
         runner.close()
 
 
-def _race(runner: Runner, baseline: Runner, feeds: dict, block: int) -> Comparison:
+def _race(runner: Runner, baseline: Runner, feeds: dict, block: int, pause: float) -> Comparison:
     """`runner` against `baseline`, interleaved as `bench --compare-to` times them, in blocks of
     `block` pairs until the ratio's 95% interval lies on one side of FASTER (the choice is then
     made: chosen if below, not if above) or MAX_TIMING_SECONDS."""
@@ -391,7 +403,7 @@ def _race(runner: Runner, baseline: Runner, feeds: dict, block: int) -> Comparis
     first, second = np.empty(0), np.empty(0)
     started = time.perf_counter()
     while True:
-        mine, other = interleaved(runner, baseline, feeds, block)
+        mine, other = interleaved(runner, baseline, feeds, block, pause)
         first, second = np.concatenate([first, mine]), np.concatenate([second, other])
         low, high = bootstrap_ratio(first, second)
         if high < FASTER or low > FASTER or time.perf_counter() - started > MAX_TIMING_SECONDS:
@@ -399,15 +411,24 @@ def _race(runner: Runner, baseline: Runner, feeds: dict, block: int) -> Comparis
     return comparison_of(first, second, "fp32", "ABBA interleaved, until decided", feeds, ci95=(low, high))
 
 
-def _pairs(runner: Runner, feeds: dict) -> int:
-    """Interleaved pairs for about BLOCK_SECONDS of both engines and their pauses, from a few warm
-    runs."""
-    from deploycc.bench.run import IDLE_PAUSE_S
-
+def _pairs(runner: Runner, feeds: dict) -> tuple[int, float]:
+    """Interleaved pairs for about BLOCK_SECONDS of both engines and their pauses, and the pause,
+    from a few warm runs."""
     for _ in range(2):
         runner.run(feeds)
     started = time.perf_counter()
     runner.run(feeds)
     once = max(time.perf_counter() - started, 1e-5)
-    turn = 2 * once + IDLE_PAUSE_S  # a pause, an untimed run and a timed one
-    return max(MIN_PAIRS, min(MAX_PAIRS, int(BLOCK_SECONDS / (2 * turn))))
+    pause = _pause(once)
+    turn = 2 * once + pause / 2  # an untimed run, a timed one, a pause every other turn
+    return max(MIN_PAIRS, min(MAX_PAIRS, int(BLOCK_SECONDS / (2 * turn)))), pause
+
+
+def _pause(once: float) -> float:
+    """The pause before the other engine's turn: the full IDLE_PAUSE_S for a model of a few ms or
+    more; a fraction of a ms model's run time in proportion. Below that a model's ratio on this 2-core
+    machine strays both ways whatever the pause (two identical sessions of a 0.1 ms CNN: 0.6-1.4
+    with 0, 2 or 20 ms), and the pause would only stretch the search."""
+    from deploycc.bench.run import IDLE_PAUSE_S
+
+    return min(IDLE_PAUSE_S, PAUSE_RUNS * once)

@@ -68,7 +68,10 @@ def test_the_half_analysis_runs_only_where_every_layer_in_half_is_over_budget(ca
     """A half candidate is built in every layer's half first; the analysis (which layers to keep in
     fp32) and a second build follow only where that engine breaks the budget."""
     broken = api.build(cancelling, "openvino-cpu", tmp_path / "broken", BuildOptions(bench=False))
-    for half in (Precision.BF16, Precision.FP16):
+    built = [p for p in (Precision.BF16, Precision.FP16)
+             if _candidates(broken)[p].outcome != CandidateOutcome.NOT_MEASURED]  # fp16 may be bf16 here
+    assert Precision.BF16 in built
+    for half in built:
         candidate = _candidates(broken)[half]
         assert candidate.outcome == CandidateOutcome.OVER_BUDGET, candidate
         assert "half analysis's 2 layer(s) kept in fp32" in candidate.why, candidate.why  # MatMul_0, _1
@@ -83,6 +86,29 @@ def test_the_half_analysis_runs_only_where_every_layer_in_half_is_over_budget(ca
     if fine.precision in timed:  # the chosen half engine: no analysis in its report, and it says why
         assert fine.half is None
         assert f"{fine.precision}: every layer in {fine.precision}, within the budget" in " ".join(fine.notes)
+
+
+def test_a_half_precision_the_device_computes_as_another_is_not_built(tmp_path: Path) -> None:
+    """OpenVINO's CPU plugin picks by the CPU's units: f16 runs as bf16 on a CPU without FP16 ones.
+    Such a candidate is the other's engine under another name: declined, with the reason, never
+    timed or reported as what it is not."""
+    from deploycc.backends.openvino import _computed_as
+
+    computed = _computed_as("CPU", Precision.FP16)
+    assert computed in (Precision.FP16, Precision.BF16, Precision.FP32)
+    assert _computed_as("CPU", Precision.FP32) == Precision.FP32
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(seed=6), model)
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
+    fp16 = _candidates(report)[Precision.FP16]
+    if computed == Precision.FP16:  # a CPU with FP16 units: built and judged like any candidate
+        assert fp16.outcome != CandidateOutcome.NOT_MEASURED, fp16
+    else:
+        assert fp16.outcome == CandidateOutcome.NOT_MEASURED and f"computes fp16 as {computed}" in fp16.why
+        pinned = api.build(model, "openvino-cpu", tmp_path / "pinned",
+                           BuildOptions(precision=Precision.FP16, bench=False))
+        assert pinned.artifact is not None
+        assert any(f"computes fp16 as {computed}" in note for note in pinned.artifact.notes), pinned.artifact
 
 
 def test_a_dynamic_int8_candidate_over_budget_is_not_chosen(cancelling: Path, tmp_path: Path) -> None:

@@ -1,0 +1,80 @@
+"""`--precision int4`: weight-only INT4 where the target's backend runs it (ort-cpu: ONNX Runtime's
+MatMulNBits), verified like int8; a model with no MatMul weight, and a target that builds none, are
+refused with the reason, never built as something else and called int4."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from deploycc import api
+from deploycc.options import BuildOptions
+from deploycc.taxonomy import Precision
+from examples.make_models import encoder_block, small_cnn
+from tests.cli.test_cli import run as run_cli
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("int4") / "encoder.onnx"
+    onnx.save(encoder_block(seed=2), path)
+    return path
+
+
+def _run(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def test_int4_quantizes_the_matmul_weights_and_verifies(encoder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    report = api.build(encoder, "ort-cpu", out, BuildOptions(precision=Precision.INT4, bench=False))
+    assert report.status == "verified" and report.precision == Precision.INT4, report.summary
+    (artifact,) = report.artifact.files if report.artifact else []
+    graph = onnx.load(out / artifact).graph
+    constants = {init.name for init in graph.initializer}
+    blocks = sum(node.op_type == "MatMulNBits" for node in graph.node)
+    assert blocks >= 4, [node.op_type for node in graph.node]  # the projections (q/k/v fused or not), o, ffn
+    assert not [n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in constants]
+    assert any(note.startswith(f"int4 weight-only: ONNX Runtime's MatMulNBits, {blocks} MatMul weight(s)")
+               for note in report.notes), report.notes
+    # on inputs the build did not draw (another seed, another sequence length): near the original,
+    # and not the original itself (the weights did change)
+    x = np.random.default_rng(11).normal(0, 1, (2, 9, 64)).astype(np.float32)
+    quantized, original = _run(out / artifact, {"x": x}), _run(encoder, {"x": x})
+    cosine = float(quantized.ravel() @ original.ravel() /
+                   (np.linalg.norm(quantized) * np.linalg.norm(original)))
+    assert cosine > 0.99 and not np.allclose(quantized, original, atol=1e-6), cosine
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["precision"] == "int4"
+
+
+def test_a_model_without_matmul_weights_is_refused_not_built_as_float(tmp_path: Path) -> None:
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)  # convolutions and a Gemm head: nothing for MatMulNBits
+    run = run_cli("build", str(model), "-t", "ort-cpu", "--precision", "int4", "--no-bench",
+                  "-o", str(tmp_path / "out"))
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["status"] == "failed" and "no MatMul that reads a constant weight" in report["summary"]
+
+
+@pytest.mark.parametrize("target", ["openvino-cpu", "jetson-xavier", "gpu-trt10"])
+def test_a_target_that_builds_no_int4_refuses_with_the_reason(encoder: Path, tmp_path: Path,
+                                                               target: str) -> None:
+    run = run_cli("build", str(encoder), "-t", target, "--precision", "int4", "--shape", "x:1x16x64",
+                  "-o", str(tmp_path / "out"))
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "has no int4" in run.stderr and "by deploycc yet" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_int4_is_no_auto_candidate(encoder: Path, tmp_path: Path) -> None:
+    """Measured on the corpus's encoders: never faster than the chosen candidate (issue 51's note)."""
+    report = api.build(encoder, "ort-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.precision_choice is not None
+    assert Precision.INT4 not in {c.precision for c in report.precision_choice.candidates}
