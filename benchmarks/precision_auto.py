@@ -1,6 +1,6 @@
 """`--precision auto` against what a user runs without deploycc, on this CPU (issue 51).
 
-    .venv/bin/python benchmarks/precision_auto.py [--only NAME ...] [--rounds 30]
+    .venv/bin/python benchmarks/precision_auto.py [--only NAME ...] [--rounds 8]
 
 Per model of the corpus (benchmarks/corpus.py): `deploycc build --precision fp32` and `deploycc build`
 (`--precision auto`, the default) on ort-cpu and openvino-cpu, as a user types it (no shapes: the dims
@@ -41,7 +41,11 @@ MODELS = ("tv_resnet18_ts_op11", "tv_mobilenet_v2_ts_op13", "tv_efficientnet_b0_
           "hf_llama_dynamo_op18", "hf_albert_ts_op14", "tv_densenet121_ts_op11", "tv_regnet_y_400mf_ts_op13")
 TARGETS = ("ort-cpu", "openvino-cpu")
 THREADS = 2
-RUNS_PER_TURN = 2
+# Timed runs per turn: an engine's first runs after another's are slowed by it for longer than the
+# pause before its turn and the untimed run (OpenVINO's pinned threads beside ONNX Runtime's). With 2
+# a turn, GPT-2's quantize_dynamic read 0.32x, 0.67x or 0.74x raw ORT as the subjects' order changed
+# (and deploycc's same-recipe int8 0.47-0.73x); with 10, 0.43-0.49x and 0.41-0.50x in either order.
+RUNS_PER_TURN = 10
 HELD_OUT_SEED = 7
 CANDIDATE_FIELDS = ("precision", "outcome", "ratio", "ci95", "min_cosine")
 MARK_BEGIN, MARK_END = "<!-- precision-auto:begin -->", "<!-- precision-auto:end -->"
@@ -172,7 +176,7 @@ def _spread(target: str, values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None)
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
     from rich.progress import track
 
