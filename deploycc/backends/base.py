@@ -87,6 +87,13 @@ class Quantizer(Name):
     NNCF = "nncf"  # NNCF on the backend's own model, judged and timed by the backend's int8 runner
 
 
+class WeightQuantizer(Name):
+    """The tools quantize/weights.py runs for `--precision int4` (weight-only)."""
+
+    ORT_MATMUL_NBITS = "ort-matmul-nbits"  # ONNX Runtime's matmul_nbits_quantizer: MatMulNBits
+    NNCF_COMPRESS = "nncf-compress-weights"  # NNCF's compress_weights on the OpenVINO model
+
+
 class QdqLayout(Name):
     """The Q/DQ layouts quantize/ort_qdq.py writes (its x86_form and tensorrt_form)."""
 
@@ -161,6 +168,8 @@ class BackendStages:
     # that by the device (OpenVINO's CPU plugin computes f16 in bf16 without FP16 units): (target,
     # precision). A search does not build what it would compute as another candidate
     computes_as: Callable[[Target, Precision], Precision] | None = None
+    # How `--precision int4` compresses the weights (None: no int4 weight-only path)
+    int4: WeightQuantizer | None = None
 
 
 @dataclass(frozen=True)

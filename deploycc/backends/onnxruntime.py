@@ -31,6 +31,7 @@ from deploycc.backends.base import (
     QdqLayout,
     Quantizer,
     Runner,
+    WeightQuantizer,
 )
 from deploycc.backends.ort_gpu import GPU_BUNDLE, write_gpu_bundle
 from deploycc.backends.profiles import shape_profiles
@@ -269,6 +270,7 @@ def _raw_runner(path: Path, target: Target, threads: int | None) -> Runner:
 class OnnxRuntimeBackend(Backend):
     kind = "onnxruntime"
     stages = BackendStages(int8=Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.X86, dynamic=True), prepare=_prepare,
+                           int4=WeightQuantizer.ORT_MATMUL_NBITS,
                            add_reference=_add_reference)
     runners = BackendRunners(raw=_raw_runner, conformance=run_conformance_case)
 

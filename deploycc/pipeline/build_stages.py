@@ -89,10 +89,18 @@ def int4_weights_stage(context: BuildContext) -> None:
     from deploycc.quantize.weights import NoWeightsToQuantize, quantize_weights_int4
 
     context.stage = Stage.QUANTIZE
+    quantizer = context.backend.stages.int4
+    if quantizer is None:  # the target's data says int4, its backend has no recipe: said, not built as float
+        context.stop(stage=Stage.QUANTIZE, message=f"{context.backend.kind} has no int4 weight-only recipe")
+        return
     try:
-        context.engine_model, note = quantize_weights_int4(context.legalized_path, context.staging)
+        context.engine_model, note = quantize_weights_int4(quantizer, context.legalized_path, context.staging)
     except NoWeightsToQuantize as error:
         context.stop(stage=Stage.QUANTIZE, message=str(error))
+        return
+    except Exception as error:  # the quantizer's own failure on this model: the build's, said
+        context.stop(stage=Stage.QUANTIZE, message=f"int4 weight-only failed ({quantizer}): "
+                                                   f"{type(error).__name__}: {str(error).strip()[:200]}")
         return
     context.notes.append(note)
 
