@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from deploycc.backends.base import WeightQuantizer
 
@@ -34,11 +35,12 @@ class NoWeightsToQuantize(ValueError):
 def quantize_weights_int4(quantizer: WeightQuantizer, model: Path, outdir: Path) -> tuple[Path, str]:
     """The model with its constant MatMul weights in int4 blocks, written in `outdir` by the backend's
     tool, and what was done; NoWeightsToQuantize where it has none."""
+    from deploycc import io
     from deploycc.quantize.dynamic import quantizable_weights
 
-    if quantizable_weights(model) == 0:
+    if quantizable_weights(model) == 0 and not any(_lowerable(node) for node in io.peek(model).model.graph):
         raise NoWeightsToQuantize("int4 weight-only quantizes MatMul weights, and this model has no MatMul "
-                                  "that reads a constant weight")  # (a Gemm's are not taken either)
+                                  "(or Gemm inside the graph) that reads a constant weight")
     return WEIGHT_QUANTIZERS[quantizer](model, outdir)
 
 
@@ -51,8 +53,9 @@ def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
 
     quantized = outdir / INT4_ONNX
     large = sum(f.stat().st_size for f in model.parent.glob(f"{model.name}*")) > LARGE_MODEL
+    proto, lowered = _gemms_as_matmuls(model) if not large else (onnx.load(model), 0)
     with quiet():  # the quantizer logs each weight it writes
-        quantizer = MatMulNBitsQuantizer(onnx.load(model), bits=4, block_size=BLOCK_SIZE, is_symmetric=True,
+        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=BLOCK_SIZE, is_symmetric=True,
                                          accuracy_level=ACCURACY_LEVEL, op_types_to_quantize=("MatMul",))
         quantizer.process()
         quantizer.model.save_model_to_file(str(quantized), use_external_data_format=large)
@@ -61,9 +64,61 @@ def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
         raise NoWeightsToQuantize("int4 weight-only: ONNX Runtime's quantizer took none of the model's "
                                   "MatMul weights (their shapes are not 2-D blocks of "
                                   f"{BLOCK_SIZE})")
-    return quantized, (f"int4 weight-only: ONNX Runtime's MatMulNBits, {blocks} MatMul weight(s) in 4 bits, "
-                       f"symmetric blocks of {BLOCK_SIZE}, accuracy level {ACCURACY_LEVEL}; activations "
-                       "in float")
+    gemms = f" ({lowered} of them Gemms, written as MatMul and Add first)" if lowered else ""
+    return quantized, (f"int4 weight-only: ONNX Runtime's MatMulNBits, {blocks} MatMul weight(s) in 4 bits"
+                       f"{gemms}, symmetric blocks of {BLOCK_SIZE}, accuracy level {ACCURACY_LEVEL}; "
+                       "activations in float")
+
+
+def _gemms_as_matmuls(model: Path) -> tuple[Any, int]:
+    """The model's protobuf with each Gemm that reads a constant 2-D weight (alpha 1, A as it is,
+    beta 1) written as MatMul (the weight transposed where transB) and Add: ORT's MatMulNBits
+    quantizer takes MatMuls only, and GPT-2's TorchScript export writes its projections as Gemm.
+    A Gemm whose output is a graph output stays (its name is the model's interface)."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc import io
+
+    loaded = io.load(model, check=False)
+    graph, lowered = loaded.model.graph, 0
+    for node in list(graph):
+        if not _lowerable(node):
+            continue
+        a, b = node.inputs[0], node.inputs[1]
+        c = node.inputs[2] if len(node.inputs) > 2 else None
+        assert a is not None and b is not None and b.const_value is not None
+        weight = b.const_value.numpy()
+        weight = np.ascontiguousarray(weight.T if node.attributes.get_int("transB", 0) else weight)
+        name = f"{node.name or node.outputs[0].name}/matmul"
+        transposed = ir.Value(name=f"{name}/weight", const_value=ir.tensor(weight, name=f"{name}/weight"))
+        graph.register_initializer(transposed)
+        tape = ir.tape.Tape()
+        result = tape.op("MatMul", [a, transposed], name=name)
+        if c is not None:
+            result = tape.op("Add", [result, c], name=f"{name}/bias")
+        graph.insert_before(node, tape.nodes)
+        node.outputs[0].replace_all_uses_with(result)
+        result.name = node.outputs[0].name
+        node.outputs[0].name = f"{result.name}/gemm"
+        graph.remove(node, safe=True)
+        if not b.uses() and b.name is not None and b.name in graph.initializers:  # read by this Gemm only
+            del graph.initializers[b.name]
+        lowered += 1
+    return io.to_proto(loaded.model), lowered
+
+
+def _lowerable(node: Any) -> bool:
+    """A Gemm that is a MatMul and an Add: its weight a constant 2-D tensor, alpha 1, A as it is,
+    beta 1 where there is a C, its output not the graph's."""
+    inputs, attributes = node.inputs, node.attributes
+    if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx") or len(inputs) < 2 or inputs[0] is None:
+        return False
+    b, c = inputs[1], inputs[2] if len(inputs) > 2 else None
+    return (b is not None and b.const_value is not None and len(b.const_value.shape) == 2
+            and not node.outputs[0].is_graph_output() and not attributes.get_int("transA", 0)
+            and attributes.get_float("alpha", 1.0) == 1.0
+            and (c is None or attributes.get_float("beta", 1.0) == 1.0))
 
 
 def _nncf_compress(model: Path, outdir: Path) -> tuple[Path, str]:

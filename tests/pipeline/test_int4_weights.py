@@ -75,6 +75,34 @@ def test_a_weight_the_block_does_not_divide_is_no_internal_error(tmp_path: Path)
         assert any(note.startswith("int4 weight-only:") for note in notes), (target, report["summary"])
 
 
+def test_gemm_weights_are_taken_as_matmuls(tmp_path: Path) -> None:
+    """GPT-2's TorchScript export writes its projections as Gemm (transB, a bias), which ORT's
+    quantizer skips: they are written as MatMul and Add first, and the engine is still the model."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    weights = [numpy_helper.from_array(rng.normal(0, 0.05, (96, 32)).astype(np.float32), "w"),
+               numpy_helper.from_array(rng.normal(0, 0.1, (96,)).astype(np.float32), "bias")]
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "bias"], ["h"], transB=1, name="proj"),
+         helper.make_node("Tanh", ["h"], ["y"])], "gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 96])], weights)
+    model = tmp_path / "gemm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "out"
+    report = api.build(model, "ort-cpu", out, BuildOptions(precision=Precision.INT4, bench=False))
+    assert report.status == "verified", report.summary
+    assert any("1 MatMul weight(s) in 4 bits (1 of them Gemms" in note for note in report.notes), report.notes
+    (artifact,) = report.artifact.files if report.artifact else []
+    assert "Gemm" not in {node.op_type for node in onnx.load(out / artifact).graph.node}
+    x = rng.normal(0, 1, (8, 32)).astype(np.float32)
+    quantized, original = _run(out / artifact, {"x": x}), _run(model, {"x": x})
+    cosine = float(quantized.ravel() @ original.ravel() /
+                   (np.linalg.norm(quantized) * np.linalg.norm(original)))
+    assert cosine > 0.99 and not np.allclose(quantized, original, atol=1e-6), cosine
+
+
 def test_int4_quantizes_the_matmul_weights_and_verifies(encoder: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     report = api.build(encoder, "ort-cpu", out, BuildOptions(precision=Precision.INT4, bench=False))
@@ -100,12 +128,12 @@ def test_int4_quantizes_the_matmul_weights_and_verifies(encoder: Path, tmp_path:
 
 def test_a_model_without_matmul_weights_is_refused_not_built_as_float(tmp_path: Path) -> None:
     model = tmp_path / "cnn.onnx"
-    onnx.save(small_cnn(), model)  # convolutions and a Gemm head: nothing for MatMulNBits
+    onnx.save(small_cnn(), model)  # convolutions, and a Gemm whose output is the model's: nothing to take
     run = run_cli("build", str(model), "-t", "ort-cpu", "--precision", "int4", "--no-bench",
                   "-o", str(tmp_path / "out"))
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["status"] == "failed" and "no MatMul that reads a constant weight" in report["summary"]
+    assert report["status"] == "failed" and "no MatMul (or Gemm inside the graph)" in report["summary"]
 
 
 @pytest.mark.parametrize("target", ["jetson-xavier", "gpu-trt10"])
