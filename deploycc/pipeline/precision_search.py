@@ -427,7 +427,7 @@ def _pairs(runner: Runner, feeds: dict) -> tuple[int, float]:
 def _pause(once: float) -> float:
     """The pause before the other engine's turn: PAUSE_RUNS runs of the model, at most IDLE_PAUSE_S
     (reached at 5 ms a run). A faster model's ratio on this 2-core machine strays both ways whatever
-    the pause (two identical sessions of a 0.1 ms CNN: 0.6-1.4 with 0, 2 or 20 ms), and the full
+    the pause (two identical sessions of a 0.07 ms CNN: 0.6-1.4 with 0, 2 or 20 ms), and the full
     pause would only stretch the search."""
     from deploycc.bench.run import IDLE_PAUSE_S
 
