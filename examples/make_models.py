@@ -11,6 +11,7 @@ encoder_block.onnx  a transformer encoder block (LayerNormalization, Einsum atte
 from __future__ import annotations
 
 import argparse
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,26 @@ def small_cnn(seed: int = 0) -> onnx.ModelProto:
                               producer_name="deploycc-examples")
     model.ir_version = 10
     return model
+
+
+def relu_mlp(widths: tuple[int, ...], batch: int, std: float, seed: int = 0) -> onnx.ModelProto:
+    """MatMul, Relu, MatMul, ... through `widths` (input, hidden..., output), weights drawn from
+    N(0, std) in order: the smallest model whose MatMuls read constant weights."""
+    rng = np.random.default_rng(seed)
+    layers = list(itertools.pairwise(widths))
+    inits = [_init(f"w{i}", rng.normal(0, std, shape).astype(np.float32)) for i, shape in enumerate(layers)]
+    nodes, current = [], "x"
+    for i in range(len(layers)):
+        product = "y" if i == len(layers) - 1 else f"h{i}"
+        nodes.append(helper.make_node("MatMul", [current, f"w{i}"], [product]))
+        if product != "y":
+            nodes.append(helper.make_node("Relu", [product], [f"r{i}"]))
+            current = f"r{i}"
+    graph = helper.make_graph(nodes, "relu_mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, widths[0]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, widths[-1]])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def encoder_block(seed: int = 0, hidden: int = 64, heads: int = 4, ffn: int = 128) -> onnx.ModelProto:

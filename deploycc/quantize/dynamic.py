@@ -17,6 +17,12 @@ QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeMatMul")  # what the quantized
 LARGE_MODEL = 1 << 31  # protobuf's limit: beyond it the quantized weights go to external data
 
 
+def past_protobuf_limit(model: Path) -> bool:
+    """Whether the model and its external data files together pass LARGE_MODEL: its quantized form is
+    then written with external data too, and is never held as one protobuf."""
+    return sum(f.stat().st_size for f in model.parent.glob(f"{model.name}*")) > LARGE_MODEL
+
+
 def quantizable_weights(model: Path) -> int:
     """How many of WEIGHT_OPS read a constant second input (0: no dynamic int8 candidate)."""
     from deploycc import io
@@ -35,7 +41,7 @@ def quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
     from deploycc.quantize.ort_qdq import quiet
 
     quantized = outdir / DYNAMIC_INT8_ONNX
-    large = sum(f.stat().st_size for f in model.parent.glob(f"{model.name}*")) > LARGE_MODEL
+    large = past_protobuf_limit(model)
     with quiet():  # its advice to pre-process, on the root logger, is not deploycc's finding
         quantize_dynamic(model, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=list(WEIGHT_OPS),
                          use_external_data_format=large, extra_options={"MatMulConstBOnly": True})

@@ -25,7 +25,6 @@ BLOCK_SIZE = 32  # weights per scale, along the reduced axis: ORT's model builde
 MIN_GROUP = 8  # NNCF: the smallest group a weight BLOCK_SIZE does not divide may take instead
 # 4: int8 activations inside the kernel, the fastest on x86 (1: float32 activations)
 ACCURACY_LEVEL = 4
-LARGE_MODEL = 1 << 31  # protobuf's limit: beyond it the quantized weights go to external data
 
 
 class NoWeightsToQuantize(ValueError):
@@ -49,10 +48,13 @@ def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     from deploycc import io
+    from deploycc.quantize.dynamic import past_protobuf_limit
     from deploycc.quantize.ort_qdq import quiet
 
     quantized = outdir / INT4_ONNX
-    large = sum(f.stat().st_size for f in model.parent.glob(f"{model.name}*")) > LARGE_MODEL
+    large = past_protobuf_limit(model)
+    # the Gemms are lowered on the IR, whose protobuf holds every weight inline: past the limit they
+    # stay Gemms (and float), which the note's count shows
     proto, lowered = _gemms_as_matmuls(model) if not large else (onnx.load(model), 0)
     with quiet():  # the quantizer logs each weight it writes
         quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=BLOCK_SIZE, is_symmetric=True,

@@ -15,7 +15,7 @@ import pytest
 from deploycc import api
 from deploycc.options import BuildOptions
 from deploycc.taxonomy import Precision
-from examples.make_models import encoder_block, small_cnn
+from examples.make_models import encoder_block, relu_mlp, small_cnn
 from tests.cli.test_cli import run as run_cli
 
 
@@ -54,18 +54,8 @@ def test_a_weight_the_block_does_not_divide_is_no_internal_error(tmp_path: Path)
     """An MLP 48 wide: ORT pads its last block, NNCF takes a smaller group (it refused the whole
     model at group 32 before); either way the build ends as a build, verified or failed with why."""
     pytest.importorskip("nncf", reason="NNCF (the int8 extra) compresses OpenVINO's weights")
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(3)
-    weights = [numpy_helper.from_array(rng.normal(0, 0.1, shape).astype(np.float32), name)
-               for name, shape in (("w1", (64, 48)), ("w2", (48, 16)))]
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp48",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], weights)
     model = tmp_path / "mlp48.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    onnx.save(relu_mlp((64, 48, 16), batch=4, std=0.1, seed=3), model)
     for target in ("ort-cpu", "openvino-cpu"):
         run = run_cli("build", str(model), "-t", target, "--precision", "int4", "--no-bench",
                       "-o", str(tmp_path / target))

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from deploycc import api
 from deploycc.options import BuildOptions, QuantizeOptions
 from deploycc.taxonomy import CandidateOutcome, Precision
-from examples.make_models import small_cnn
+from examples.make_models import relu_mlp, small_cnn
 from tests.cli.test_cli import run as run_cli
 
 
@@ -121,16 +121,8 @@ def test_a_dynamic_int8_candidate_over_budget_is_not_chosen(cancelling: Path, tm
 
 
 def test_a_dynamic_int8_candidate_within_budget_is_timed_and_when_chosen_built(tmp_path: Path) -> None:
-    rng = np.random.default_rng(2)
-    weights = [numpy_helper.from_array(rng.normal(0, 0.05, (256, 256)).astype(np.float32), f"w{i}")
-               for i in range(2)]
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w0"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("MatMul", ["r", "w1"], ["y"])], "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 256])], weights)
     model = tmp_path / "mlp.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    onnx.save(relu_mlp((256, 256, 256), batch=16, std=0.05, seed=2), model)
     out = tmp_path / "out"
     report = api.build(model, "ort-cpu", out, BuildOptions(choose_precision=True, bench=False))
     assert report.status == "verified", report.summary
