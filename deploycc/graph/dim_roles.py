@@ -144,6 +144,17 @@ def _rnn_roles(graph: ir.Graph) -> dict[tuple[str, int], str]:
     return roles
 
 
+def _cache_roles(graph: ir.Graph) -> dict[tuple[str, int], str]:
+    """A KV-cache decoder's past inputs: the axis that grows is a length of tokens (unnamed, a
+    [batch, 2, ?, 64] cache looks like an image)."""
+    from deploycc.graph.decoder import decoder_signature
+
+    signature = decoder_signature(graph)
+    if signature is None:
+        return {}
+    return {(entry.past, entry.axis): SEQUENCE for entry in signature.cache}
+
+
 def _has_rnn(graph: ir.Graph) -> bool:
     from deploycc.graph.graphs import all_nodes
 
@@ -185,6 +196,7 @@ def guess_dims(graph: ir.Graph, metadata: Mapping[str, str] | None = None) -> li
     # LSTM through If outputs, which no walk follows reliably).
     rnn = _has_rnn(graph)
     read_by_rnn = _rnn_roles(graph) if rnn else {}
+    read_by_rnn.update(_cache_roles(graph))
     for value in graph.inputs:
         if value.name in graph.initializers:
             continue
@@ -208,7 +220,8 @@ def _guess(input_name: str, axis: int, name: str, dims: list[int | str], layout:
            ) -> DimGuess:
     named = _role_from_name(name)
     if read_by_rnn is not None:
-        role, why = read_by_rnn, "an RNN reads the input so"
+        role, why = read_by_rnn, ("the KV cache's past length" if read_by_rnn == SEQUENCE
+                                  else "an RNN reads the input so")
     elif rnn_state and axis == 1:
         role, why = BATCH, "dim 1 of an RNN's initial state is its batch"
     elif named is not None:
@@ -245,6 +258,7 @@ def sample_shapes(graph: ir.Graph, guesses: list[DimGuess], attempt: int, *, bat
     by_place = {(g.input, g.axis): g for g in guesses}
     named: dict[str, int] = {}
     shapes: dict[str, list[int]] = {}
+    sums = summed_dims(graph)
     for value in graph.inputs:
         if value.name in graph.initializers:
             continue
@@ -258,8 +272,52 @@ def sample_shapes(graph: ir.Graph, guesses: list[DimGuess], attempt: int, *, bat
                 continue
             guess = by_place.get((value.name or "", axis))
             size = batch if guess is None or guess.role == BATCH else guess.size(attempt)
-            if dim != "?":
+            if dim != "?" and (value.name or "", axis) not in sums:
                 size = named.setdefault(dim, size)
             concrete.append(size)
         shapes[value.name or ""] = concrete
+    return with_sums(shapes, sums)
+
+
+Place = tuple[str, int]  # (input name, axis)
+
+
+def with_sums(shapes: dict[str, list[int]], sums: Mapping[Place, tuple[Place, ...]]) -> dict[str, list[int]]:
+    """`shapes` with each summed dim set to the sum of its terms' sizes (in place, and returned)."""
+    for (name, axis), terms in sums.items():
+        sizes = [shapes[term][term_axis] for term, term_axis in terms
+                 if term in shapes and term_axis < len(shapes[term])]
+        if name in shapes and axis < len(shapes[name]) and len(sizes) == len(terms):
+            shapes[name][axis] = sum(sizes)
     return shapes
+
+
+_SUM = re.compile(r"^\s*[A-Za-z_][\w.]*(\s*\+\s*[A-Za-z_][\w.]*)+\s*$")
+
+
+def summed_dims(graph: ir.Graph) -> dict[Place, tuple[Place, ...]]:
+    """Input dims that are the sum of others, by place: a dim named as a sum of dim names
+    ("past_sequence_length + sequence_length"), and a KV-cache decoder's attention mask, which
+    spans the past and the new tokens however it is named. Drawn apart, the mask and the cache
+    disagree and the model fails on the inputs."""
+    from deploycc.graph.decoder import decoder_signature
+
+    inputs = [v for v in graph.inputs if v.name not in graph.initializers]
+    first_place: dict[str, Place] = {}
+    for value in inputs:
+        for axis, dim in enumerate(dims_of(value) or []):
+            if isinstance(dim, str) and dim != "?":
+                first_place.setdefault(dim.strip(), (value.name or "", axis))
+    sums: dict[Place, tuple[Place, ...]] = {}
+    for value in inputs:
+        for axis, dim in enumerate(dims_of(value) or []):
+            if isinstance(dim, str) and _SUM.fullmatch(dim):
+                terms = tuple(first_place.get(term.strip()) for term in dim.split("+"))
+                if all(term is not None for term in terms):
+                    sums[(value.name or "", axis)] = tuple(t for t in terms if t is not None)
+    signature = decoder_signature(graph)
+    if signature is not None and signature.attention_mask is not None:
+        mask = (signature.attention_mask, 1)
+        entry = signature.cache[0]
+        sums.setdefault(mask, ((entry.past, entry.axis), (signature.input_ids, 1)))
+    return sums

@@ -221,6 +221,51 @@ def verify_stage(context: BuildContext) -> None:
             context.stop(message=f"verification failed: {verification.problem}")
 
 
+def generation_stage(context: BuildContext) -> None:
+    """A decoder with a KV cache: a greedy generation, the candidate against the original on ONNX
+    Runtime CPU (verify/generation.py). The candidate is the engine where it runs here, else (an
+    engine built on the device) the model the device builds it from. A decoder whose original cannot
+    generate from an empty cache says so (a skipped step), as does one with no inputs to start from."""
+    from deploycc.verify.generation import check_generation
+
+    assert context.legalized is not None
+    verification = context.verification or context.legalized.verification
+    signature = context.decoder
+    if signature is None or verification is None or not verification.passed:
+        return
+    context.stage = Stage.VERIFY
+    drawn = context.inputs()
+    with _generation_runs(context) as (original, candidate, ran_on):
+        try:
+            check = check_generation(original, candidate, signature, original_feeds=drawn.original_feeds,
+                                     candidate_feeds=drawn.feeds, precision=verification.precision,
+                                     ran_on=ran_on)
+        except Exception as error:  # what either run raised on an empty cache, a token, a length
+            why = f"greedy generation not checked ({ran_on}): {error}".splitlines()[0]
+            context.skipped.append(SkippedStep(SafetyStep.VERIFICATION, why))
+            return
+    verification.generation = check
+    if not check.passed:
+        verification.passed, verification.problem = False, check.problem
+        context.stop(BuildStatus.FAILED, Stage.VERIFY, f"verification failed: {check.problem}")
+
+
+@contextlib.contextmanager
+def _generation_runs(context: BuildContext) -> Iterator[tuple[Any, Any, str]]:
+    """(the original's run, the candidate's run, where the candidate runs) for the generation:
+    the original on ONNX Runtime CPU, the candidate the loaded engine or the device's model."""
+    from deploycc.verify.runner import run_session, session
+
+    original = session(context.source, optimize=True, threads=0)
+    if context.engine is not None:
+        yield (lambda feeds: run_session(original, feeds)), context.engine.run, "the engine"
+        return
+    device_model = context.engine_model or context.legalized_path
+    candidate = session(device_model, optimize=True, threads=0)
+    yield ((lambda feeds: run_session(original, feeds)), (lambda feeds: run_session(candidate, feeds)),
+           "the device's model on ONNX Runtime CPU")
+
+
 def _first_sizes_both_run(context: BuildContext) -> tuple[DrawnInputs, Any, Any, str]:
     """The first set of sizes, from the ones legalization verified at, that the engine runs and the
     original runs too: (the inputs, the engine's outputs, the original's, the reference runtime)."""
@@ -275,6 +320,11 @@ def _unbuilt(context: BuildContext) -> bool:
     return context.artifact is None
 
 
+def _device_decoder(context: BuildContext) -> bool:
+    """A decoder whose engine is built on the device: its generation is checked here on its model."""
+    return context.artifact is not None and context.artifact.pending_on_device and context.decoder is not None
+
+
 BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("legalize", legalize_stage),
     BuildStage("precision", precision_search_stage, wanted=lambda c: c.options.searches_precision),
@@ -289,9 +339,12 @@ BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("half-declined", half_declined_stage, label=lambda c: None,
                wanted=lambda c: _unbuilt(c) and c.precision in HALF and not c.options.half_analysis),
     BuildStage("build", engine_stage, wanted=_unbuilt),
+    BuildStage("generate-on-host", generation_stage, label=lambda c: "generate", wanted=_device_decoder),
     BuildStage("device-reference", device_reference_stage, label=lambda c: None,
                wanted=lambda c: c.artifact is not None and c.artifact.pending_on_device),
     BuildStage("verify", verify_stage, wanted=lambda c: c.verification is None),
+    BuildStage("generate", generation_stage,
+               wanted=lambda c: c.decoder is not None and c.status == BuildStatus.VERIFIED),
     BuildStage("bench", bench_stage, wanted=lambda c: c.options.bench and c.status == BuildStatus.VERIFIED),
 )
 

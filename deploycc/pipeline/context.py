@@ -10,6 +10,7 @@ backend builds from are written there (the artifact is files), external data bes
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from deploycc.backends.base import Artifact, Backend, BuildRequest, Runner
     from deploycc.bench.latency import LatencyStats
     from deploycc.fp16 import HalfPrecisionReport
+    from deploycc.graph.decoder import DecoderSignature
     from deploycc.options import BuildOptions
     from deploycc.pipeline.outcome import Clock
     from deploycc.pipeline.placement import PlacementPlan
@@ -95,6 +97,17 @@ class BuildContext:
     @property
     def legalized_path(self) -> Path:
         return self.staging / LEGALIZED
+
+    @functools.cached_property
+    def decoder(self) -> DecoderSignature | None:
+        """The legalized model's KV-cache decoder signature (graph/decoder.py), None where it is none
+        (or not legalized yet)."""
+        from deploycc import io
+        from deploycc.graph.decoder import decoder_signature
+
+        if not self.legalized_path.exists():
+            return None
+        return decoder_signature(io.peek(self.legalized_path).model.graph)
 
     def stop(self, status: BuildStatus | None = None, stage: Stage | None = None,
              message: str | None = None) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploycc.graph.dim_roles import BATCH, DimGuess, guess_dims
+from deploycc.graph.dim_roles import BATCH, DimGuess, guess_dims, summed_dims, with_sums
 from deploycc.graph.dim_ties import tie_guesses
 from deploycc.records.shapes import InputShapes, ShapePlan, ShapeProfile
 from deploycc.verify.inputs import NOISE, SYMBOLIC_DIM_SIZE, draws, pictures_possible
@@ -72,6 +72,8 @@ def plan_shapes(source: Path, target: Target, options: BuildOptions) -> tuple[Sh
         _find_sizes(source, model, dims, options, plan)
     else:
         _sizes_given(options.legalize.inputs, dims)
+    _prompt_to_decode(graph, dims, plan)
+    _summed(graph, dims)
     return plan, _carry_out(plan, dims, declared, options)
 
 
@@ -211,7 +213,51 @@ def _shapes(graph: ir.Graph, dims: list[_Dim], options: BuildOptions, sizes: dic
             else:
                 concrete.append(sizes.get(id(d), d.size))
         shapes[name] = concrete
-    return shapes
+    return with_sums(shapes, summed_dims(graph))
+
+
+def _prompt_to_decode(graph: ir.Graph, dims: list[_Dim], plan: ShapePlan) -> None:
+    """A decoder with a KV cache runs at two shapes of its own: the prompt (an empty cache, n new
+    tokens) and every token after it (a cache of n, one new token); a profile around the typical
+    size admits neither. One profile spans both: the new tokens from 1, the cache from 0, up to what
+    the original was seen to run. One, not two (prompt: cache 0, tokens 1..N; decode: cache 1..M, 1
+    token): trtexec and the board's runner build and time one profile, and two would tune each phase
+    apart only for a caller that switches execution contexts between them."""
+    from deploycc.graph.decoder import decoder_signature
+
+    signature = decoder_signature(graph)
+    ranged = [d for d in dims if d.decision == "profile"]
+    if signature is None or not ranged:
+        return
+    past = {(e.past, e.axis) for e in signature.cache}
+    ids = (signature.input_ids, 1)
+    new_names = {d.guess.name for d in ranged if (d.guess.input, d.guess.axis) == ids} - {"?"}
+    past_names = {d.guess.name for d in ranged if (d.guess.input, d.guess.axis) in past} - {"?"}
+    for d in ranged:
+        place = (d.guess.input, d.guess.axis)
+        if place in past or d.guess.name in past_names:
+            d.low = 0
+        elif place == ids or d.guess.name in new_names:
+            d.low = 1
+    plan.notes.append("a decoder with a KV cache: one profile from the prompt (an empty cache) to "
+                      "single-token steps (one new token), so the engine runs both phases")
+
+
+def _summed(graph: ir.Graph, dims: list[_Dim]) -> None:
+    """Each dim that is the sum of others (a decoder's attention mask spans its past and its new
+    tokens) sized and ranged as the sum of its terms: decided apart, they disagree."""
+    by_place = {(d.guess.input, d.guess.axis): d for d in dims}
+    for place, terms in summed_dims(graph).items():
+        total, parts = by_place.get(place), [by_place.get(term) for term in terms]
+        if total is None or any(part is None for part in parts):
+            continue
+        known = [part for part in parts if part is not None]
+        total.size = sum(part.size for part in known)
+        total.low, total.opt, total.high = (sum(getattr(part, bound) for part in known)
+                                            for bound in ("low", "opt", "high"))
+        total.guess = dataclasses.replace(
+            total.guess, typical=total.size, fallbacks=(),
+            source=f"the sum of {' and '.join(f'{n}[{a}]' for n, a in terms)}")
 
 
 def _user_size(options: BuildOptions, name: str, axis: int) -> int:

@@ -48,3 +48,32 @@ class Comparison:
                     f"(95% CI {1 / high:.2f}x..{1 / low:.2f}x)")
         return (f"{self.other} is {self.ratio_of_medians:.2f}x faster than {this} "
                 f"(95% CI {low:.2f}x..{high:.2f}x)")
+
+
+@dataclass
+class GenerationTiming:
+    """A decoder's generation at one prompt length: the prefill from an empty cache (time to first
+    token), then `decode_tokens` single-token steps on the growing cache."""
+
+    prompt_tokens: int
+    ttft_ms: float  # median over the repeats
+    decode_tokens: int
+    decode_tokens_per_s: float  # decode_tokens over the median repeat's decode time
+    decode_ms_per_token: float
+    cache_bytes: int  # the KV cache at prompt_tokens + decode_tokens
+
+
+@dataclass
+class GenerationBench:
+    """What a user of a generative model reads, at each prompt length the model takes."""
+
+    timings: list[GenerationTiming] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # prompt length -> why the model did not run it
+    batch: int = 1
+    repeats: int = 0
+
+    def lines(self) -> list[str]:
+        rows = [f"prompt {t.prompt_tokens}: time to first token {t.ttft_ms:.2f} ms, decode "
+                f"{t.decode_tokens_per_s:.1f} tokens/s ({t.decode_ms_per_token:.2f} ms/token over "
+                f"{t.decode_tokens}), KV cache {t.cache_bytes / 2**20:.1f} MiB" for t in self.timings]
+        return rows + [f"prompt {length}: not run ({why})" for length, why in self.refused.items()]

@@ -38,6 +38,35 @@ class OutputComparison:
 
 
 @dataclass
+class GenerationCheck:
+    """A greedy generation with the KV cache, the candidate against the original (a decoder's
+    check beyond one forward): the original generates `new_tokens` after a `prompt_tokens` prompt,
+    feeding each step's present back as the next step's past; the candidate is run on the same
+    tokens with its own cache, and at each position its greedy choice is compared with the
+    original's, and its logits at every step with the original's."""
+
+    prompt_tokens: int
+    new_tokens: int
+    tokens_equal: int  # positions where the candidate's greedy token is the original's
+    min_agreement: float  # the share of equal positions the precision's budget asks
+    logits: OutputComparison  # every step's last-position logits, stacked [steps, vocab]
+    ran_on: str  # the engine, or the legalized model on ONNX Runtime (an engine built on a device)
+    passed: bool
+    first_difference: int | None = None  # the first position whose token differs
+    problem: str = ""
+
+    @property
+    def agreement(self) -> float:
+        return self.tokens_equal / self.new_tokens if self.new_tokens else 1.0
+
+    def line(self) -> str:
+        where = "" if self.first_difference is None else f", first differs at {self.first_difference}"
+        return (f"greedy generation ({self.prompt_tokens}-token prompt, {self.new_tokens} new, "
+                f"{self.ran_on}): tokens equal {self.tokens_equal}/{self.new_tokens}{where}; logits max abs "
+                f"{self.logits.max_abs_error:.2e}, cosine {self.logits.cosine_similarity:.6f}")
+
+
+@dataclass
 class Verification:
     passed: bool
     reference: str
@@ -64,6 +93,7 @@ class Verification:
     # Of those, the ones the backend gets wrong as exported beyond its rounding (below the precision's
     # cosine floor: OpenVINO folding a per-position scale into a Conv): its defect, not deploycc's.
     backend_defect: list[str] = field(default_factory=list)
+    generation: GenerationCheck | None = None  # a decoder with a KV cache: its greedy generation
 
     def caveat(self) -> str:
         """What a pass rests on beyond elementwise tolerance, for the reports ('' when nothing)."""

@@ -286,6 +286,8 @@ def render_legalize(report: LegalizeReport) -> None:
             out.print(f"  verify {output.name}: {mark} max abs {output.max_abs_error:.2e}, max rel "
                       f"{output.max_rel_error:.2e}, cosine {output.cosine_similarity:.6f}, needs atol "
                       f"{output.required_atol:.1e} / rtol {output.required_rtol:.1e}")
+        if verification.generation is not None:
+            out.print(f"  verify {escape(verification.generation.line())}")
         if verification.passed and verification.caveat():
             out.print(f"  [yellow]verified with a caveat[/yellow]: {verification.caveat()}")
         if verification.problem:
@@ -366,6 +368,9 @@ def render_build(report: BuildReport) -> None:
             mark = _mark(output, verification.ill_conditioned)
             out.print(f"  verify {output.name}: {mark} max abs {output.max_abs_error:.2e}, cosine "
                       f"{output.cosine_similarity:.6f}")
+        if verification.generation is not None:
+            mark = "ok" if verification.generation.passed else "[red]FAIL[/red]"
+            out.print(f"  verify {escape(verification.generation.line())}: {mark}")
         if verification.passed and verification.caveat():
             out.print(escape(f"  verified with a caveat: {verification.caveat()}"), style="yellow")
     if report.benchmark is not None:
@@ -457,6 +462,11 @@ def render_bench(report: BenchReport) -> None:
         out.print(f"  vs {escape(c.other)}: median {c.median_ms:.3f} ms vs {c.other_median_ms:.3f} ms: "
                   f"{escape(c.verdict(report.subject))}; "
                   f"{c.pairs} {c.order} pairs, both on inputs {shapes(c.input_shapes)}")
+    if report.generation is not None:
+        generation = report.generation
+        out.print(f"  generation (batch {generation.batch}, greedy, median of {generation.repeats}):")
+        for line in report.generation.lines():
+            out.print(escape(f"    {line}"))
     out.print(escape("  conditions: " + ", ".join(f"{k}={v}" for k, v in report.conditions.items())))
     for warning in report.warnings:
         out.print(f"  [yellow]warning[/yellow]: {escape(warning)}")

@@ -161,6 +161,10 @@ def _verification(report: BuildReport) -> list[str]:
         lines.append(f"| {output.name} | {passed} | {output.max_abs_error:.2e} | "
                      f"{output.max_rel_error:.2e} | {output.cosine_similarity:.6f} | "
                      f"{output.required_atol:.1e} | {output.required_rtol:.1e} |")
+    if verification.generation is not None:
+        generation = verification.generation
+        lines += ["", f"Generation: {generation.line()} (the budget asks {generation.min_agreement:.0%} "
+                      f"of the tokens): **{'passed' if generation.passed else 'FAILED'}**"]
     if verification.passed and verification.caveat():
         lines += ["", f"Caveat: {verification.caveat()}"]
     if verification.problem:

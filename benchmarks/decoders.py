@@ -1,0 +1,133 @@
+"""Decoders with a KV cache, as Optimum exports them, through `deploycc build` as a user types it
+(issue 52).
+
+    make .venv-decoders/.installed
+    .venv-decoders/bin/python benchmarks/decoders.py [--only llama ...] [--targets ort-cpu ...]
+
+Optimum (optimum-onnx) pins transformers below 5, which the main bench environment is past: this
+one has its own environment (the Makefile's .venv-decoders: torch 2.13 CPU, optimum-onnx,
+onnxruntime-genai). Per family, a transformers config at a small size with random weights (nothing
+downloaded), exported by Optimum's `main_export` for `text-generation-with-past` (input_ids,
+attention_mask, position_ids, past_key_values.N.key/value -> logits, present.N.key/value), then
+`deploycc build model.onnx -t TARGET` with no other flag, each in a process of its own: its exit
+code, status, the greedy generation's verdict (tokens equal to the original's), wall time and peak
+RSS (the build and its children, sampled every 50 ms). Writes results/decoders.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORK = HERE / "decoders-work"
+RESULTS = HERE / "results"
+TARGETS = ("ort-cpu", "openvino-cpu", "jetson-orin", "gpu-trt10")
+SMALL = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 2048}
+# family -> (transformers config class, its size overrides beyond SMALL)
+FAMILIES: dict[str, tuple[str, dict]] = {
+    "llama": ("LlamaConfig", {}),
+    "qwen2": ("Qwen2Config", {}),
+    "qwen3": ("Qwen3Config", {"head_dim": 32}),
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "phi3": ("Phi3Config", {"pad_token_id": 0}),
+    "gemma": ("GemmaConfig", {"head_dim": 32}),
+    "granite": ("GraniteConfig", {}),
+    "olmo": ("OlmoConfig", {}),
+    "stablelm": ("StableLmConfig", {}),
+    "gpt2": ("GPT2Config", {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_positions": 2048,
+                            "vocab_size": 1024}),
+}
+
+
+def export(family: str) -> Path:
+    """The family's small random-weight model, exported by Optimum (cached in decoders-work/)."""
+    import torch
+    import transformers
+    from optimum.exporters.onnx import main_export
+
+    folder = WORK / family
+    onnx_file = folder / "onnx" / "model.onnx"
+    if onnx_file.exists():
+        return onnx_file
+    config_class, overrides = FAMILIES[family]
+    sizes = {} if family == "gpt2" else dict(SMALL)
+    config = getattr(transformers, config_class)(**{**sizes, **overrides})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(folder / "hf")
+    main_export(str(folder / "hf"), output=str(folder / "onnx"), task="text-generation-with-past", opset=17,
+                device="cpu", no_post_process=True)
+    return onnx_file
+
+
+def build(model: Path, target: str) -> dict:
+    """`deploycc build MODEL -t TARGET` in its own process, timed, its peak RSS sampled."""
+    import psutil
+
+    out = model.parent.parent / f"out-{target}"
+    command = [sys.executable, "-m", "deploycc.cli.main", "build", str(model), "-t", target, "-o", str(out),
+               "--force", "--json", "--no-bench"]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    peak = 0
+    watched = psutil.Process(process.pid)
+    while process.poll() is None:
+        try:
+            peak = max(peak, sum(p.memory_info().rss for p in [watched, *watched.children(recursive=True)]))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    stdout = process.stdout.read() if process.stdout else ""
+    seconds = time.perf_counter() - started
+    row: dict = {"target": target, "exit": process.returncode, "seconds": round(seconds, 1),
+                 "peak_rss_mib": round(peak / 2**20, 1)}
+    try:
+        report = json.loads(stdout)
+    except json.JSONDecodeError:
+        row["status"] = "no report"
+        return row
+    verification = report.get("verification") or (report.get("legalize") or {}).get("verification") or {}
+    generation = verification.get("generation") or {}
+    row.update(status=report.get("status"), precision=report.get("precision"),
+               tokens=(f"{generation.get('tokens_equal')}/{generation.get('new_tokens')}" if generation
+                       else "none"),
+               summary=report.get("summary", "")[:200])
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", default=list(FAMILIES))
+    parser.add_argument("--targets", nargs="*", default=list(TARGETS))
+    args = parser.parse_args()
+    rows = []
+    for family in args.only:
+        try:
+            model = export(family)
+        except Exception as error:  # an architecture this Optimum cannot export
+            rows.append({"family": family, "target": "-", "status": f"export failed: {error}"[:200]})
+            continue
+        for target in args.targets:
+            row = {"family": family, **build(model, target)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "decoders.json").write_text(json.dumps(rows, indent=1) + "\n")
+    lines = ["| family | target | exit | status | precision | greedy tokens equal | build s | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['family']} | {r['target']} | {r.get('exit', '')} | {r.get('status', '')} | "
+              f"{r.get('precision', '')} | {r.get('tokens', '')} | {r.get('seconds', '')} | "
+              f"{r.get('peak_rss_mib', '')} |" for r in rows]
+    (RESULTS / "decoders.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
