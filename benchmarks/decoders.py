@@ -43,10 +43,21 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "gpt2": ("GPT2Config", {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_positions": 2048,
                             "vocab_size": 1024}),
 }
+# Real sizes, as the published configs have them (random weights): Qwen2.5-0.5B (494 M parameters,
+# 1.98 GB in fp32: Optimum writes its weights as external data) and TinyLlama-1.1B (1.1 B, 4.4 GB).
+REAL: dict[str, tuple[str, dict]] = {
+    "qwen2-0.5b": ("Qwen2Config", {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                                   "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+                                   "max_position_embeddings": 32768, "tie_word_embeddings": True}),
+    "llama-1.1b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+                                   "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
+                                   "max_position_embeddings": 2048}),
+}
 
 
 def export(family: str) -> Path:
-    """The family's small random-weight model, exported by Optimum (cached in decoders-work/)."""
+    """The family's random-weight model (small, or REAL's size), exported by Optimum (cached in
+    decoders-work/)."""
     import torch
     import transformers
     from optimum.exporters.onnx import main_export
@@ -55,8 +66,8 @@ def export(family: str) -> Path:
     onnx_file = folder / "onnx" / "model.onnx"
     if onnx_file.exists():
         return onnx_file
-    config_class, overrides = FAMILIES[family]
-    sizes = {} if family == "gpt2" else dict(SMALL)
+    config_class, overrides = FAMILIES.get(family) or REAL[family]
+    sizes = {} if family == "gpt2" or family in REAL else dict(SMALL)
     config = getattr(transformers, config_class)(**{**sizes, **overrides})
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
@@ -71,7 +82,7 @@ def build(model: Path, target: str) -> dict:
     import psutil
 
     out = model.parent.parent / f"out-{target}"
-    command = [sys.executable, "-m", "deploycc.cli.main", "build", str(model), "-t", target, "-o", str(out),
+    command = [sys.executable, "-m", "deploycc.cli", "build", str(model), "-t", target, "-o", str(out),
                "--force", "--json", "--no-bench"]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -104,7 +115,7 @@ def build(model: Path, target: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="*", default=list(FAMILIES))
+    parser.add_argument("--only", nargs="*", default=list(FAMILIES), help=f"families, or {', '.join(REAL)}")
     parser.add_argument("--targets", nargs="*", default=list(TARGETS))
     args = parser.parse_args()
     rows = []

@@ -110,7 +110,7 @@ def check_generation(original: Run, candidate: Run, signature: DecoderSignature,
     logits = compare("logits at each generated position", np.stack(expected), np.stack(actual), atol=atol,
                      rtol=rtol, min_cosine=cosine, mismatch_share=MISMATCH_SHARE.get(judged, 0.0))
     # a near-tie is not a difference: the candidate's token scores within tolerance of the original's
-    equal = [mine == theirs or row[mine] >= row[theirs] - (atol + rtol * abs(row[theirs]))
+    equal = [mine == theirs or bool(row[mine] >= row[theirs] - (atol + rtol * abs(row[theirs])))
              for mine, theirs, row in zip(chosen, tokens, expected, strict=True)]
     agreed = sum(equal)
     first = next((index for index, same in enumerate(equal) if not same), None)

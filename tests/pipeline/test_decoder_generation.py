@@ -5,6 +5,8 @@ fails."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +130,7 @@ def test_a_model_right_on_the_prompt_but_wrong_in_the_loop_fails(decoder: Path, 
     check = check_generation(_runner(decoder), _runner(broken), signature, original_feeds=drawn,
                              candidate_feeds=drawn, precision=Precision.FP32, ran_on="ort")
     assert not check.passed and "greedy generation" in check.problem
+    json.dumps(dataclasses.asdict(check))  # a report holds it: numpy's integers are no JSON (exit 3 before)
     assert check.logits.max_abs_error > 0.1
     first = check.logits  # the prompt's step (position 0) is the same: the loop is what differs
     assert first.shape == [16, 128] and check.first_difference != 0
