@@ -20,6 +20,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -85,19 +86,23 @@ def build(model: Path, target: str) -> dict:
     command = [sys.executable, "-m", "deploycc.cli", "build", str(model), "-t", target, "-o", str(out),
                "--force", "--json", "--no-bench"]
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    peak = 0
-    watched = psutil.Process(process.pid)
-    while process.poll() is None:
-        try:
-            peak = max(peak, sum(p.memory_info().rss for p in [watched, *watched.children(recursive=True)]))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    stdout = process.stdout.read() if process.stdout else ""
+    with tempfile.TemporaryFile("w+") as printed:  # a pipe read only at the end fills and stops the build
+        process = subprocess.Popen(command, stdout=printed, stderr=subprocess.DEVNULL, text=True)
+        peak = 0
+        watched = psutil.Process(process.pid)
+        while process.poll() is None:
+            try:
+                tree = [watched, *watched.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree))
+            except psutil.Error:
+                pass
+            time.sleep(0.05)
+        printed.seek(0)
+        stdout = printed.read()
     seconds = time.perf_counter() - started
+    weights = sum(f.stat().st_size for f in model.parent.iterdir() if f.name.startswith(model.name))
     row: dict = {"target": target, "exit": process.returncode, "seconds": round(seconds, 1),
-                 "peak_rss_mib": round(peak / 2**20, 1)}
+                 "peak_rss_mib": round(peak / 2**20, 1), "model_mib": round(weights / 2**20, 1)}
     try:
         report = json.loads(stdout)
     except json.JSONDecodeError:
@@ -108,7 +113,7 @@ def build(model: Path, target: str) -> dict:
     row.update(status=report.get("status"), precision=report.get("precision"),
                tokens=(f"{generation.get('tokens_equal')}/{generation.get('new_tokens')}" if generation
                        else "none"),
-               summary=report.get("summary", "")[:200])
+               summary=report.get("summary", "")[:200], stages=report.get("seconds", {}))
     return row
 
 
@@ -130,7 +135,12 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             rows.append(row)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "decoders.json").write_text(json.dumps(rows, indent=1) + "\n")
+    stored = RESULTS / "decoders.json"
+    ran = {(r["family"], r["target"]) for r in rows}  # a run of some families keeps the others' rows
+    kept = [r for r in json.loads(stored.read_text()) if (r["family"], r["target"]) not in ran] \
+        if stored.exists() else []
+    rows = kept + rows
+    stored.write_text(json.dumps(rows, indent=1) + "\n")
     lines = ["| family | target | exit | status | precision | greedy tokens equal | build s | peak RSS MiB |",
              "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['family']} | {r['target']} | {r.get('exit', '')} | {r.get('status', '')} | "

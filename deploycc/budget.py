@@ -269,3 +269,14 @@ def require_npz(path: os.PathLike[str] | str) -> None:
     if total > tensor_bytes():
         raise too_large(f"{path}: its arrays would take {human(total)} together, more than the "
                         f"{human(tensor_bytes())} the inputs may take")
+
+
+def return_freed_memory() -> None:
+    """Give the pages this process has freed back to the system: glibc keeps them for its next
+    malloc, so a process that ran a large model and then waits holds them all the while."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        pass

@@ -160,7 +160,8 @@ def report_of(context: BuildContext, outdir: Path) -> BuildReport:
         next_step=c.next_step or next_step_after(c.status, c.stage, c.message, c.target, c.artifact),
         precision=c.precision, legalize=c.legalized, artifact=c.artifact, verification=c.verification,
         benchmark=c.benchmark, build_hash=c.build_hash, failure_category=c.failure_category,
-        files=listing(c.staging), seconds=c.clock.seconds, quantization=c.quantization, notes=c.notes,
+        files=listing(c.staging), seconds=c.clock.seconds, peak_rss_mib=c.clock.peak_mib,
+        quantization=c.quantization, notes=c.notes,
         shapes=c.shapes, half=c.half, precision_choice=c.precision_choice,
         original_on_backend=c.original_on_backend, skipped_steps=c.skipped,
         strict=c.options.strict)

@@ -235,35 +235,58 @@ def generation_stage(context: BuildContext) -> None:
         return
     context.stage = Stage.VERIFY
     drawn = context.inputs()
-    with _generation_runs(context) as (original, candidate, ran_on):
-        try:
-            check = check_generation(original, candidate, signature, original_feeds=drawn.original_feeds,
+    ran_on = "the engine" if context.engine is not None else "the device's model on ONNX Runtime CPU"
+    try:
+        reference = _reference_generation(context, signature, drawn.original_feeds)
+        with _candidate_run(context) as candidate:
+            check = check_generation(reference, candidate, signature, original_feeds=drawn.original_feeds,
                                      candidate_feeds=drawn.feeds, precision=verification.precision,
                                      ran_on=ran_on)
-        except Exception as error:  # what either run raised on an empty cache, a token, a length
-            why = f"greedy generation not checked ({ran_on}): {error}".splitlines()[0]
-            context.skipped.append(SkippedStep(SafetyStep.VERIFICATION, why))
-            return
+    except (BackendError, BackendUnavailable):
+        raise
+    except Exception as error:  # what either run raised on an empty cache, a token, a length
+        why = f"greedy generation not checked ({ran_on}): {error}".splitlines()[0]
+        context.skipped.append(SkippedStep(SafetyStep.VERIFICATION, why))
+        return
     verification.generation = check
     if not check.passed:
         verification.passed, verification.problem = False, check.problem
         context.stop(BuildStatus.FAILED, Stage.VERIFY, f"verification failed: {check.problem}")
 
 
-@contextlib.contextmanager
-def _generation_runs(context: BuildContext) -> Iterator[tuple[Any, Any, str]]:
-    """(the original's run, the candidate's run, where the candidate runs) for the generation:
-    the original on ONNX Runtime CPU, the candidate the loaded engine or the device's model."""
+# Past this many bytes of weights the engine is let go while the original generates, and loaded
+# again after: two copies of a 2.4 GB decoder's weights were the build's peak.
+RELEASE_ENGINE_BYTES = 1 << 28
+
+
+def _reference_generation(context: BuildContext, signature: Any, original_feeds: dict[str, Any]) -> Any:
+    """The original's greedy generation on ONNX Runtime CPU, its session let go after; a large
+    model's engine is let go for it too (reloaded by `_candidate_run`)."""
+    from deploycc.io import model_files
+    from deploycc.verify.generation import reference_generation
     from deploycc.verify.runner import run_session, session
 
+    weights = sum(file.stat().st_size for file in model_files(context.source) if file.is_file())
+    if context.engine is not None and weights > RELEASE_ENGINE_BYTES:
+        context.close()
     original = session(context.source, optimize=True, threads=0)
-    if context.engine is not None:
-        yield (lambda feeds: run_session(original, feeds)), context.engine.run, "the engine"
+    return reference_generation(lambda feeds: run_session(original, feeds), signature, original_feeds)
+
+
+@contextlib.contextmanager
+def _candidate_run(context: BuildContext) -> Iterator[Any]:
+    """The candidate's run: the engine (loaded again where `_reference_generation` let it go), else
+    the model the device builds from, on ONNX Runtime CPU."""
+    from deploycc.verify.runner import run_session, session
+
+    if context.artifact is not None and not context.artifact.pending_on_device:
+        if context.engine is None:
+            assert context.request is not None
+            context.engine = context.backend.load(context.artifact, context.staging, context.request)
+        yield context.engine.run
         return
-    device_model = context.engine_model or context.legalized_path
-    candidate = session(device_model, optimize=True, threads=0)
-    yield ((lambda feeds: run_session(original, feeds)), (lambda feeds: run_session(candidate, feeds)),
-           "the device's model on ONNX Runtime CPU")
+    candidate = session(context.engine_model or context.legalized_path, optimize=True, threads=0)
+    yield lambda feeds: run_session(candidate, feeds)
 
 
 def _first_sizes_both_run(context: BuildContext) -> tuple[DrawnInputs, Any, Any, str]:

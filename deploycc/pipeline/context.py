@@ -92,11 +92,14 @@ class BuildContext:
     # the verification and what it ran
     source_proof: tuple[Verification, str] | None = None
     stopped: bool = False  # a stage ended the build: the later ones do not run
+    # Where the legalized model is, when not in this context's own staging folder (a precision
+    # candidate reads its build's: onnx refuses external data that is linked, hard or symbolic)
+    legalized_file: Path | None = None
     _drawn: dict[str, DrawnInputs] = field(default_factory=dict)
 
     @property
     def legalized_path(self) -> Path:
-        return self.staging / LEGALIZED
+        return self.legalized_file or self.staging / LEGALIZED
 
     @functools.cached_property
     def decoder(self) -> DecoderSignature | None:

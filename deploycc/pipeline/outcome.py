@@ -75,20 +75,33 @@ def write_reports(staging: Path, report: BuildReport) -> None:
 
 
 class Clock:
-    """Times each stage and tells the progress display which one is running."""
+    """Times each stage, and the peak RSS of this process during it (the kernel's VmHWM, reset at
+    each stage's start: `memory`; off for a clock inside another's stage, which its resets would
+    cut short), and tells the progress display which one is running."""
 
-    def __init__(self, seconds: dict[str, float], progress: Callable[[str], None] | None) -> None:
-        self.seconds, self.progress = seconds, progress
+    def __init__(self, seconds: dict[str, float], progress: Callable[[str], None] | None,
+                 memory: bool = True) -> None:
+        self.seconds, self.progress, self.memory = seconds, progress, memory
+        self.peak_mib: dict[str, float] = {}
+        self.measuring = False  # the current stage's peak is being measured
         self.current: str | None = None
         self.started = time.perf_counter()
 
     def __call__(self, stage: str) -> None:
+        from deploycc.bench.memory import reset_peak
+
         self.stop()
         self.current, self.started = stage, time.perf_counter()
+        self.measuring = self.memory and reset_peak()
         if self.progress is not None:
             self.progress(stage)
 
     def stop(self) -> None:
+        from deploycc.budget import status_kib
+
         if self.current is not None:
             self.seconds[self.current] = round(time.perf_counter() - self.started, 3)
+            peak = status_kib("VmHWM") if self.measuring else None
+            if peak is not None:
+                self.peak_mib[self.current] = round(peak / 1024, 1)
             self.current = None

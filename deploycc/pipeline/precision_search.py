@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploycc.pipeline.context import LEGALIZED, BuildContext
+from deploycc.pipeline.context import BuildContext
 from deploycc.records.bench import Comparison
 from deploycc.records.precision import PrecisionCandidate, PrecisionChoice
 from deploycc.taxonomy import BuildStatus, CandidateOutcome, Precision
@@ -250,19 +250,18 @@ def _built_and_judged(context: BuildContext, precision: Precision, folder: Path,
 def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
                      stages: Sequence[BuildStage[BuildContext]]) -> BuildContext:
     """The build's own stages for one precision, over a context that shares the legalized model
-    (linked into `folder`) and the inputs drawn for it."""
+    (read where the build wrote it: its external data, linked into `folder`, is what onnx refuses to
+    load, hard links and symbolic ones alike; the dynamic int8 candidate of every decoder past 2 GB
+    failed so) and the inputs drawn for it."""
     from deploycc.pipeline.outcome import Clock
     from deploycc.pipeline.stages import run_stages
 
     folder.mkdir(parents=True)
-    for file in context.staging.iterdir():  # the model and its external data
-        if file.is_file() and file.name.startswith(LEGALIZED):
-            _link(file, folder / file.name)
     candidate = BuildContext(source=context.source, target=context.target, options=context.options,
                              staging=folder, backend=context.backend, precision=precision,
-                             clock=Clock({}, None), notes=[], shapes=context.shapes,
-                             legalized=context.legalized,
-                             engine_model=folder / LEGALIZED,
+                             clock=Clock({}, None, memory=False), notes=[], shapes=context.shapes,
+                             legalized=context.legalized, legalized_file=context.legalized_path,
+                             engine_model=context.legalized_path,
                              samples=context.samples if precision == Precision.INT8 else None)
     candidate._drawn = context._drawn  # the inputs are drawn once for every candidate
     try:
@@ -277,8 +276,7 @@ def _adopt(context: BuildContext, candidate: BuildContext) -> None:
     the staging folder and its records into the context, loaded as the verify stage leaves one, so
     the later stages (the bench, a torch proof) take it as their own and nothing is built twice."""
     for file in candidate.staging.iterdir():
-        if not file.name.startswith(LEGALIZED):  # the links to the build's own legalized model
-            os.replace(file, context.staging / file.name)
+        os.replace(file, context.staging / file.name)
 
     def moved(path: Path | None) -> Path | None:
         if path is None or not path.is_relative_to(candidate.staging):
@@ -301,13 +299,6 @@ def _adopt(context: BuildContext, candidate: BuildContext) -> None:
     assert context.artifact is not None
     with contextlib.suppress(BackendError):  # the bench loads it again and reports the failure
         context.engine = context.backend.load(context.artifact, context.staging, context.request)
-
-
-def _link(source: Path, link: Path) -> None:
-    try:
-        os.link(source, link)
-    except OSError:  # another file system: a copy
-        shutil.copyfile(source, link)
 
 
 def _judged(candidate: BuildContext, precision: Precision) -> PrecisionCandidate | None:

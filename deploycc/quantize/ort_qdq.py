@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import logging
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -250,8 +251,15 @@ def quiet() -> Iterator[None]:
     global _SINK
     if _SINK is None:
         _SINK = open(os.devnull, "w")
-    with contextlib.redirect_stdout(_SINK), contextlib.redirect_stderr(_SINK):
-        yield
+    # a logger whose handler holds the real stderr (ORT's MatMulNBits quantizer made its own at
+    # import, and logged each of a decoder's 169 weights past the redirect): its info and warnings off
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(_SINK), contextlib.redirect_stderr(_SINK):
+            yield
+    finally:
+        logging.disable(disabled)
 
 
 def _quantize_static() -> Any:

@@ -41,6 +41,7 @@ class BuildReport(Result):
     failure_category: Failure | None = None  # the backend's own failure category, when it gave one
     files: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)  # this process's peak during each stage
     quantization: QuantizeReport | None = None  # --precision int8: how it was quantized and judged
     notes: list[str] = field(default_factory=list)
     shapes: ShapePlan | None = None  # what each input is built for, verified and timed at

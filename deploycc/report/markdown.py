@@ -45,10 +45,22 @@ def build_markdown(report: BuildReport) -> str:
     lines += _artifact(report)
     lines += _verification(report)
     lines += _benchmark(report)
+    lines += _stages(report)
     lines += ["## Files", ""] + [f"- `{name}`" for name in report.files] + [""]
     if report.device is not None:
         lines += [*_device(report.device), ""]
     return "\n".join(lines)
+
+
+def _stages(report: BuildReport) -> list[str]:
+    """Each stage's time and this process's peak RSS during it."""
+    if not report.seconds:
+        return []
+    lines = ["## Stages", "", "| stage | seconds | peak RSS (MiB, this process) |", "|---|---|---|"]
+    for stage, seconds in report.seconds.items():
+        peak = report.peak_rss_mib.get(stage)
+        lines.append(f"| {stage} | {seconds:.2f} | {'' if peak is None else f'{peak:.0f}'} |")
+    return [*lines, ""]
 
 
 def _heading(report: BuildReport) -> list[str]:

@@ -1,0 +1,134 @@
+"""Decode speed of weight-only int4 against fp32 on one decoder, as issue 52 asks it measured.
+
+    .venv-decoders/bin/python benchmarks/decoder_speed.py --family qwen2-0.5b [--prompt 128]
+
+The decoder as benchmarks/decoders.py exported it (Optimum, random weights). Four engines, 2 threads
+each, in one process: the raw export on ONNX Runtime's defaults (fp32), deploycc's int4 recipe for
+ort-cpu on it (quantize/weights.py: MatMulNBits, blocks of 32, accuracy level 4), the raw export on
+OpenVINO (fp32 hint), deploycc's int4 recipe for openvino-cpu (NNCF compress_weights, INT4_SYM, group
+32) at the same hint. Each is timed by bench/generative.py's loop (time to first token at the
+prompt, then 32 single-token steps on the growing cache), one engine after the other, the order
+turned every round; the medians over the rounds. Accuracy is not judged here (random weights say
+nothing of int4's accuracy on a trained model): `deploycc build --precision int4` judges it.
+Writes results/decoder-speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+THREADS = 2
+
+
+def drawn_inputs(model: Path) -> dict[str, np.ndarray]:
+    """Inputs at deploycc's drawn sizes, token ids across the vocabulary (their dtypes and cache dims
+    are what the timing loop reads)."""
+    import onnx_ir as ir
+
+    from deploycc.graph.dim_roles import guess_dims, sample_shapes
+
+    graph = ir.load(model).graph
+    shapes = sample_shapes(graph, guess_dims(graph), 0, batch=1)
+    vocabulary = int(graph.outputs[0].shape[-1])
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for value in graph.inputs:
+        dtype = value.dtype.numpy()
+        if np.issubdtype(dtype, np.integer):
+            feeds[value.name] = rng.integers(0, vocabulary, shapes[value.name]).astype(dtype)
+            feeds[value.name].flat[0] = vocabulary - 1
+        else:
+            feeds[value.name] = np.zeros(shapes[value.name], dtype)
+    return feeds
+
+
+def ort_run(path: Path):  # type: ignore[no-untyped-def]
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
+
+
+def openvino_run(path: Path):  # type: ignore[no-untyped-def]
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                          "INFERENCE_NUM_THREADS": THREADS})
+    request = compiled.create_infer_request()
+    names = [output.get_any_name() for output in compiled.outputs]
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        result = request.infer(feeds)
+        outputs = zip(names, compiled.outputs, strict=True)
+        return {name: np.asarray(result[output]) for name, output in outputs}
+
+    return run
+
+
+def main() -> None:
+    from deploycc.backends.base import WeightQuantizer
+    from deploycc.bench.generative import time_generation
+    from deploycc.graph.decoder import decoder_signature
+    from deploycc.quantize.weights import quantize_weights_int4
+
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", default="qwen2-0.5b")
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    import onnx_ir as ir
+
+    model = HERE / "decoders-work" / args.family / "onnx" / "model.onnx"
+    work = model.parent.parent / "speed"
+    signature = decoder_signature(ir.load(model).graph)
+    assert signature is not None, f"{model} is no decoder with a KV cache"
+    made = {}
+    recipes = ((WeightQuantizer.ORT_MATMUL_NBITS, "ort-int4"),
+               (WeightQuantizer.NNCF_COMPRESS, "openvino-int4"))
+    for quantizer, folder in recipes:
+        out = work / folder
+        out.mkdir(parents=True, exist_ok=True)
+        made[folder], note = quantize_weights_int4(quantizer, model, out)
+        print(note, flush=True)
+    engines = {"ort fp32 (raw export)": ort_run(model),
+               "ort int4 (deploycc's recipe)": ort_run(made["ort-int4"]),
+               "openvino fp32 (raw export, f32 hint)": openvino_run(model),
+               "openvino int4 (deploycc's recipe, f32 hint)": openvino_run(made["openvino-int4"])}
+    drawn = drawn_inputs(model)
+    timings: dict[str, list] = {name: [] for name in engines}
+    for round_ in range(args.rounds):
+        order = list(engines) if round_ % 2 == 0 else list(reversed(engines))
+        for name in order:
+            bench = time_generation(engines[name], signature, drawn, lengths=(args.prompt,),
+                                    decode_tokens=args.tokens, repeats=1)
+            timings[name].append(bench.timings[0])
+            print(name, bench.lines()[0], flush=True)
+    rows = {name: {"ttft_ms": statistics.median(t.ttft_ms for t in found),
+                   "decode_tokens_per_s": statistics.median(t.decode_tokens_per_s for t in found)}
+            for name, found in timings.items()}
+    for backend in ("ort", "openvino"):
+        fp32 = next(v for k, v in rows.items() if k.startswith(f"{backend} fp32"))
+        int4 = next(v for k, v in rows.items() if k.startswith(f"{backend} int4"))
+        int4["decode_speedup_over_fp32"] = round(int4["decode_tokens_per_s"] / fp32["decode_tokens_per_s"], 2)
+    result = {"family": args.family, "prompt": args.prompt, "decode_tokens": args.tokens,
+              "rounds": args.rounds, "threads": THREADS, "engines": rows}
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "decoder-speed.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
