@@ -78,7 +78,12 @@ def dynamic_int8_stage(context: BuildContext) -> None:
     from deploycc.quantize.dynamic import quantize_dynamically
 
     context.stage = Stage.QUANTIZE
-    quantized, note = quantize_dynamically(context.legalized_path, context.staging)
+    try:
+        quantized, note = quantize_dynamically(context.legalized_path, context.staging)
+    except Exception as error:  # the quantizer's own failure (a crash in its process): the build's, said
+        context.stop(stage=Stage.QUANTIZE, message=f"int8 dynamic failed: {type(error).__name__}: "
+                                                   f"{str(error).strip()[:200]}")
+        return
     context.engine_model = quantized
     context.notes.append(note)
 

@@ -34,7 +34,16 @@ def quantizable_weights(model: Path) -> int:
 
 
 def quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
-    """The model with its constant MatMul weights in int8, written beside it, and what was done."""
+    """The model with its constant MatMul weights in int8, written beside it, and what was done;
+    past protobuf's limit in a process of its own (quantize/isolated.py)."""
+    if past_protobuf_limit(model):
+        from deploycc.quantize.isolated import in_own_process
+
+        return in_own_process(_quantize_dynamically, model, outdir)
+    return _quantize_dynamically(model, outdir)
+
+
+def _quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from deploycc import io

@@ -1,0 +1,32 @@
+"""A quantizer run in a process of its own, for models past protobuf's 2 GB: ONNX Runtime's
+quantizers load the whole model with the onnx package, which killed deploycc by a segmentation
+fault (in onnx's load_external_data_for_tensor, under quantize_dynamic) on a 4.4 GB decoder. In a
+child the crash is the quantizer's failure, with its reason, and the build goes on: a precision
+candidate is not chosen, `--precision int8` ends at quantize and says why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+Result = TypeVar("Result")
+
+
+class QuantizerCrashed(RuntimeError):
+    """The quantizer's process died (a signal, or out of memory) without an answer."""
+
+
+def in_own_process(function: Callable[..., Result], *args: object) -> Result:
+    """`function(*args)` in a fresh interpreter (spawned: nothing of this process's threads or
+    loaded sessions goes with it); its exceptions come back as raised. `function` must be a module's
+    top-level function and its arguments picklable."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            return pool.submit(function, *args).result()
+        except BrokenProcessPool:
+            raise QuantizerCrashed(f"{getattr(function, '__name__', 'the quantizer')}'s process died "
+                                   "(killed by a signal or out of memory)") from None

@@ -1,0 +1,36 @@
+"""A quantizer past protobuf's limit runs in a process of its own (quantize/isolated.py): what it
+returns comes back as it would in this one, and a crash (ONNX Runtime's quantize_dynamic died by
+SIGSEGV on a 4.4 GB decoder and took deploycc with it) is an exception with the reason."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import onnx
+import pytest
+
+from deploycc.quantize.dynamic import _quantize_dynamically
+from deploycc.quantize.isolated import QuantizerCrashed, in_own_process
+from examples.make_models import relu_mlp
+
+
+def crash() -> None:
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_a_crash_in_the_quantizers_process_is_an_exception_here() -> None:
+    with pytest.raises(QuantizerCrashed, match="crash's process died"):
+        in_own_process(crash)
+
+
+def test_its_result_comes_back_as_in_this_process(tmp_path: Path) -> None:
+    model = tmp_path / "mlp.onnx"
+    onnx.save(relu_mlp((64, 64, 16), batch=2, std=0.1), model)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "child").mkdir()
+    here_file, here_note = _quantize_dynamically(model, tmp_path / "here")
+    child_file, child_note = in_own_process(_quantize_dynamically, model, tmp_path / "child")
+    assert child_note == here_note and "2 weight(s)" in child_note
+    assert child_file.read_bytes() == here_file.read_bytes()
