@@ -10,7 +10,7 @@ OpenVINO (fp32 hint), deploycc's int4 recipe for openvino-cpu (NNCF compress_wei
 prompt, then 32 single-token steps on the growing cache), one engine after the other, the order
 turned every round; the medians over the rounds. Accuracy is not judged here (random weights say
 nothing of int4's accuracy on a trained model): `deploycc build --precision int4` judges it.
-Writes results/decoder-speed.json.
+Writes results/decoder-speed-FAMILY.json.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def main() -> None:
     result = {"family": args.family, "prompt": args.prompt, "decode_tokens": args.tokens,
               "rounds": args.rounds, "threads": THREADS, "engines": rows}
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "decoder-speed.json").write_text(json.dumps(result, indent=1) + "\n")
+    (HERE / "results" / f"decoder-speed-{args.family}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
 
