@@ -6,9 +6,13 @@ The decoder as benchmarks/decoders.py exported it (Optimum, random weights). Fou
 each, in one process: the raw export on ONNX Runtime's defaults (fp32), deploycc's int4 recipe for
 ort-cpu on it (quantize/weights.py: MatMulNBits, blocks of 32, accuracy level 4), the raw export on
 OpenVINO (fp32 hint), deploycc's int4 recipe for openvino-cpu (NNCF compress_weights, INT4_SYM, group
-32) at the same hint. Each is timed by bench/generative.py's loop (time to first token at the
-prompt, then 32 single-token steps on the growing cache), one engine after the other, the order
-turned every round; the medians over the rounds. Accuracy is not judged here (random weights say
+32) at the same hint; and, where it was made, onnxruntime-genai's model builder's int4 model of the
+same config (`python -m onnxruntime_genai.models.builder -i decoders-work/FAMILY/hf -o
+decoders-work/FAMILY/genai-int4 -p int4 -e cpu`, run in the main bench environment: the builder
+needs transformers 5, Optimum below 5), whose attention is ORT's fused GroupQueryAttention. Each is
+timed by bench/generative.py's loop (time to first token at the prompt, then 32 single-token steps on
+the growing cache), one engine after the other, the order turned every round; the medians over the
+rounds. Accuracy is not judged here (random weights say
 nothing of int4's accuracy on a trained model): `deploycc build --precision int4` judges it.
 Writes results/decoder-speed-FAMILY.json.
 """
@@ -108,21 +112,28 @@ def main() -> None:
                "openvino fp32 (raw export, f32 hint)": openvino_run(model),
                "openvino int4 (deploycc's recipe, f32 hint)": openvino_run(made["openvino-int4"])}
     drawn = drawn_inputs(model)
+    signatures = {name: signature for name in engines}
+    genai = model.parent.parent / "genai-int4" / "model.onnx"
+    if genai.exists():  # its cache's head size is symbolic: the same config's drawn inputs say it
+        engines["ort int4 (onnxruntime-genai's model builder)"] = ort_run(genai)
+        signatures["ort int4 (onnxruntime-genai's model builder)"] = decoder_signature(ir.load(genai).graph)
     timings: dict[str, list] = {name: [] for name in engines}
     for round_ in range(args.rounds):
         order = list(engines) if round_ % 2 == 0 else list(reversed(engines))
         for name in order:
-            bench = time_generation(engines[name], signature, drawn, lengths=(args.prompt,),
+            bench = time_generation(engines[name], signatures[name], drawn, lengths=(args.prompt,),
                                     decode_tokens=args.tokens, repeats=1)
             timings[name].append(bench.timings[0])
             print(name, bench.lines()[0], flush=True)
     rows = {name: {"ttft_ms": statistics.median(t.ttft_ms for t in found),
                    "decode_tokens_per_s": statistics.median(t.decode_tokens_per_s for t in found)}
             for name, found in timings.items()}
-    for backend in ("ort", "openvino"):
-        fp32 = next(v for k, v in rows.items() if k.startswith(f"{backend} fp32"))
-        int4 = next(v for k, v in rows.items() if k.startswith(f"{backend} int4"))
-        int4["decode_speedup_over_fp32"] = round(int4["decode_tokens_per_s"] / fp32["decode_tokens_per_s"], 2)
+    for name, row in rows.items():
+        backend = name.split()[0]
+        fp32 = rows[next(k for k in rows if k.startswith(f"{backend} fp32"))]
+        if "int4" in name:
+            speedup = row["decode_tokens_per_s"] / fp32["decode_tokens_per_s"]
+            row["decode_speedup_over_fp32"] = round(speedup, 2)
     result = {"family": args.family, "prompt": args.prompt, "decode_tokens": args.tokens,
               "rounds": args.rounds, "threads": THREADS, "engines": rows}
     (HERE / "results").mkdir(exist_ok=True)

@@ -19,14 +19,32 @@ class QuantizerCrashed(RuntimeError):
 def in_own_process(function: Callable[..., Result], *args: object) -> Result:
     """`function(*args)` in a fresh interpreter (spawned: nothing of this process's threads or
     loaded sessions goes with it); its exceptions come back as raised. `function` must be a module's
-    top-level function and its arguments picklable."""
+    top-level function and its arguments picklable. Its temporary files go in a folder removed
+    after, however it ended: ONNX Runtime's quantizer writes a copy of the model there (4.1 GB of a
+    4.4 GB decoder, left behind by each crash until the disk was full)."""
     import multiprocessing
+    import shutil
+    import tempfile
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        try:
-            return pool.submit(function, *args).result()
-        except BrokenProcessPool:
-            raise QuantizerCrashed(f"{getattr(function, '__name__', 'the quantizer')}'s process died "
-                                   "(killed by a signal or out of memory)") from None
+    scratch = tempfile.mkdtemp(prefix="deploycc-quantizer-")
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_temporary_files_in, initargs=(scratch,)) as pool:
+            try:
+                return pool.submit(function, *args).result()
+            except BrokenProcessPool:
+                raise QuantizerCrashed(f"{getattr(function, '__name__', 'the quantizer')}'s process died "
+                                       "(killed by a signal or out of memory)") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _temporary_files_in(folder: str) -> None:
+    """The child's temporary files (tempfile's, and so ONNX Runtime's quantizer's) in `folder`."""
+    import os
+    import tempfile
+
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = folder
