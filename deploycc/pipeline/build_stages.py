@@ -220,10 +220,19 @@ def verify_stage(context: BuildContext) -> None:
         context.verification, context.feeds = verification, drawn.feeds
         if verification.passed:
             context.status, context.stage, context.message = BuildStatus.VERIFIED, Stage.DONE, "verified"
+        elif _judged_by_generation(context) and not verification.needs_inputs:
+            verification.forward_problem = verification.problem  # the generation stage decides
+            context.status, context.stage, context.message = BuildStatus.VERIFIED, Stage.DONE, "verified"
         elif verification.needs_inputs:
             context.stop(BuildStatus.NEEDS_INPUTS, message=verification.problem)
         else:
             context.stop(message=f"verification failed: {verification.problem}")
+
+
+def _judged_by_generation(context: BuildContext) -> bool:
+    """A quantized decoder (int8, int4) is judged by its greedy generation, not by one forward on
+    drawn token ids element by element (verify/generation.py, `by_tokens`)."""
+    return context.decoder is not None and context.precision in QUANTIZED
 
 
 def generation_stage(context: BuildContext) -> None:
@@ -236,7 +245,7 @@ def generation_stage(context: BuildContext) -> None:
     assert context.legalized is not None
     verification = context.verification or context.legalized.verification
     signature = context.decoder
-    if signature is None or verification is None or not verification.passed:
+    if signature is None or verification is None or not (verification.passed or verification.forward_problem):
         return
     context.stage = Stage.VERIFY
     drawn = context.inputs()
@@ -246,22 +255,29 @@ def generation_stage(context: BuildContext) -> None:
         with _candidate_run(context) as candidate:
             check = check_generation(reference, candidate, signature, original_feeds=drawn.original_feeds,
                                      candidate_feeds=drawn.feeds, precision=verification.precision,
-                                     ran_on=ran_on)
+                                     ran_on=ran_on, by_tokens=_judged_by_generation(context))
     except (BackendError, BackendUnavailable):
         raise
     except Exception as error:  # what either run raised on an empty cache, a token, a length
         why = f"greedy generation not checked ({ran_on}): {error}".splitlines()[0]
+        if verification.forward_problem:  # nothing else judges a quantized decoder
+            context.stop(BuildStatus.FAILED, Stage.VERIFY,
+                         f"verification failed: {verification.forward_problem}; {why}")
+            return
         context.skipped.append(SkippedStep(SafetyStep.VERIFICATION, why))
         return
     verification.generation = check
     if not check.passed:
         verification.passed, verification.problem = False, check.problem
         context.stop(BuildStatus.FAILED, Stage.VERIFY, f"verification failed: {check.problem}")
+    elif verification.forward_problem:
+        verification.passed, verification.problem = True, ""
 
 
 # Past this many bytes of weights the engine is let go while the original generates, and loaded
 # again after: two copies of a 2.4 GB decoder's weights were the build's peak.
 RELEASE_ENGINE_BYTES = 1 << 28
+GENERATION = "generation"  # the original's greedy generation, in BuildContext.shared
 
 
 def _reference_generation(context: BuildContext, signature: Any, original_feeds: dict[str, Any]) -> Any:
@@ -272,10 +288,14 @@ def _reference_generation(context: BuildContext, signature: Any, original_feeds:
     from deploycc.verify.runner import run_session, session
 
     weights = sum(file.stat().st_size for file in model_files(context.source) if file.is_file())
+    if GENERATION in context.shared:  # the precision search's candidates share the original's
+        return context.shared[GENERATION]
     if context.engine is not None and weights > RELEASE_ENGINE_BYTES:
         context.close()
     original = session(context.source, optimize=True, threads=0)
-    return reference_generation(lambda feeds: run_session(original, feeds), signature, original_feeds)
+    reference = reference_generation(lambda feeds: run_session(original, feeds), signature, original_feeds)
+    context.shared[GENERATION] = reference
+    return reference
 
 
 @contextlib.contextmanager
@@ -348,6 +368,14 @@ def _unbuilt(context: BuildContext) -> bool:
     return context.artifact is None
 
 
+def _host_decoder(context: BuildContext) -> bool:
+    """A decoder whose engine verified here and whose generation is not checked yet (a precision
+    candidate adopted as the build's was checked as a candidate)."""
+    verification = context.verification
+    return context.decoder is not None and context.status == BuildStatus.VERIFIED and \
+        verification is not None and verification.generation is None
+
+
 def _device_decoder(context: BuildContext) -> bool:
     """A decoder whose engine is built on the device: its generation is checked here on its model."""
     return context.artifact is not None and context.artifact.pending_on_device and context.decoder is not None
@@ -371,8 +399,7 @@ BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("device-reference", device_reference_stage, label=lambda c: None,
                wanted=lambda c: c.artifact is not None and c.artifact.pending_on_device),
     BuildStage("verify", verify_stage, wanted=lambda c: c.verification is None),
-    BuildStage("generate", generation_stage,
-               wanted=lambda c: c.decoder is not None and c.status == BuildStatus.VERIFIED),
+    BuildStage("generate", generation_stage, wanted=_host_decoder),
     BuildStage("bench", bench_stage, wanted=lambda c: c.options.bench and c.status == BuildStatus.VERIFIED),
 )
 

@@ -96,6 +96,8 @@ class BuildContext:
     # candidate reads its build's: onnx refuses external data that is linked, hard or symbolic)
     legalized_file: Path | None = None
     _drawn: dict[str, DrawnInputs] = field(default_factory=dict)
+    # what a build computes once for all its precision candidates (the original's greedy generation)
+    shared: dict[str, Any] = field(default_factory=dict)
 
     @property
     def legalized_path(self) -> Path:

@@ -52,7 +52,7 @@ ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8)
 SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice is made
 # The build's stages a candidate runs, by name (the same functions, so a candidate is built as
 # the chosen one will be): the build's stage list hands them over
-CANDIDATE_STAGES = ("quantize", "int8-dynamic", "half", "half-declined", "build", "verify")
+CANDIDATE_STAGES = ("quantize", "int8-dynamic", "half", "half-declined", "build", "verify", "generate")
 HALF_ANALYSIS_STAGES = ("half", "half-declined")
 # Each comparison with fp32 runs blocks of interleaved pairs of about BLOCK_SECONDS until the ratio's
 # 95% interval lies on one side of FASTER or MAX_TIMING_SECONDS have passed: a fast model is decided in
@@ -264,6 +264,7 @@ def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
                              engine_model=context.legalized_path,
                              samples=context.samples if precision == Precision.INT8 else None)
     candidate._drawn = context._drawn  # the inputs are drawn once for every candidate
+    candidate.shared = context.shared
     try:
         run_stages(candidate, stages)
     except Exception as error:  # a candidate that breaks is not chosen; the build goes on without it
@@ -311,6 +312,8 @@ def _judged(candidate: BuildContext, precision: Precision) -> PrecisionCandidate
         outcome = CandidateOutcome.OVER_BUDGET if verification is not None else CandidateOutcome.FAILED
         return _candidate(precision, outcome, candidate.message or str(candidate.status), verification)
     judged = _candidate(precision, CandidateOutcome.OVER_BUDGET, "", verification)
+    if verification.forward_problem:  # a quantized decoder, within budget by its generation
+        return None
     if judged.min_cosine is not None and judged.min_cosine < MIN_COSINE:
         judged.why = f"an output's cosine {judged.min_cosine:.6f} < {MIN_COSINE}"
         return judged

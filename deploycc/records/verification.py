@@ -94,6 +94,9 @@ class Verification:
     # cosine floor: OpenVINO folding a per-position scale into a Conv): its defect, not deploycc's.
     backend_defect: list[str] = field(default_factory=list)
     generation: GenerationCheck | None = None  # a decoder with a KV cache: its greedy generation
+    # A quantized decoder (int8, int4) is judged by its generation, not by one forward elementwise:
+    # the forward's problem, kept for the reports, where the generation passed
+    forward_problem: str = ""
 
     def caveat(self) -> str:
         """What a pass rests on beyond elementwise tolerance, for the reports ('' when nothing)."""
@@ -117,4 +120,7 @@ class Verification:
             parts.append(f"{', '.join(self.backend_defect)} as wrong as the backend computes the model as "
                          "exported, and no more: a defect of the backend beyond rounding, which no rule "
                          "of this target avoids yet")
+        if self.forward_problem:
+            parts.append("a quantized decoder, judged by its greedy generation (tokens, and the logits' "
+                         f"cosine); one forward on drawn token ids moved further ({self.forward_problem})")
         return "; ".join(parts)
