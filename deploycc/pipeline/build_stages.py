@@ -287,9 +287,9 @@ def _reference_generation(context: BuildContext, signature: Any, original_feeds:
     from deploycc.verify.generation import reference_generation
     from deploycc.verify.runner import run_session, session
 
-    weights = sum(file.stat().st_size for file in model_files(context.source) if file.is_file())
     if GENERATION in context.shared:  # the precision search's candidates share the original's
         return context.shared[GENERATION]
+    weights = sum(file.stat().st_size for file in model_files(context.source) if file.is_file())
     if context.engine is not None and weights > RELEASE_ENGINE_BYTES:
         context.close()
     original = session(context.source, optimize=True, threads=0)
