@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc.backends.base import BackendError, BackendUnavailable, BuildRequest
 from deploycc.errors import OptionError
 from deploycc.pipeline.context import BuildContext, DrawnInputs
+from deploycc.pipeline.generation import candidate_run, reference_generation, release_large_engine
 from deploycc.pipeline.outcome import RUN_REFUSED
 from deploycc.pipeline.stages import BuildStage
 from deploycc.results import SkippedStep
@@ -213,6 +214,7 @@ def verify_stage(context: BuildContext) -> None:
                                    precision=verification_precision(context.legalized, context.precision),
                                    original=(context.source, drawn.original_feeds))
         if not verification.passed and not verification.needs_inputs:
+            release_large_engine(context)  # the backend builds the export too: not both at once
             on_original = backend_on_original(context, drawn.original_feeds)
             if on_original is not None:
                 within_backend_on_original(verification, expected, on_original)
@@ -251,8 +253,8 @@ def generation_stage(context: BuildContext) -> None:
     drawn = context.inputs()
     ran_on = "the engine" if context.engine is not None else "the device's model on ONNX Runtime CPU"
     try:
-        reference = _reference_generation(context, signature, drawn.original_feeds)
-        with _candidate_run(context) as candidate:
+        reference = reference_generation(context, signature, drawn.original_feeds)
+        with candidate_run(context) as candidate:
             check = check_generation(reference, candidate, signature, original_feeds=drawn.original_feeds,
                                      candidate_feeds=drawn.feeds, precision=verification.precision,
                                      ran_on=ran_on, by_tokens=_judged_by_generation(context))
@@ -272,46 +274,6 @@ def generation_stage(context: BuildContext) -> None:
         context.stop(BuildStatus.FAILED, Stage.VERIFY, f"verification failed: {check.problem}")
     elif verification.forward_problem:
         verification.passed, verification.problem = True, ""
-
-
-# Past this many bytes of weights the engine is let go while the original generates, and loaded
-# again after: two copies of a 2.4 GB decoder's weights were the build's peak.
-RELEASE_ENGINE_BYTES = 1 << 28
-GENERATION = "generation"  # the original's greedy generation, in BuildContext.shared
-
-
-def _reference_generation(context: BuildContext, signature: Any, original_feeds: dict[str, Any]) -> Any:
-    """The original's greedy generation on ONNX Runtime CPU, its session let go after; a large
-    model's engine is let go for it too (reloaded by `_candidate_run`)."""
-    from deploycc.io import model_files
-    from deploycc.verify.generation import reference_generation
-    from deploycc.verify.runner import run_session, session
-
-    if GENERATION in context.shared:  # the precision search's candidates share the original's
-        return context.shared[GENERATION]
-    weights = sum(file.stat().st_size for file in model_files(context.source) if file.is_file())
-    if context.engine is not None and weights > RELEASE_ENGINE_BYTES:
-        context.close()
-    original = session(context.source, optimize=True, threads=0)
-    reference = reference_generation(lambda feeds: run_session(original, feeds), signature, original_feeds)
-    context.shared[GENERATION] = reference
-    return reference
-
-
-@contextlib.contextmanager
-def _candidate_run(context: BuildContext) -> Iterator[Any]:
-    """The candidate's run: the engine (loaded again where `_reference_generation` let it go), else
-    the model the device builds from, on ONNX Runtime CPU."""
-    from deploycc.verify.runner import run_session, session
-
-    if context.artifact is not None and not context.artifact.pending_on_device:
-        if context.engine is None:
-            assert context.request is not None
-            context.engine = context.backend.load(context.artifact, context.staging, context.request)
-        yield context.engine.run
-        return
-    candidate = session(context.engine_model or context.legalized_path, optimize=True, threads=0)
-    yield lambda feeds: run_session(candidate, feeds)
 
 
 def _first_sizes_both_run(context: BuildContext) -> tuple[DrawnInputs, Any, Any, str]:
