@@ -155,6 +155,31 @@ def _cache_roles(graph: ir.Graph) -> dict[tuple[str, int], str]:
     return {(entry.past, entry.axis): SEQUENCE for entry in signature.cache}
 
 
+def _attention_head_sizes(graph: ir.Graph) -> dict[tuple[str, int], int]:
+    """The head size of each cache input ONNX Runtime's fused GroupQueryAttention reads (as
+    onnxruntime-genai's model builder writes decoders, the cache's last dim symbolic: drawn as an image
+    width, 224, the attention refused it): the packed q/k/v projection's width over the heads it holds."""
+    from deploycc.graph.graphs import all_nodes
+
+    inputs = {id(v): v.name or "" for v in graph.inputs}
+    sizes: dict[tuple[str, int], int] = {}
+    for node in all_nodes(graph):
+        if node.op_type != "GroupQueryAttention" or len(node.inputs) < 5 or node.inputs[0] is None:
+            continue
+        heads, kv_heads = (node.attributes.get(name) for name in ("num_heads", "kv_num_heads"))
+        producer = node.inputs[0].producer()
+        width = producer.attributes.get("N") if producer is not None and producer.op_type == "MatMulNBits" \
+            else None
+        if heads is None or kv_heads is None or width is None:
+            continue
+        packed = len(node.inputs) < 2 or node.inputs[1] is None  # q, k and v in one input
+        total = int(heads.value) + (2 * int(kv_heads.value) if packed else 0)
+        for cache in node.inputs[3:5]:
+            if cache is not None and id(cache) in inputs:
+                sizes[(inputs[id(cache)], 3)] = int(width.value) // total
+    return sizes
+
+
 def _has_rnn(graph: ir.Graph) -> bool:
     from deploycc.graph.graphs import all_nodes
 
@@ -197,6 +222,7 @@ def guess_dims(graph: ir.Graph, metadata: Mapping[str, str] | None = None) -> li
     rnn = _has_rnn(graph)
     read_by_rnn = _rnn_roles(graph) if rnn else {}
     read_by_rnn.update(_cache_roles(graph))
+    head_sizes = _attention_head_sizes(graph)
     for value in graph.inputs:
         if value.name in graph.initializers:
             continue
@@ -210,6 +236,11 @@ def guess_dims(graph: ir.Graph, metadata: Mapping[str, str] | None = None) -> li
             if isinstance(dim, int):
                 continue
             given = read_by_rnn.get((value.name or "", axis))
+            head = head_sizes.get((value.name or "", axis))
+            if head is not None:  # no role's size: the one the attention reads
+                guesses.append(DimGuess(value.name or "", axis, str(dim), OTHER, head, (),
+                                        f"{OTHER} (GroupQueryAttention's head size): {head}"))
+                continue
             guesses.append(_guess(value.name or "", axis, str(dim), dims, layout, rnn_state, image, rate,
                                   given))
     return guesses

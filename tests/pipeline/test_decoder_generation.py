@@ -230,3 +230,28 @@ def test_a_quantized_decoder_is_judged_by_its_generation(tmp_path: Path) -> None
     assert "judged by its greedy generation" in verification.caveat()
     failed = api.build(two_layers, "ort-cpu", tmp_path / "two", options)
     assert failed.status == "failed" and "the logits' cosine" in failed.summary, failed.summary
+
+
+def test_the_head_size_of_a_cache_groupqueryattention_reads() -> None:
+    """onnxruntime-genai's builder leaves the cache's head size symbolic (`kv_cache_dim`); a rank-4
+    cache with 2 KV heads looked like an image and the dim was drawn as a width of 224. The packed
+    q/k/v projection's width (MatMulNBits N = 1152) over its heads (14 + 2 x 2) says 64."""
+    from onnx import TensorProto, helper
+
+    cache = ["batch_size", 2, "past_sequence_length", "kv_cache_dim"]
+    graph = helper.make_graph(
+        [helper.make_node("MatMulNBits", ["hidden", "w", "scales"], ["qkv"], domain="com.microsoft",
+                          K=896, N=1152, bits=4, block_size=32),
+         helper.make_node("GroupQueryAttention",
+                          ["qkv", "", "", "past.0.key", "past.0.value", "seqlens", "total"],
+                          ["out", "present.0.key", "present.0.value"], domain="com.microsoft",
+                          num_heads=14, kv_num_heads=2)],
+        "gqa", [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch_size", "length", 896]),
+                helper.make_tensor_value_info("past.0.key", TensorProto.FLOAT, cache),
+                helper.make_tensor_value_info("past.0.value", TensorProto.FLOAT, cache)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    guesses = {(g.input, g.axis): g for g in guess_dims(ir.from_proto(model).graph)}
+    assert guesses[("past.0.key", 3)].typical == 64 and guesses[("past.0.value", 3)].typical == 64
+    assert "GroupQueryAttention" in guesses[("past.0.key", 3)].source
