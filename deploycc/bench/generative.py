@@ -14,7 +14,7 @@ import numpy as np
 
 from deploycc.graph.decoder import DecoderSignature
 from deploycc.records.bench import GenerationBench, GenerationTiming
-from deploycc.verify.generation import empty_cache, next_cache, step_feeds
+from deploycc.verify.generation import empty_cache, last_logits, next_cache, step_feeds
 
 PROMPT_LENGTHS = (128, 512, 2048)
 DECODE_TOKENS = 32
@@ -46,6 +46,10 @@ def _timed(run: Run, signature: DecoderSignature, prompt: np.ndarray, cache: dic
            dtypes: Mapping[str, np.dtype], decode_tokens: int, repeats: int) -> GenerationTiming:
     prefill, decode = [], []
     cache_bytes = 0
+
+    def greedy(outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        return np.array([[int(np.argmax(last_logits(signature, outputs)))]], prompt.dtype)
+
     run(step_feeds(signature, prompt, cache, 0, dtypes))  # warm: the first run at a new size plans it
     for _ in range(repeats):
         feeds = step_feeds(signature, prompt, cache, 0, dtypes)
@@ -53,7 +57,7 @@ def _timed(run: Run, signature: DecoderSignature, prompt: np.ndarray, cache: dic
         outputs = run(feeds)
         prefill.append(time.perf_counter() - tick)
         past, length = next_cache(signature, outputs), prompt.shape[1]
-        token = np.array([[int(np.argmax(np.asarray(outputs[signature.logits])[0, -1]))]], prompt.dtype)
+        token = greedy(outputs)
         spent = 0.0
         for _ in range(decode_tokens):
             feeds = step_feeds(signature, token, past, length, dtypes)
@@ -61,7 +65,7 @@ def _timed(run: Run, signature: DecoderSignature, prompt: np.ndarray, cache: dic
             outputs = run(feeds)
             spent += time.perf_counter() - tick
             past, length = next_cache(signature, outputs), length + 1
-            token = np.array([[int(np.argmax(np.asarray(outputs[signature.logits])[0, -1]))]], prompt.dtype)
+            token = greedy(outputs)
         decode.append(spent)
         cache_bytes = sum(array.nbytes for array in past.values())
     per_token = statistics.median(decode) / decode_tokens

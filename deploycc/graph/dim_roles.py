@@ -220,8 +220,10 @@ def guess_dims(graph: ir.Graph, metadata: Mapping[str, str] | None = None) -> li
     # in a model with RNNs carries the batch at dim 1 (Silero VAD's `state` [2, ?, 128] reaches its
     # LSTM through If outputs, which no walk follows reliably).
     rnn = _has_rnn(graph)
+    # roles the graph gives some inputs' dims, with why: what an RNN reads, a decoder's cache length
     read_by_rnn = _rnn_roles(graph) if rnn else {}
-    read_by_rnn.update(_cache_roles(graph))
+    given = {place: (role, "an RNN reads the input so") for place, role in read_by_rnn.items()}
+    given.update({place: (role, "the KV cache's past length") for place, role in _cache_roles(graph).items()})
     head_sizes = _attention_head_sizes(graph)
     for value in graph.inputs:
         if value.name in graph.initializers:
@@ -235,24 +237,22 @@ def guess_dims(graph: ir.Graph, metadata: Mapping[str, str] | None = None) -> li
         for axis, dim in enumerate(dims):
             if isinstance(dim, int):
                 continue
-            given = read_by_rnn.get((value.name or "", axis))
             head = head_sizes.get((value.name or "", axis))
             if head is not None:  # no role's size: the one the attention reads
                 guesses.append(DimGuess(value.name or "", axis, str(dim), OTHER, head, (),
                                         f"{OTHER} (GroupQueryAttention's head size): {head}"))
                 continue
             guesses.append(_guess(value.name or "", axis, str(dim), dims, layout, rnn_state, image, rate,
-                                  given))
+                                  given.get((value.name or "", axis))))
     return guesses
 
 
 def _guess(input_name: str, axis: int, name: str, dims: list[int | str], layout: dict[int, str],
-           rnn_state: bool, image: tuple[int, int] | None, rate: int | None, read_by_rnn: str | None
-           ) -> DimGuess:
+           rnn_state: bool, image: tuple[int, int] | None, rate: int | None,
+           given: tuple[str, str] | None) -> DimGuess:
     named = _role_from_name(name)
-    if read_by_rnn is not None:
-        role, why = read_by_rnn, ("the KV cache's past length" if read_by_rnn == SEQUENCE
-                                  else "an RNN reads the input so")
+    if given is not None:
+        role, why = given
     elif rnn_state and axis == 1:
         role, why = BATCH, "dim 1 of an RNN's initial state is its batch"
     elif named is not None:

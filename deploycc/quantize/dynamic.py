@@ -8,19 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from deploycc.quantize.isolated import past_protobuf_limit, quantized_in_own_process_if_large
+
 DYNAMIC_INT8_ONNX = "model.int8-dynamic.onnx"
 # The ops whose constant weights are quantized: the MatMuls of a transformer's projections and
 # feed-forward layers (ORT's quantizer takes a Gemm with them; a Conv's dynamic int8 is slower than
 # fp32 on ORT's CPU provider). A model without such a MatMul (a CNN and its Gemm head) is no candidate.
 WEIGHT_OPS = ("MatMul",)
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeMatMul")  # what the quantized model computes them with
-LARGE_MODEL = 1 << 31  # protobuf's limit: beyond it the quantized weights go to external data
-
-
-def past_protobuf_limit(model: Path) -> bool:
-    """Whether the model and its external data files together pass LARGE_MODEL: its quantized form is
-    then written with external data too, and is never held as one protobuf."""
-    return sum(f.stat().st_size for f in model.parent.glob(f"{model.name}*")) > LARGE_MODEL
 
 
 def quantizable_weights(model: Path) -> int:
@@ -36,11 +31,7 @@ def quantizable_weights(model: Path) -> int:
 def quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
     """The model with its constant MatMul weights in int8, written beside it, and what was done;
     past protobuf's limit in a process of its own (quantize/isolated.py)."""
-    if past_protobuf_limit(model):
-        from deploycc.quantize.isolated import in_own_process
-
-        return in_own_process(_quantize_dynamically, model, outdir)
-    return _quantize_dynamically(model, outdir)
+    return quantized_in_own_process_if_large(_quantize_dynamically, model, outdir)
 
 
 def _quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:

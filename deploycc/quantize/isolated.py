@@ -7,9 +7,17 @@ candidate is not chosen, `--precision int8` ends at quantize and says why."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 Result = TypeVar("Result")
+LARGE_MODEL = 1 << 31  # protobuf's limit: beyond it the quantized weights go to external data
+
+
+def past_protobuf_limit(model: Path) -> bool:
+    """Whether the model and its external data files together pass LARGE_MODEL: its quantized form is
+    then written with external data too, and is never held as one protobuf."""
+    return sum(f.stat().st_size for f in model.parent.glob(f"{model.name}*")) > LARGE_MODEL
 
 
 class QuantizerCrashed(RuntimeError):
@@ -48,3 +56,10 @@ def _temporary_files_in(folder: str) -> None:
 
     os.environ["TMPDIR"] = folder
     tempfile.tempdir = folder
+
+
+def quantized_in_own_process_if_large(quantize: Callable[[Path, Path], Result], model: Path,
+                                      outdir: Path) -> Result:
+    """`quantize(model, outdir)`: in a process of its own where the model passes protobuf's limit
+    (past_protobuf_limit), here otherwise (a process costs a second or two)."""
+    return in_own_process(quantize, model, outdir) if past_protobuf_limit(model) else quantize(model, outdir)

@@ -35,15 +35,14 @@ def quantize_weights_int4(quantizer: WeightQuantizer, model: Path, outdir: Path)
     """The model with its constant MatMul weights in int4 blocks, written in `outdir` by the backend's
     tool, and what was done; NoWeightsToQuantize where it has none."""
     from deploycc import io
-    from deploycc.quantize.dynamic import past_protobuf_limit, quantizable_weights
-    from deploycc.quantize.isolated import in_own_process
+    from deploycc.quantize.dynamic import quantizable_weights
+    from deploycc.quantize.isolated import quantized_in_own_process_if_large
 
     if quantizable_weights(model) == 0 and not any(_lowerable(node) for node in io.peek(model).model.graph):
         raise NoWeightsToQuantize("int4 weight-only quantizes MatMul weights, and this model has no MatMul "
                                   "(or Gemm inside the graph) that reads a constant weight")
-    if quantizer == WeightQuantizer.ORT_MATMUL_NBITS and past_protobuf_limit(model):
-        # ONNX Runtime's quantizer loads the whole model with onnx: in a process of its own past 2 GB
-        return in_own_process(_matmul_nbits, model, outdir)
+    if quantizer == WeightQuantizer.ORT_MATMUL_NBITS:  # it loads the whole model with onnx
+        return quantized_in_own_process_if_large(_matmul_nbits, model, outdir)
     return WEIGHT_QUANTIZERS[quantizer](model, outdir)
 
 
@@ -52,7 +51,7 @@ def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     from deploycc import io
-    from deploycc.quantize.dynamic import past_protobuf_limit
+    from deploycc.quantize.isolated import past_protobuf_limit
     from deploycc.quantize.ort_qdq import quiet
 
     quantized = outdir / INT4_ONNX

@@ -71,7 +71,7 @@ def generate(run: Run, signature: DecoderSignature, prompt: np.ndarray, cache: M
     rows: list[np.ndarray] = []
     for step in range(steps):
         outputs = run(step_feeds(signature, current, past, past_length, dtypes))
-        row = np.asarray(outputs[signature.logits])[0, -1].astype(np.float32)
+        row = last_logits(signature, outputs)
         chosen.append(int(np.argmax(row)))
         rows.append(row)
         past, past_length = next_cache(signature, outputs), past_length + current.shape[1]
@@ -91,6 +91,11 @@ def step_feeds(signature: DecoderSignature, tokens: np.ndarray, past: Mapping[st
     if signature.position_ids is not None:
         feeds[signature.position_ids] = np.arange(past_length, past_length + length, dtype=np.int64)[None]
     return {name: np.asarray(array, dtypes.get(name, array.dtype)) for name, array in feeds.items()}
+
+
+def last_logits(signature: DecoderSignature, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """A step's logits at its last position (what its greedy token is chosen from), as float32."""
+    return np.asarray(outputs[signature.logits])[0, -1].astype(np.float32)
 
 
 def next_cache(signature: DecoderSignature, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
