@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from deploycc.quantize import QuantizeReport
     from deploycc.records.legalize import LegalizeReport
+    from deploycc.records.verification import GenerationCheck, Verification
 
 HALF = (Precision.FP16, Precision.BF16)
 QUANTIZED = (Precision.INT8, Precision.INT4)  # engines whose float original says nothing of their rounding
@@ -242,38 +243,47 @@ def generation_stage(context: BuildContext) -> None:
     Runtime CPU (verify/generation.py). The candidate is the engine where it runs here, else (an
     engine built on the device) the model the device builds it from. A decoder whose original cannot
     generate from an empty cache says so (a skipped step), as does one with no inputs to start from."""
-    from deploycc.verify.generation import check_generation
-
     assert context.legalized is not None
     verification = context.verification or context.legalized.verification
-    signature = context.decoder
-    if signature is None or verification is None or not (verification.passed or verification.forward_problem):
+    if context.decoder is None or verification is None or \
+            not (verification.passed or verification.forward_problem):
         return
-    context.stage = Stage.VERIFY
-    drawn = context.inputs()
+    with engine_errors(context):  # the engine, loaded again, fails: the build's failure, as in bench
+        check = _checked_generation(context, verification)
+        if check is None:
+            return
+        verification.generation = check
+        if not check.passed:
+            verification.passed, verification.problem = False, check.problem
+            context.stop(BuildStatus.FAILED, Stage.VERIFY, f"verification failed: {check.problem}")
+        elif verification.forward_problem:
+            verification.passed, verification.problem = True, ""
+
+
+def _checked_generation(context: BuildContext, verification: Verification) -> GenerationCheck | None:
+    """The generation's check; None where it could not run, said: a skipped step, or (a quantized
+    decoder, which nothing else judges) the build's failure. A backend's error goes to the caller."""
+    from deploycc.verify.generation import check_generation
+
+    signature, drawn = context.decoder, context.inputs()
+    assert signature is not None
     ran_on = "the engine" if context.engine is not None else "the device's model on ONNX Runtime CPU"
     try:
         reference = reference_generation(context, signature, drawn.original_feeds)
         with candidate_run(context) as candidate:
-            check = check_generation(reference, candidate, signature, original_feeds=drawn.original_feeds,
-                                     candidate_feeds=drawn.feeds, precision=verification.precision,
-                                     ran_on=ran_on, by_tokens=_judged_by_generation(context))
+            return check_generation(reference, candidate, signature, original_feeds=drawn.original_feeds,
+                                    candidate_feeds=drawn.feeds, precision=verification.precision,
+                                    ran_on=ran_on, by_tokens=_judged_by_generation(context))
     except (BackendError, BackendUnavailable):
         raise
     except Exception as error:  # what either run raised on an empty cache, a token, a length
         why = f"greedy generation not checked ({ran_on}): {error}".splitlines()[0]
-        if verification.forward_problem:  # nothing else judges a quantized decoder
+        if verification.forward_problem:
             context.stop(BuildStatus.FAILED, Stage.VERIFY,
                          f"verification failed: {verification.forward_problem}; {why}")
-            return
-        context.skipped.append(SkippedStep(SafetyStep.VERIFICATION, why))
-        return
-    verification.generation = check
-    if not check.passed:
-        verification.passed, verification.problem = False, check.problem
-        context.stop(BuildStatus.FAILED, Stage.VERIFY, f"verification failed: {check.problem}")
-    elif verification.forward_problem:
-        verification.passed, verification.problem = True, ""
+        else:
+            context.skipped.append(SkippedStep(SafetyStep.VERIFICATION, why))
+        return None
 
 
 def _first_sizes_both_run(context: BuildContext) -> tuple[DrawnInputs, Any, Any, str]:

@@ -141,6 +141,7 @@ def test_a_decoder_builds_verified_by_greedy_generation(decoder: Path, tmp_path:
     options = BuildOptions(precision=Precision.FP32, bench=False)
     report = api.build(decoder, target, tmp_path / target, options)
     assert report.status in ("verified", "pending-on-device"), report.summary
+    assert report.stage == "done"  # the generation's check left it at "verify" on success before
     verification = report.verification or report.legalize.verification
     generation = verification.generation
     assert generation is not None and generation.passed, generation
