@@ -92,6 +92,9 @@ class WeightQuantizer(Name):
 
     ORT_MATMUL_NBITS = "ort-matmul-nbits"  # ONNX Runtime's matmul_nbits_quantizer: MatMulNBits
     NNCF_COMPRESS = "nncf-compress-weights"  # NNCF's compress_weights on the OpenVINO model
+    # ONNX Runtime's matmul_nbits_quantizer in its Q/DQ form: DequantizeLinear (opset 21, int4,
+    # block_size) into MatMul, which TensorRT 10's parser reads as INT4 weight-only
+    ORT_BLOCKWISE_QDQ = "ort-blockwise-qdq"
 
 
 class QdqLayout(Name):

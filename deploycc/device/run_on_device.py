@@ -494,8 +494,11 @@ def cache_calibrator(trt, cache):
 TIMING_CACHE = "timing.cache"  # in the bundle, shared with trtexec.sh (deploycc/device/bundle.py's)
 
 # The builder flags of each precision deploycc builds TensorRT engines in. INT8 keeps FP16 on, so a
-# layer without an INT8 kernel falls back to FP16 rather than FP32 (trtexec --int8 --fp16).
-PRECISION_FLAGS = {"fp32": (), "fp16": ("FP16",), "bf16": ("BF16",), "int8": ("INT8", "FP16")}
+# layer without an INT8 kernel falls back to FP16 rather than FP32 (trtexec --int8 --fp16). INT4 is
+# weight-only (its Q/DQ model's int4 DequantizeLinear weights, 10.0 on): GEMMs with fp16
+# activations, the rest in FP16 (trtexec --int4 --fp16).
+PRECISION_FLAGS = {"fp32": (), "fp16": ("FP16",), "bf16": ("BF16",), "int8": ("INT8", "FP16"),
+                   "int4": ("INT4", "FP16")}
 # The precisions whose half-precision analysis names the layers to keep in fp32
 KEEPS_FP32_LAYERS = ("fp16", "bf16")
 
@@ -519,7 +522,7 @@ def network_flags(trt):
 
 def builder_flag(trt, name):
     """trt.BuilderFlag.<name>, or a BuildSettingsError naming the release that lacks it: BF16 came
-    in TensorRT 9.0, and 11 builds strongly typed networks only (no FP16, BF16 or INT8 flag)."""
+    in TensorRT 9.0, INT4 in 10.0, and 11 builds strongly typed networks only (no FP16, BF16 or INT8 flag)."""
     flag = getattr(trt.BuilderFlag, name, None)
     if flag is None:
         raise BuildSettingsError("TensorRT {} has no {} builder flag".format(trt.__version__, name),

@@ -2,13 +2,14 @@
 
 onnx's converter lacks adapters for many ops whose version changed without changing what a node
 computes (Sub 14 -> 13, BatchNormalization 15 -> 14): such nodes are held back from it and pass
-as they are. Two kinds of change need more than the schemas say: an attribute added with a default
-that computes otherwise than the op did before (RoiAlign 16), and attribute values spelled anew
-(GridSample 20).
+as they are. Three kinds of change need more than the schemas say: an attribute added with a
+default that computes otherwise than the op did before (RoiAlign 16), attribute values spelled
+anew (GridSample 20), and a rule between parameters that no formal states (Split 18).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,11 +46,24 @@ def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
     said = attributes_said(node, current, version)
     if said is None:
         return False
+    rule = PARAMETER_RULES.get(node.op_type)
+    if rule is not None and current < rule[0] <= version and rule[1](node):  # going up past it
+        return False
     respelled = frozenset(name for (op, name), (since, spelling, rank) in RESPELLED_VALUES.items()
                           if op == node.op_type and version < since <= current
                           and _respellable(node, name, current, spelling, rank))
     return schemas.valid_at_both(node.op_type, "", current, version, said - respelled,
                                  len(node.inputs), len(node.outputs), respelled)
+
+
+# Rules between an op's parameters from `since` on that its schema's formals do not state, and
+# the nodes they concern: converted up past `since`, those go through onnx's converter, whose
+# adapter mends them. Split 18
+# takes num_outputs where no 'split' input is given (without it ORT refuses to load the model);
+# deploycc had passed Split 13 -> 21 as unchanged (issue 52's int4 Q/DQ for TensorRT 10).
+PARAMETER_RULES: dict[str, tuple[int, Callable[[ir.Node], bool]]] = {
+    "Split": (18, lambda node: len(node.inputs) < 2 or node.inputs[1] is None),
+}
 
 
 # Attribute values an op spells otherwise from `since` on, and the input rank the op took before:

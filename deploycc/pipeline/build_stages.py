@@ -201,6 +201,22 @@ def device_reference_stage(context: BuildContext) -> None:
                           drawn.described)
 
 
+def stand_in_stage(context: BuildContext) -> None:
+    """An int4 model the device builds from, judged on ONNX Runtime CPU in the engine's place
+    (pipeline/stand_in.py): a bundle whose weights no longer compute the model is not sent."""
+    from deploycc.pipeline.stand_in import judged_on_host, stand_in_note
+
+    with engine_errors(context):
+        verification = judged_on_host(context)
+        if verification.needs_inputs:
+            context.stop(BuildStatus.NEEDS_INPUTS, message=verification.problem)
+        elif not verification.passed:
+            context.stop(BuildStatus.FAILED, Stage.VERIFY,
+                         f"verification failed on {verification.reference}: {verification.problem}")
+        else:
+            context.notes.append(stand_in_note(verification))
+
+
 def verify_stage(context: BuildContext) -> None:
     """The engine against the original on the inputs legalization verified on; when the engine
     refuses them (OpenVINO's pooling refuses a width the original takes), the next sizes both take."""
@@ -268,11 +284,14 @@ def _checked_generation(context: BuildContext, verification: Verification) -> Ge
     signature, drawn = context.decoder, context.inputs()
     assert signature is not None
     ran_on = "the engine" if context.engine is not None else "the device's model on ONNX Runtime CPU"
+    # a quantized model is judged at its precision (the device's int4 model beside the legalized
+    # model's fp32 verification)
+    precision = context.precision if context.precision in QUANTIZED else verification.precision
     try:
         reference = reference_generation(context, signature, drawn.original_feeds)
         with candidate_run(context) as candidate:
             return check_generation(reference, candidate, signature, original_feeds=drawn.original_feeds,
-                                    candidate_feeds=drawn.feeds, precision=verification.precision,
+                                    candidate_feeds=drawn.feeds, precision=precision,
                                     ran_on=ran_on, by_tokens=_judged_by_generation(context))
     except (BackendError, BackendUnavailable):
         raise
@@ -348,9 +367,13 @@ def _host_decoder(context: BuildContext) -> bool:
         verification is not None and verification.generation is None
 
 
+def _device_built(context: BuildContext) -> bool:
+    return context.artifact is not None and context.artifact.pending_on_device
+
+
 def _device_decoder(context: BuildContext) -> bool:
     """A decoder whose engine is built on the device: its generation is checked here on its model."""
-    return context.artifact is not None and context.artifact.pending_on_device and context.decoder is not None
+    return _device_built(context) and context.decoder is not None
 
 
 BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
@@ -368,8 +391,10 @@ BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
                wanted=lambda c: _unbuilt(c) and c.precision in HALF and not c.options.half_analysis),
     BuildStage("build", engine_stage, wanted=_unbuilt),
     BuildStage("generate-on-host", generation_stage, label=lambda c: "generate", wanted=_device_decoder),
+    BuildStage("stand-in", stand_in_stage, label=lambda c: "verify",
+               wanted=lambda c: _device_built(c) and c.decoder is None and c.precision == Precision.INT4),
     BuildStage("device-reference", device_reference_stage, label=lambda c: None,
-               wanted=lambda c: c.artifact is not None and c.artifact.pending_on_device),
+               wanted=_device_built),
     BuildStage("verify", verify_stage, wanted=lambda c: c.verification is None),
     BuildStage("generate", generation_stage, wanted=_host_decoder),
     BuildStage("bench", bench_stage, wanted=lambda c: c.options.bench and c.status == BuildStatus.VERIFIED),

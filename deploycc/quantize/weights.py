@@ -8,6 +8,10 @@ its recipe names it (BackendStages.int4):
                                     (accuracy level 4)
   WeightQuantizer.NNCF_COMPRESS     NNCF's compress_weights on the OpenVINO model (INT4_SYM), written
                                     as the IR the backend builds as it is
+  WeightQuantizer.ORT_BLOCKWISE_QDQ ONNX Runtime's quantizer in its Q/DQ form, for TensorRT 10: each
+                                    weight an int4 DequantizeLinear (opset 21, symmetric blocks, the
+                                    zero point 0 its parser asks) into the MatMul, which TensorRT
+                                    builds as INT4 weight-only GEMMs with fp16 activations
 
 Judged like int8 (its verification's tolerances and the budget's cosine)."""
 
@@ -20,6 +24,7 @@ from typing import Any
 from deploycc.backends.base import WeightQuantizer
 
 INT4_ONNX = "model.int4.onnx"
+BLOCKWISE_OPSET = 21  # DequantizeLinear's block_size and the int4 type both came in opset 21
 OPENVINO_IR = "model.xml"  # the OpenVINO artifact's own name: the backend builds this IR as it is
 BLOCK_SIZE = 32  # weights per scale, along the reduced axis: ORT's model builder's default for CPU
 MIN_GROUP = 8  # NNCF: the smallest group a weight BLOCK_SIZE does not divide may take instead
@@ -41,8 +46,9 @@ def quantize_weights_int4(quantizer: WeightQuantizer, model: Path, outdir: Path)
     if quantizable_weights(model) == 0 and not any(_lowerable(node) for node in io.peek(model).model.graph):
         raise NoWeightsToQuantize("int4 weight-only quantizes MatMul weights, and this model has no MatMul "
                                   "(or Gemm inside the graph) that reads a constant weight")
-    if quantizer == WeightQuantizer.ORT_MATMUL_NBITS:  # it loads the whole model with onnx
-        return quantized_in_own_process_if_large(_matmul_nbits, model, outdir)
+    if quantizer in (WeightQuantizer.ORT_MATMUL_NBITS, WeightQuantizer.ORT_BLOCKWISE_QDQ):
+        # ONNX Runtime's quantizer loads the whole model with onnx
+        return quantized_in_own_process_if_large(WEIGHT_QUANTIZERS[quantizer], model, outdir)
     return WEIGHT_QUANTIZERS[quantizer](model, outdir)
 
 
@@ -76,17 +82,23 @@ def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
 
 
 def _gemms_as_matmuls(model: Path) -> tuple[Any, int]:
-    """The model's protobuf with each Gemm that reads a constant 2-D weight (alpha 1, A as it is,
-    beta 1) written as MatMul (the weight transposed where transB) and Add: ORT's MatMulNBits
-    quantizer takes MatMuls only, and GPT-2's TorchScript export writes its projections as Gemm.
-    A Gemm whose output is a graph output stays (its name is the model's interface)."""
-    import numpy as np
-    import onnx_ir as ir
-
+    """The model's protobuf with its Gemms lowered (_lower_gemms), and how many were."""
     from deploycc import io
 
     loaded = io.load(model, check=False)
-    graph, lowered = loaded.model.graph, 0
+    lowered = _lower_gemms(loaded.model.graph)
+    return io.to_proto(loaded.model), lowered
+
+
+def _lower_gemms(graph: Any) -> int:
+    """Each Gemm that reads a constant 2-D weight (alpha 1, A as it is, beta 1) written as MatMul
+    (the weight transposed where transB) and Add, in place: ORT's MatMulNBits quantizer takes
+    MatMuls only, and GPT-2's TorchScript export writes its projections as Gemm. A Gemm whose
+    output is a graph output stays (its name is the model's interface). Returns how many."""
+    import numpy as np
+    import onnx_ir as ir
+
+    lowered = 0
     for node in list(graph):
         if not _lowerable(node):
             continue
@@ -110,7 +122,7 @@ def _gemms_as_matmuls(model: Path) -> tuple[Any, int]:
         if not b.uses() and b.name is not None and b.name in graph.initializers:  # read by this Gemm only
             del graph.initializers[b.name]
         lowered += 1
-    return io.to_proto(loaded.model), lowered
+    return lowered
 
 
 def _lowerable(node: Any) -> bool:
@@ -152,6 +164,68 @@ def _nncf_compress(model: Path, outdir: Path) -> tuple[Path, str]:
                                   "layer in int8 unless asked); activations in float")
 
 
+def _blockwise_qdq(model: Path, outdir: Path) -> tuple[Path, str]:
+    """TensorRT 10's INT4 weight-only form: the model at opset 21 (converted as legalize converts),
+    then ONNX Runtime's quantizer writing DequantizeLinear + MatMul. A weight TensorRT's importer
+    would refuse stays float: its reduced dim not a whole number of blocks (the importer infers the
+    block from the scales' shape) or an odd last dim (INT4 packs two values a byte)."""
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    from deploycc import io
+    from deploycc.quantize.isolated import past_protobuf_limit
+    from deploycc.quantize.ort_qdq import quiet
+
+    quantized, large = outdir / INT4_ONNX, past_protobuf_limit(model)
+    proto, lowered, converted = _prepared(model, opset=BLOCKWISE_OPSET)
+    skipped = _not_blockwise(proto)
+    with quiet():
+        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=BLOCK_SIZE, is_symmetric=True,
+                                         quant_format=QuantFormat.QDQ, op_types_to_quantize=("MatMul",),
+                                         nodes_to_exclude=skipped)
+        quantizer.process()
+        quantizer.model.save_model_to_file(str(quantized), use_external_data_format=large)
+    blocks = sum(1 for node in io.peek(quantized).model.graph if node.op_type == "DequantizeLinear"
+                 and "block_size" in node.attributes)
+    if blocks == 0:
+        raise NoWeightsToQuantize("int4 weight-only: none of the model's MatMul weights is a 2-D block of "
+                                  f"{BLOCK_SIZE} rows with an even width, the form TensorRT's INT4 takes")
+    gemms = f" ({lowered} of them Gemms, written as MatMul and Add first)" if lowered else ""
+    kept = f"; {len(skipped)} kept float (not whole blocks of {BLOCK_SIZE}, or an odd width)" * bool(skipped)
+    opset = f", the model converted from opset {converted} to {BLOCKWISE_OPSET}" if converted else ""
+    return quantized, (f"int4 weight-only: blockwise INT4 Q/DQ for TensorRT 10 (ONNX Runtime's quantizer), "
+                       f"{blocks} MatMul weight(s) as int4 DequantizeLinear, symmetric blocks of {BLOCK_SIZE}"
+                       f"{gemms}{kept}{opset}; fp16 activations on the device")
+
+
+def _prepared(model: Path, opset: int) -> tuple[Any, int, int | None]:
+    """The model's protobuf with its Gemms lowered (as _gemms_as_matmuls) and at `opset` or newer,
+    every MatMul named (the quantizer excludes nodes by name); with how many Gemms were lowered
+    and the opset it was converted from (None: it was at `opset` already)."""
+    from deploycc import io
+    from deploycc.passes.opset import convert_opset
+
+    loaded = io.load(model, check=False)
+    lowered = _lower_gemms(loaded.model.graph)
+    current = loaded.model.opset_imports.get("", loaded.model.opset_imports.get("ai.onnx", opset))
+    converted = None
+    if current < opset:
+        loaded.model, converted = convert_opset(loaded.model, opset), current
+    for position, node in enumerate(loaded.model.graph):
+        if node.op_type == "MatMul" and not node.name:
+            node.name = f"matmul_{position}"
+    return io.to_proto(loaded.model), lowered, converted
+
+
+def _not_blockwise(proto: Any) -> list[str]:
+    """The MatMuls whose constant 2-D weight TensorRT's INT4 importer would refuse as blocks."""
+    weights = {tensor.name: tuple(tensor.dims) for tensor in proto.graph.initializer}
+    return [node.name for node in proto.graph.node if node.op_type == "MatMul" and len(node.input) > 1
+            and len(shape := weights.get(node.input[1], ())) == 2
+            and (shape[0] % BLOCK_SIZE or shape[1] % 2)]
+
+
 # The quantizers a backend's recipe names, and the function here that runs each
 WEIGHT_QUANTIZERS: dict[WeightQuantizer, Callable[[Path, Path], tuple[Path, str]]] = {
-    WeightQuantizer.ORT_MATMUL_NBITS: _matmul_nbits, WeightQuantizer.NNCF_COMPRESS: _nncf_compress}
+    WeightQuantizer.ORT_MATMUL_NBITS: _matmul_nbits, WeightQuantizer.NNCF_COMPRESS: _nncf_compress,
+    WeightQuantizer.ORT_BLOCKWISE_QDQ: _blockwise_qdq}

@@ -50,7 +50,7 @@ class GenerationCheck:
     tokens_equal: int  # positions where the candidate's greedy token is the original's
     min_agreement: float  # the share of equal positions the precision's budget asks
     logits: OutputComparison  # every step's last-position logits, stacked [steps, vocab]
-    ran_on: str  # the engine, or the legalized model on ONNX Runtime (an engine built on a device)
+    ran_on: str  # the engine, or the model the device builds from on ONNX Runtime (an engine built there)
     passed: bool
     first_difference: int | None = None  # the first position whose token differs
     problem: str = ""

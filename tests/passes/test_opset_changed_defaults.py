@@ -86,3 +86,20 @@ def test_grid_sample_20_on_a_volume_stays_above_16() -> None:
     original = onnx.parser.parse_model(grid_sample(5, "linear"))
     with pytest.raises(OpsetConversionError, match="GridSample"):
         OpsetPass._convert(ir.serde.deserialize_model(original), 20, 16)
+
+
+def test_split_without_sizes_going_past_18_gets_its_output_count() -> None:
+    """Split 18 takes num_outputs where no 'split' input gives the sizes, a rule no formal of its
+    schema states: a Split 13 that split evenly was carried up unchanged and ORT refused the model
+    ("Neither 'split' input nor 'num_outputs' attribute has been given")."""
+    original = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,6] x) => (float[2,2] a, float[2,2] b, float[2,2] c) {
+        a, b, c = Split <axis = 1> (x)
+    }
+    """)
+    converted = ir.serde.serialize_model(convert_opset(ir.serde.deserialize_model(original), 21))
+    (split,) = converted.graph.node
+    assert {a.name: a.i for a in split.attribute} == {"axis": 1, "num_outputs": 3}
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(run(converted, {"x": x}), run(original, {"x": x}))

@@ -233,6 +233,21 @@ def test_a_quantized_decoder_is_judged_by_its_generation(tmp_path: Path) -> None
     assert failed.status == "failed" and "the logits' cosine" in failed.summary, failed.summary
 
 
+def test_an_int4_decoder_for_tensorrt_10_is_judged_by_its_generation_on_the_device_model(
+        tmp_path: Path) -> None:
+    """gpu-trt10's int4 (blockwise Q/DQ) decoder: the model the board builds from generates on ONNX
+    Runtime CPU at int4's bar (90% of the tokens), not the fp32 legalized model's (all of them)."""
+    model = tmp_path / "one.onnx"
+    onnx.save(kv_decoder(seed=1, layers=1), model)
+    options = BuildOptions(precision=Precision.INT4, bench=False)
+    report = api.build(model, "gpu-trt10", tmp_path / "out", options)
+    assert report.status == "pending-on-device", report.summary
+    generation = report.legalize.verification.generation
+    assert generation is not None and generation.passed, generation
+    assert generation.ran_on == "the device's model on ONNX Runtime CPU" and generation.min_agreement == 0.9
+    assert generation.tokens_equal >= 0.9 * generation.new_tokens and generation.logits.cosine_similarity < 1
+
+
 def test_the_head_size_of_a_cache_groupqueryattention_reads() -> None:
     """onnxruntime-genai's builder leaves the cache's head size symbolic (`kv_cache_dim`); a rank-4
     cache with 2 KV heads looked like an image and the dim was drawn as a width of 224. The packed

@@ -126,14 +126,64 @@ def test_a_model_without_matmul_weights_is_refused_not_built_as_float(tmp_path: 
     assert report["status"] == "failed" and "no MatMul (or Gemm inside the graph)" in report["summary"]
 
 
-@pytest.mark.parametrize("target", ["jetson-xavier", "gpu-trt10"])
-def test_a_target_that_builds_no_int4_refuses_with_the_reason(encoder: Path, tmp_path: Path,
-                                                               target: str) -> None:
+@pytest.mark.parametrize("target", ["jetson-xavier", "jetson-orin"])
+def test_a_tensorrt_8_target_refuses_int4_with_the_reason(encoder: Path, tmp_path: Path, target: str) -> None:
     run = run_cli("build", str(encoder), "-t", target, "--precision", "int4", "--shape", "x:1x16x64",
                   "-o", str(tmp_path / "out"))
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
-    assert "has no int4" in run.stderr and "by deploycc yet" in run.stderr
+    assert "has no int4" in run.stderr and "came in TensorRT 10.0" in run.stderr, run.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("target", "flags"), [("gpu-trt10", ()), ("jetson-orin", ("--jetpack", "6.1"))])
+def test_int4_for_tensorrt_10_is_blockwise_qdq_judged_on_ort(encoder: Path, tmp_path: Path, target: str,
+                                                             flags: tuple[str, ...]) -> None:
+    """TensorRT 10 (gpu-trt10, Orin on JetPack 6.1) takes INT4 weight-only as an int4
+    DequantizeLinear with block_size (opset 21, zero point 0) into each MatMul; the bundle carries
+    that model and asks the builder for INT4, and ONNX Runtime judged it before it left."""
+    out = tmp_path / "out"
+    run = run_cli("build", str(encoder), "-t", target, *flags, "--precision", "int4", "--shape", "x:1x16x64",
+                  "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "pending-on-device" and report["precision"] == "int4", report["summary"]
+    assert any("standing in for tensorrt within int4's tolerances" in note for note in report["notes"])
+    model = onnx.load(out / "bundle" / "model.onnx")
+    assert {(o.domain, o.version) for o in model.opset_import} >= {("", 21)}
+    constants = {init.name: init for init in model.graph.initializer}
+    dequantized = [node for node in model.graph.node if node.op_type == "DequantizeLinear"]
+    assert len(dequantized) >= 4, [node.op_type for node in model.graph.node]
+    for node in dequantized:
+        assert constants[node.input[0]].data_type == onnx.TensorProto.INT4 and len(node.input) == 2
+        assert {a.name: a.i for a in node.attribute} == {"axis": 0, "block_size": 32}
+    readers = {name for node in model.graph.node if node.op_type == "MatMul" for name in node.input}
+    assert all(node.output[0] in readers for node in dequantized)
+    bundle = json.loads((out / "bundle" / "bundle.json").read_text())
+    assert bundle["settings"]["precision"] == "int4"
+    assert "--int4 --fp16" in (out / "bundle" / "trtexec.sh").read_text()
+    # the model the board builds from, on inputs the build did not draw: near the original, not it
+    x = np.random.default_rng(13).normal(0, 1, (1, 16, 64)).astype(np.float32)
+    quantized, original = _run(out / "bundle" / "model.onnx", {"x": x}), _run(encoder, {"x": x})
+    cosine = float(quantized.ravel() @ original.ravel() /
+                   (np.linalg.norm(quantized) * np.linalg.norm(original)))
+    assert cosine > 0.99 and not np.allclose(quantized, original, atol=1e-6), cosine
+
+
+def test_int4_that_breaks_the_model_is_not_bundled_for_the_device(tmp_path: Path) -> None:
+    """One large weight in each block of 32 leaves the rest at 0 in 4 bits: ONNX Runtime, standing
+    in for TensorRT, finds the int4 model wrong and the build fails with why."""
+    model = onnx.load_from_string(relu_mlp((64, 64, 16), batch=4, std=0.1, seed=5).SerializeToString())
+    first = next(init for init in model.graph.initializer if len(init.dims) == 2 and init.dims[0] == 64)
+    weight = onnx.numpy_helper.to_array(first).copy()
+    weight[::32] = 40.0  # the block's scale: every other weight rounds to 0
+    first.CopyFrom(onnx.numpy_helper.from_array(weight, first.name))
+    path = tmp_path / "outliers.onnx"
+    onnx.save(model, path)
+    run = run_cli("build", str(path), "-t", "gpu-trt10", "--precision", "int4", "-o", str(tmp_path / "out"))
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["status"] == "failed", report["summary"]
+    assert "verification failed on onnxruntime-cpu standing in for tensorrt" in report["summary"]
 
 
 def test_int4_is_no_auto_candidate(encoder: Path, tmp_path: Path) -> None:

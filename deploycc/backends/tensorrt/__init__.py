@@ -20,6 +20,7 @@ from deploycc.backends.base import (
     QdqLayout,
     Quantizer,
     Runner,
+    WeightQuantizer,
 )
 from deploycc.backends.profiles import shape_profiles
 from deploycc.backends.tensorrt import bundle, fingerprint
@@ -90,7 +91,9 @@ class TensorRTBackend(Backend):
     stages = BackendStages(int8=Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.TENSORRT, stand_in_for="TensorRT",
                                            calibration_cache=True),
                            prepare=_prepare, static_dims=_static_dims, add_reference=_add_reference,
-                           bundle_request=_bundle_request)
+                           bundle_request=_bundle_request,
+                           # where the target's data offers int4 (TensorRT 10: 8.x has no INT4)
+                           int4=WeightQuantizer.ORT_BLOCKWISE_QDQ)
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return TensorRTOptions(dla_core=options.dla_core, gpu_fallback=options.gpu_fallback,

@@ -47,6 +47,8 @@ def trtexec_command(request: BuildRequest, onnx: str = MODEL_NAME, plan: str = P
     if request.precision in HALF:
         command.append("--bf16" if request.precision == Precision.BF16 else "--fp16")  # --bf16: 9.0 on
         command += fp32_layer_flags(request, flags)
+    elif request.precision == Precision.INT4:  # weight-only: the model's int4 DequantizeLinear (10.0 on)
+        command += ["--int4", "--fp16"]
     elif request.precision == Precision.INT8:
         command += ["--int8", "--fp16"]
         if implicit_int8(request):  # the DLA's implicit quantization reads the scales from the cache
