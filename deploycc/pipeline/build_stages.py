@@ -227,6 +227,7 @@ def verify_stage(context: BuildContext) -> None:
     with engine_errors(context):
         context.engine = context.backend.load(context.artifact, context.staging, context.request)
         drawn, actual, expected, reference = _first_sizes_both_run(context)
+        release_large_engine(context)  # judging a mismatch may load the original here: not both at once
         verification = compare_all(expected, actual, reference=reference, inputs=drawn.described,
                                    precision=verification_precision(context.legalized, context.precision),
                                    original=(context.source, drawn.original_feeds))
@@ -283,7 +284,8 @@ def _checked_generation(context: BuildContext, verification: Verification) -> Ge
 
     signature, drawn = context.decoder, context.inputs()
     assert signature is not None
-    ran_on = "the engine" if context.engine is not None else "the device's model on ONNX Runtime CPU"
+    on_device = context.artifact is None or context.artifact.pending_on_device  # as candidate_run decides
+    ran_on = "the device's model on ONNX Runtime CPU" if on_device else "the engine"
     # a quantized model is judged at its precision (the device's int4 model beside the legalized
     # model's fp32 verification)
     precision = context.precision if context.precision in QUANTIZED else verification.precision

@@ -144,6 +144,7 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
     try:
         for precision in candidates(context):
             candidate, verdict = _built_and_judged(context, precision, folder, stages)
+            candidate.close()  # the race and the adoption load their own: one engine held at a time
             if verdict is None:
                 built[precision] = candidate
             else:
@@ -342,16 +343,15 @@ def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[
             untimed[0].outcome = CandidateOutcome.CHOSEN
         return untimed
     feeds = context.inputs().feeds
-    with contextlib.ExitStack() as stack:
-        runners = {p: stack.enter_context(_loaded(c)) for p, c in built.items()}
-        baseline = runners[Precision.FP32]
+    with _loaded(built[Precision.FP32]) as baseline:  # the others loaded one at a time beside it
         pairs, pause = _pairs(baseline, feeds)
         timed = [_candidate(Precision.FP32, CandidateOutcome.BASELINE, "what the others are timed against",
                             built[Precision.FP32].verification, ratio=1.0)]
-        for precision, runner in runners.items():
+        for precision, candidate in built.items():
             if precision == Precision.FP32:
                 continue
-            comparison = _race(runner, baseline, feeds, pairs, pause)
+            with _loaded(candidate) as runner:
+                comparison = _race(runner, baseline, feeds, pairs, pause)
             verdict = comparison.verdict(str(precision)) + _layers(built[precision])
             timed.append(_candidate(precision, CandidateOutcome.NOT_FASTER, verdict,
                                     built[precision].verification, ratio=comparison.ratio_of_medians,

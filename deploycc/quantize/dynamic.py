@@ -2,7 +2,11 @@
 constant quantized ahead (per tensor, signed), the activations at run time by the engine itself
 (ONNX Runtime's quantize_dynamic, whose DynamicQuantizeMatMul its CPU provider fuses). What a
 transformer's user gets from `quantize_dynamic` today; a `--precision auto` candidate, judged
-like any other by its verification and the budget's cosine."""
+like any other by its verification and the budget's cosine.
+
+Past protobuf's limit the same quantization is written weight by weight instead (streamed_dynamic_int8):
+quantize_dynamic holds about three copies of the model (12.5 GB for TinyLlama-1.1B's 4.2 GB, which
+the memory ceiling killed), this one the int8 weights and one float weight at a time."""
 
 from __future__ import annotations
 
@@ -30,8 +34,10 @@ def quantizable_weights(model: Path) -> int:
 
 def quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
     """The model with its constant MatMul weights in int8, written beside it, and what was done;
-    past protobuf's limit in a process of its own (quantize/isolated.py)."""
-    return quantized_in_own_process_if_large(_quantize_dynamically, model, outdir)
+    past protobuf's limit streamed, in a process of its own (quantize/isolated.py)."""
+    if past_protobuf_limit(model):
+        return quantized_in_own_process_if_large(streamed_dynamic_int8, model, outdir)
+    return _quantize_dynamically(model, outdir)
 
 
 def _quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
@@ -48,3 +54,52 @@ def _quantize_dynamically(model: Path, outdir: Path) -> tuple[Path, str]:
     weights = sum(1 for node in io.peek(quantized).model.graph if node.op_type in QUANTIZED_OPS)
     return quantized, (f"int8 dynamic: ONNX Runtime's quantize_dynamic, {weights} weight(s) of MatMul or "
                        "Gemm in int8 per tensor, activations quantized at run time")
+
+
+def streamed_dynamic_int8(model: Path, outdir: Path) -> tuple[Path, str]:
+    """quantize_dynamic's result, as ONNX Runtime's optimizer fuses it, written one weight at a
+    time: each MatMul reading a constant 2-D float weight becomes com.microsoft's
+    DynamicQuantizeMatMul with that weight in int8, per tensor and symmetric as quantize_dynamic's
+    QInt8 takes it (scale = max |w| / 127, zero point 0). The other weights stay on disk until
+    written (the loaded model maps them)."""
+    import numpy as np
+    import onnx_ir as ir
+
+    from deploycc import io
+
+    loaded = io.load(model, check=False)
+    graph, quantized = loaded.model.graph, 0
+    for node in list(graph):
+        weight = node.inputs[1] if node.op_type == "MatMul" and node.domain == "" and len(node.inputs) > 1 \
+            else None
+        if weight is None or weight.const_value is None or weight.dtype != ir.DataType.FLOAT or \
+                weight.shape is None or len(weight.shape) != 2:
+            continue
+        values = weight.const_value.numpy()
+        scale = np.float32(max(float(np.abs(values).max()), 1e-12) / 127.0)
+        codes = np.clip(np.rint(values / scale), -127, 127).astype(np.int8)
+        del values  # one float weight at a time
+        name = weight.name or f"{node.name}/weight"
+        parts = [ir.Value(name=f"{name}/int8", const_value=ir.tensor(codes, name=f"{name}/int8")),
+                 ir.Value(name=f"{name}/scale", const_value=ir.tensor(np.array(scale), name=f"{name}/scale")),
+                 ir.Value(name=f"{name}/zero_point",
+                          const_value=ir.tensor(np.array(0, np.int8), name=f"{name}/zero_point"))]
+        for part in parts:
+            graph.register_initializer(part)
+        replacement = ir.node("DynamicQuantizeMatMul", [node.inputs[0], *parts], domain="com.microsoft",
+                              name=f"{node.name or name}/dynamic_int8")
+        graph.insert_before(node, replacement)
+        product, before = replacement.outputs[0], node.outputs[0]
+        before.replace_all_uses_with(product, replace_graph_outputs=True)
+        product.name, before.name = before.name, f"{before.name}/float"
+        product.dtype, product.shape = ir.DataType.FLOAT, before.shape
+        graph.remove(node, safe=True)
+        if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
+            del graph.initializers[weight.name]
+        quantized += 1
+    loaded.model.opset_imports.setdefault("com.microsoft", 1)
+    io.save(loaded.model, outdir / DYNAMIC_INT8_ONNX, protect=(model,), force_external=True)
+    return outdir / DYNAMIC_INT8_ONNX, (
+        f"int8 dynamic: {quantized} MatMul weight(s) in int8 per tensor (symmetric, as quantize_dynamic's "
+        "QInt8), written one weight at a time as DynamicQuantizeMatMul, activations quantized at run time "
+        "(the model passes protobuf's 2 GB: ONNX Runtime's quantize_dynamic holds about three copies of it)")

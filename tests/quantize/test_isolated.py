@@ -43,3 +43,33 @@ def test_its_result_comes_back_as_in_this_process(tmp_path: Path) -> None:
     child_file, child_note = in_own_process(_quantize_dynamically, model, tmp_path / "child")
     assert child_note == here_note and "2 weight(s)" in child_note
     assert child_file.read_bytes() == here_file.read_bytes()
+
+
+def test_the_streamed_int8_of_a_large_model_is_quantize_dynamics_own(tmp_path: Path) -> None:
+    """Past 2 GB the dynamic int8 is written one weight at a time (quantize_dynamic held three copies
+    of TinyLlama-1.1B's 4.2 GB, and the memory ceiling killed it): the same int8 weights and scales,
+    as the DynamicQuantizeMatMul ORT's optimizer fuses quantize_dynamic's model into, so the same
+    outputs, on inputs of another size than any drawn, and not the float model's."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from deploycc.quantize.dynamic import streamed_dynamic_int8
+    from examples.make_models import encoder_block
+
+    model = tmp_path / "encoder.onnx"
+    onnx.save(encoder_block(seed=2), model)
+    (tmp_path / "ort").mkdir()
+    (tmp_path / "streamed").mkdir()
+    by_ort, _ = _quantize_dynamically(model, tmp_path / "ort")
+    streamed, note = streamed_dynamic_int8(model, tmp_path / "streamed")
+    assert "6 MatMul weight(s) in int8" in note
+    graph = onnx.load(streamed).graph
+    assert sum(node.op_type == "DynamicQuantizeMatMul" for node in graph.node) == 6
+    assert not [node for node in graph.node if node.op_type == "MatMul"]
+    x = np.random.default_rng(3).normal(0, 1, (3, 11, 64)).astype(np.float32)
+
+    def run(path: Path) -> np.ndarray:
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+    np.testing.assert_array_equal(run(streamed), run(by_ort))
+    assert np.abs(run(streamed) - run(model)).max() > 1e-4  # the weights did change
