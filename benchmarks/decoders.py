@@ -113,7 +113,8 @@ def build(model: Path, target: str) -> dict:
     row.update(status=report.get("status"), precision=report.get("precision"),
                tokens=(f"{generation.get('tokens_equal')}/{generation.get('new_tokens')}" if generation
                        else "none"),
-               summary=report.get("summary", "")[:200], stages=report.get("seconds", {}))
+               summary=report.get("summary", "")[:200], stages=report.get("seconds", {}),
+               stage_peak_rss_mib=report.get("peak_rss_mib", {}))  # this process's, per stage
     return row
 
 

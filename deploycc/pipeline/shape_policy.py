@@ -147,6 +147,8 @@ def _find_sizes(source: Path, model: ir.Model, dims: list[_Dim], options: BuildO
         plan.notes.append(f"typical sizes not checked: {error}")
         return
     good = next((drawn[index] for index, verdict in enumerate(verdicts) if not verdict), None)
+    if good is None and _takes_one_row(source, model, dims, options, free, plan):
+        good = 0
     if good is None:
         plan.notes.append("the original model took none of the typical sizes: "
                           + "; ".join(v[:160] for v in verdicts[-2:] if v))
@@ -176,6 +178,32 @@ def _find_sizes(source: Path, model: ir.Model, dims: list[_Dim], options: BuildO
     if refused:
         plan.notes.append("the profile stops at the typical size where the original model refuses "
                           + "; ".join(refused))
+
+
+def _takes_one_row(source: Path, model: ir.Model, dims: list[_Dim], options: BuildOptions,
+                   free: list[_Dim], plan: ShapePlan) -> bool:
+    """Where the original refuses every size at the batch drawn and the batch is deploycc's to
+    choose: whether it takes the typical sizes in a batch of 1, which the batch is then drawn at.
+    onnxruntime-genai's decoders take one row only where a prompt meets a cache (GroupQueryAttention:
+    "batch_size must be 1 when sequence_length > 1 and past context is given")."""
+    from deploycc.verify.runner import RunError, probe_inputs
+
+    users = ("--batch", "--dynamic-batch")
+    rows = [d for d in dims if d.guess.role == BATCH and d.size != 1 and d.by not in users]
+    if not rows:
+        return False
+    sizes = {id(d): d.guess.size(0) for d in free} | {id(d): 1 for d in rows}
+    try:
+        (verdict,) = probe_inputs(source, [_feeds(model, dims, options, sizes)])
+    except RunError:
+        return False
+    if verdict:
+        return False
+    for d in rows:
+        d.size, d.low = 1, min(d.low, 1)  # a profile's range takes the row drawn
+    plan.notes.append(f"the original takes its typical sizes in a batch of 1 only, not {SYMBOLIC_DIM_SIZE}: "
+                      "verification draws one row")
+    return True
 
 
 def _feeds(model: ir.Model, dims: list[_Dim], options: BuildOptions, sizes: dict[int, int],

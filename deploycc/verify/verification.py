@@ -34,6 +34,7 @@ from deploycc.verify.runner import ORT, REFERENCE, RunError, run_ort_isolated, r
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from deploycc.graph.dim_roles import DimGuess
     from deploycc.options import LegalizeOptions
 
 
@@ -101,24 +102,44 @@ def _integer_inputs(source: Path | None, signature: Mapping[str, ir.Value]) -> d
 def drawn_shapes(graph: ir.Graph, options: LegalizeOptions, attempt: int,
                  metadata: Mapping[str, str] | None = None) -> dict[str, list[int]]:
     """The dims to draw every input at, at an attempt (0: each dim's typical size, then its role's
-    fallbacks); a dynamic batch at SYMBOLIC_DIM_SIZE, so a rewrite that mixes the rows of a batch
-    shows; the sizes the user (or a corpus's hints) gave win."""
+    fallbacks, then the typical sizes at a batch of 1); a dynamic batch at SYMBOLIC_DIM_SIZE before
+    that, so a rewrite that mixes the rows of a batch shows; the sizes the user (or a corpus's
+    hints) gave win."""
     from deploycc.graph.dim_roles import guess_dims, sample_shapes
 
-    shapes = sample_shapes(graph, guess_dims(graph, metadata), attempt, batch=SYMBOLIC_DIM_SIZE)
+    guesses = guess_dims(graph, metadata)
+    batch = SYMBOLIC_DIM_SIZE
+    if attempt >= _sized_attempts(guesses, options) and _has_batch(guesses, options):
+        attempt, batch = 0, 1
+    shapes = sample_shapes(graph, guesses, attempt, batch=batch)
     shapes.update({name: list(dims) for name, dims in options.sample_shapes.items() if name in shapes})
     return shapes
 
 
 def attempts_for(graph: ir.Graph, options: LegalizeOptions, metadata: Mapping[str, str] | None = None) -> int:
     """How many sets of sizes verification may try: one with the user's inputs, or when every
-    dynamic input has sizes given; else as many as the longest list of fallbacks."""
-    from deploycc.graph.dim_roles import BATCH, guess_dims
+    dynamic input has sizes given; else as many as the longest list of fallbacks, and one more at a
+    batch of 1 where a batch is drawn (onnxruntime-genai's decoders take a batch of 1 only where a
+    prompt meets a cache: GroupQueryAttention's kernel)."""
+    from deploycc.graph.dim_roles import guess_dims
 
     if options.inputs is not None:
         return 1
-    guesses = [g for g in guess_dims(graph, metadata) if g.input not in options.sample_shapes]
-    return max((g.attempts for g in guesses if g.role != BATCH), default=1)
+    guesses = guess_dims(graph, metadata)
+    return _sized_attempts(guesses, options) + int(_has_batch(guesses, options))
+
+
+def _sized_attempts(guesses: list[DimGuess], options: LegalizeOptions) -> int:
+    from deploycc.graph.dim_roles import BATCH
+
+    return max((g.attempts for g in guesses if g.role != BATCH and g.input not in options.sample_shapes),
+               default=1)
+
+
+def _has_batch(guesses: list[DimGuess], options: LegalizeOptions) -> bool:
+    from deploycc.graph.dim_roles import BATCH
+
+    return any(g.role == BATCH and g.input not in options.sample_shapes for g in guesses)
 
 
 def verify_files(original: Path, candidate: Path, model: ir.Model, fed_layouts: dict[str, list[int]],

@@ -756,3 +756,24 @@ def test_integer_inputs_are_drawn_as_the_original_reads_them(tmp_path: Path) -> 
     report = api.legalize(model, "ort-cpu", tmp_path / "fixed.onnx", LegalizeOptions(shapes={"x": [1, 4]}))
     assert report.success, report.summary
     assert "If" not in [node.op_type for node in onnx.load(tmp_path / "fixed.onnx").graph.node]
+
+
+def test_a_model_that_takes_one_row_only_is_drawn_at_a_batch_of_1(tmp_path: Path) -> None:
+    """onnxruntime-genai's decoders take one row only where a prompt meets a cache, and ended
+    needs-inputs at the batch of 2 deploycc draws: where the original refuses every size at 2 and
+    takes them at 1, verification draws 1 and says so; given --batch, the user's size stands."""
+    squeeze = helper.make_node("Squeeze", ["x", "axes"], ["rows"])  # batch must be 1 at run time
+    graph = helper.make_graph(
+        [squeeze, helper.make_node("Relu", ["rows"], ["y"])], "one_row",
+        [_vi("x", FLOAT, ["batch", "sequence", 8])], [_vi("y", FLOAT, ["sequence", 8])],
+        [numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    model = _save(tmp_path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "row.onnx")
+    report = api.build(model, "ort-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+    assert report.verification.shapes["x"][0] == 1
+    assert any("in a batch of 1 only" in note for note in report.notes), report.notes
+    asked = api.build(model, "ort-cpu", tmp_path / "asked", BuildOptions(bench=False,
+                                                                         legalize=LegalizeOptions(batch=2)))
+    assert asked.status == "needs-inputs", asked.summary
+    legalized = api.legalize(model, "ort-cpu", tmp_path / "row.legal.onnx")  # no shape plan: its own attempts
+    assert legalized.success and legalized.verification.shapes["x"][0] == 1, legalized.summary
