@@ -45,7 +45,8 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                             "vocab_size": 1024}),
 }
 # Real sizes, as the published configs have them (random weights): Qwen2.5-0.5B (494 M parameters,
-# 1.98 GB in fp32: Optimum writes its weights as external data) and TinyLlama-1.1B (1.1 B, 4.4 GB).
+# 1.98 GB in fp32: Optimum writes its weights as external data), TinyLlama-1.1B (1.1 B, 4.4 GB;
+# grouped-query attention) and OLMo-1B (1.18 B, 4.7 GB; multi-head attention, tied embeddings).
 REAL: dict[str, tuple[str, dict]] = {
     "qwen2-0.5b": ("Qwen2Config", {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
                                    "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
@@ -53,6 +54,9 @@ REAL: dict[str, tuple[str, dict]] = {
     "llama-1.1b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
                                    "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
                                    "max_position_embeddings": 2048}),
+    "olmo-1b": ("OlmoConfig", {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                               "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 50304,
+                               "max_position_embeddings": 2048, "tie_word_embeddings": True}),
 }
 
 

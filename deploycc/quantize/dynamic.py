@@ -11,8 +11,12 @@ the memory ceiling killed), this one the int8 weights and one float weight at a 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deploycc.quantize.isolated import past_protobuf_limit, quantized_in_own_process_if_large
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 DYNAMIC_INT8_ONNX = "model.int8-dynamic.onnx"
 # The ops whose constant weights are quantized: the MatMuls of a transformer's projections and
@@ -88,12 +92,7 @@ def streamed_dynamic_int8(model: Path, outdir: Path) -> tuple[Path, str]:
             graph.register_initializer(part)
         replacement = ir.node("DynamicQuantizeMatMul", [node.inputs[0], *parts], domain="com.microsoft",
                               name=f"{node.name or name}/dynamic_int8")
-        graph.insert_before(node, replacement)
-        product, before = replacement.outputs[0], node.outputs[0]
-        before.replace_all_uses_with(product, replace_graph_outputs=True)
-        product.name, before.name = before.name, f"{before.name}/float"
-        product.dtype, product.shape = ir.DataType.FLOAT, before.shape
-        graph.remove(node, safe=True)
+        replace_node(graph, node, replacement)
         if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
             del graph.initializers[weight.name]
         quantized += 1
@@ -103,3 +102,16 @@ def streamed_dynamic_int8(model: Path, outdir: Path) -> tuple[Path, str]:
         f"int8 dynamic: {quantized} MatMul weight(s) in int8 per tensor (symmetric, as quantize_dynamic's "
         "QInt8), written one weight at a time as DynamicQuantizeMatMul, activations quantized at run time "
         "(the model passes protobuf's 2 GB: ONNX Runtime's quantize_dynamic holds about three copies of it)")
+
+
+def replace_node(graph: ir.Graph, node: ir.Node, replacement: ir.Node) -> None:
+    """`replacement` (a quantized MatMul) in `node`'s place, its float output under `node`'s
+    output's name (a graph output keeps its name); `node` removed."""
+    import onnx_ir as ir
+
+    graph.insert_before(node, replacement)
+    product, before = replacement.outputs[0], node.outputs[0]
+    before.replace_all_uses_with(product, replace_graph_outputs=True)
+    product.name, before.name = before.name, f"{before.name}/float"
+    product.dtype, product.shape = ir.DataType.FLOAT, before.shape
+    graph.remove(node, safe=True)

@@ -53,7 +53,6 @@ def quantize_weights_int4(quantizer: WeightQuantizer, model: Path, outdir: Path)
 
 
 def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
-    import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     from deploycc import io
@@ -61,15 +60,15 @@ def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
     from deploycc.quantize.ort_qdq import quiet
 
     quantized = outdir / INT4_ONNX
-    large = past_protobuf_limit(model)
-    # the Gemms are lowered on the IR, whose protobuf holds every weight inline: past the limit they
-    # stay Gemms (and float), which the note's count shows
-    proto, lowered = _gemms_as_matmuls(model) if not large else (onnx.load(model), 0)
-    with quiet():  # the quantizer logs each weight it writes
-        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=BLOCK_SIZE, is_symmetric=True,
-                                         accuracy_level=ACCURACY_LEVEL, op_types_to_quantize=("MatMul",))
-        quantizer.process()
-        quantizer.model.save_model_to_file(str(quantized), use_external_data_format=large)
+    if past_protobuf_limit(model):
+        lowered = _matmul_nbits_streamed(model, quantized)
+    else:
+        proto, lowered = _gemms_as_matmuls(model)
+        with quiet():  # the quantizer logs each weight it writes
+            quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=BLOCK_SIZE, is_symmetric=True,
+                                             accuracy_level=ACCURACY_LEVEL, op_types_to_quantize=("MatMul",))
+            quantizer.process()
+            quantizer.model.save_model_to_file(str(quantized), use_external_data_format=False)
     blocks = sum(1 for node in io.peek(quantized).model.graph if node.op_type == "MatMulNBits")
     if blocks == 0:  # every weight's shape was one the quantizer skips (not 2-D, too narrow)
         raise NoWeightsToQuantize("int4 weight-only: ONNX Runtime's quantizer took none of the model's "
@@ -79,6 +78,53 @@ def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
     return quantized, (f"int4 weight-only: ONNX Runtime's MatMulNBits, {blocks} MatMul weight(s) in 4 bits"
                        f"{gemms}, symmetric blocks of {BLOCK_SIZE}, accuracy level {ACCURACY_LEVEL}; "
                        "activations in float")
+
+
+def _matmul_nbits_streamed(model: Path, quantized: Path) -> int:
+    """The model past protobuf's limit as ONNX Runtime's quantizer writes it, one weight at a time:
+    each MatMul reading a constant 2-D float weight becomes MatMulNBits, its blocks packed by the
+    quantizer's own kernel (DefaultWeightOnlyQuantizer.qbits_block_quant). The quantizer itself
+    holds the whole model as protobuf, and past 2 GB copies of it (quantize_dynamic, the same
+    design, held 12.5 GB of TinyLlama-1.1B's 4.2 GB); this holds the packed weights and one float
+    weight. Returns how many Gemms were lowered to MatMuls first."""
+    import onnx_ir as ir
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        DefaultWeightOnlyQuantizer,
+    )
+
+    from deploycc import io
+    from deploycc.quantize.dynamic import replace_node
+
+    loaded = io.load(model, check=False)
+    graph = loaded.model.graph
+    lowered = _lower_gemms(graph)
+    packer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
+        block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=ACCURACY_LEVEL, bits=4))
+    for node in list(graph):
+        weight = node.inputs[1] if node.op_type == "MatMul" and node.domain == "" and len(node.inputs) > 1 \
+            else None
+        if weight is None or weight.const_value is None or weight.dtype != ir.DataType.FLOAT or \
+                weight.shape is None or len(weight.shape) != 2:
+            continue
+        values = weight.const_value.numpy()
+        rows, columns = values.shape
+        packed, scales, _ = packer.qbits_block_quant(values)  # symmetric: no zero point
+        del values  # one float weight at a time
+        name = weight.name or f"{node.name}/weight"
+        parts = [ir.Value(name=f"{name}_Q4", const_value=ir.tensor(packed, name=f"{name}_Q4")),
+                 ir.Value(name=f"{name}_scales", const_value=ir.tensor(scales, name=f"{name}_scales"))]
+        for part in parts:
+            graph.register_initializer(part)
+        replacement = ir.node("MatMulNBits", [node.inputs[0], *parts], domain="com.microsoft",
+                              attributes={"K": rows, "N": columns, "bits": 4, "block_size": BLOCK_SIZE,
+                                          "accuracy_level": ACCURACY_LEVEL}, name=f"{node.name or name}_Q4")
+        replace_node(graph, node, replacement)
+        if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
+            del graph.initializers[weight.name]
+    loaded.model.opset_imports.setdefault("com.microsoft", 1)
+    io.save(loaded.model, quantized, protect=(model,), force_external=True)
+    return lowered
 
 
 def _gemms_as_matmuls(model: Path) -> tuple[Any, int]:

@@ -30,3 +30,5 @@ class PrecisionChoice:
     timed_at: dict[str, list[int]] = field(default_factory=dict)  # the input shapes the engines ran
     seconds: float = 0.0  # what the search took (its candidates' builds, verifications and timing)
     cached: bool = False  # the choice of an earlier build of the same model, options and machine
+    # what those shapes are, where not the inputs verification drew ("one decode step ...": a decoder's)
+    timed_on: str = ""

@@ -200,7 +200,7 @@ def _precision_choice(choice: PrecisionChoice) -> list[str]:
     """--precision auto: every candidate, its speed against fp32 and its error, and the verdict."""
     shapes = ", ".join(f"{name} {dims}" for name, dims in choice.timed_at.items())
     lines = [f"## Precision: {choice.chosen} (--precision auto, {choice.seconds:.1f} s)", "",
-             f"Budget: {choice.budget}." + (f" Timed at {shapes}." if shapes else ""), "",
+             f"Budget: {choice.budget}." + (f" Timed at {shapes}{choice.timed_on}." if shapes else ""), "",
              "| precision | outcome | latency / fp32 (95% CI) | min cosine | max abs error | why |",
              "|---|---|---|---|---|---|"]
     for c in choice.candidates:

@@ -93,6 +93,15 @@ def step_feeds(signature: DecoderSignature, tokens: np.ndarray, past: Mapping[st
     return {name: np.asarray(array, dtypes.get(name, array.dtype)) for name, array in feeds.items()}
 
 
+def decode_step(signature: DecoderSignature, drawn: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One token after a cache as long as the drawn one, in a batch of 1: what each token of a
+    generation costs (the drawn forward is a prompt's), from the drawn inputs' first row."""
+    past = {entry.past: np.ascontiguousarray(drawn[entry.past][:1]) for entry in signature.cache}
+    length = next((int(drawn[entry.past].shape[entry.axis]) for entry in signature.cache), 0)
+    tokens = np.ascontiguousarray(drawn[signature.input_ids][:1, :1])
+    return step_feeds(signature, tokens, past, length, {name: array.dtype for name, array in drawn.items()})
+
+
 def last_logits(signature: DecoderSignature, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
     """A step's logits at its last position (what its greedy token is chosen from), as float32."""
     return np.asarray(outputs[signature.logits])[0, -1].astype(np.float32)

@@ -248,6 +248,30 @@ def test_an_int4_decoder_for_tensorrt_10_is_judged_by_its_generation_on_the_devi
     assert generation.tokens_equal >= 0.9 * generation.new_tokens and generation.logits.cosine_similarity < 1
 
 
+def test_int4_is_a_decoders_auto_candidate_timed_on_a_decode_step(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decoder's `--precision auto` tries int4 weight-only, judged by its greedy generation (the
+    one-layer example's passes it, the two-layer one's logits do not), and times every candidate
+    on one token after the drawn cache, in a batch of 1: what each generated token costs."""
+    from deploycc.taxonomy import CandidateOutcome
+
+    monkeypatch.setenv("DEPLOYCC_PRECISION_CACHE", str(tmp_path / "cache"))
+    one_layer = tmp_path / "one.onnx"
+    onnx.save(kv_decoder(seed=1, layers=1), one_layer)
+    report = api.build(one_layer, "ort-cpu", tmp_path / "one", BuildOptions(bench=False))
+    assert report.status == "verified", report.summary
+    choice = report.precision_choice
+    int4 = next(c for c in choice.candidates if c.precision == Precision.INT4)
+    assert int4.outcome in (CandidateOutcome.CHOSEN, CandidateOutcome.NOT_FASTER), int4
+    assert int4.ratio is not None and int4.ci95 is not None
+    assert choice.timed_at["input_ids"] == [1, 1] and choice.timed_at["attention_mask"] == [1, 129]
+    two_layers = tmp_path / "two.onnx"
+    onnx.save(kv_decoder(seed=1, layers=2), two_layers)
+    two = api.build(two_layers, "ort-cpu", tmp_path / "two", BuildOptions(bench=False))
+    refused = next(c for c in two.precision_choice.candidates if c.precision == Precision.INT4)
+    assert refused.outcome == CandidateOutcome.OVER_BUDGET and "cosine" in refused.why, refused
+
+
 def test_the_head_size_of_a_cache_groupqueryattention_reads() -> None:
     """onnxruntime-genai's builder leaves the cache's head size symbolic (`kv_cache_dim`); a rank-4
     cache with 2 KV heads looked like an image and the dim was drawn as a width of 224. The packed

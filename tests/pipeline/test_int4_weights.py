@@ -191,3 +191,21 @@ def test_int4_is_no_auto_candidate(encoder: Path, tmp_path: Path) -> None:
     report = api.build(encoder, "ort-cpu", tmp_path / "out", BuildOptions(bench=False))
     assert report.precision_choice is not None
     assert Precision.INT4 not in {c.precision for c in report.precision_choice.candidates}
+
+
+def test_the_streamed_int4_of_a_large_model_is_the_quantizers_own(encoder: Path, tmp_path: Path) -> None:
+    """Past 2 GB the MatMulNBits weights are packed one at a time by ONNX Runtime's own kernel (its
+    quantizer holds the whole model as protobuf, and copies of it): the same blocks and scales, so
+    the same outputs, on inputs of a size none drew, and not the float model's."""
+    from deploycc.quantize.weights import _matmul_nbits, _matmul_nbits_streamed
+
+    (tmp_path / "whole").mkdir()
+    whole, _ = _matmul_nbits(encoder, tmp_path / "whole")
+    streamed = tmp_path / "streamed.onnx"
+    assert _matmul_nbits_streamed(encoder, streamed) == 0
+    graph = onnx.load(streamed).graph
+    assert sum(node.op_type == "MatMulNBits" for node in graph.node) == \
+        sum(node.op_type == "MatMulNBits" for node in onnx.load(whole).graph.node) >= 4
+    x = np.random.default_rng(5).normal(0, 1, (3, 7, 64)).astype(np.float32)
+    np.testing.assert_array_equal(_run(streamed, {"x": x}), _run(whole, {"x": x}))
+    assert np.abs(_run(streamed, {"x": x}) - _run(encoder, {"x": x})).max() > 1e-4
