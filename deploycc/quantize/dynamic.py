@@ -10,6 +10,7 @@ the memory ceiling killed), this one the int8 weights and one float weight at a 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,13 +74,8 @@ def streamed_dynamic_int8(model: Path, outdir: Path) -> tuple[Path, str]:
 
     loaded = io.load(model, check=False)
     graph, quantized = loaded.model.graph, 0
-    for node in list(graph):
-        weight = node.inputs[1] if node.op_type == "MatMul" and node.domain == "" and len(node.inputs) > 1 \
-            else None
-        if weight is None or weight.const_value is None or weight.dtype != ir.DataType.FLOAT or \
-                weight.shape is None or len(weight.shape) != 2:
-            continue
-        values = weight.const_value.numpy()
+    for node, weight, tensor in float_matmul_weights(graph):
+        values = tensor.numpy()
         scale = np.float32(max(float(np.abs(values).max()), 1e-12) / 127.0)
         codes = np.clip(np.rint(values / scale), -127, 127).astype(np.int8)
         del values  # one float weight at a time
@@ -88,13 +84,9 @@ def streamed_dynamic_int8(model: Path, outdir: Path) -> tuple[Path, str]:
                  ir.Value(name=f"{name}/scale", const_value=ir.tensor(np.array(scale), name=f"{name}/scale")),
                  ir.Value(name=f"{name}/zero_point",
                           const_value=ir.tensor(np.array(0, np.int8), name=f"{name}/zero_point"))]
-        for part in parts:
-            graph.register_initializer(part)
         replacement = ir.node("DynamicQuantizeMatMul", [node.inputs[0], *parts], domain="com.microsoft",
                               name=f"{node.name or name}/dynamic_int8")
-        replace_node(graph, node, replacement)
-        if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
-            del graph.initializers[weight.name]
+        put_in_place(graph, node, weight, parts, replacement)
         quantized += 1
     loaded.model.opset_imports.setdefault("com.microsoft", 1)
     io.save(loaded.model, outdir / DYNAMIC_INT8_ONNX, protect=(model,), force_external=True)
@@ -104,14 +96,34 @@ def streamed_dynamic_int8(model: Path, outdir: Path) -> tuple[Path, str]:
         "(the model passes protobuf's 2 GB: ONNX Runtime's quantize_dynamic holds about three copies of it)")
 
 
-def replace_node(graph: ir.Graph, node: ir.Node, replacement: ir.Node) -> None:
-    """`replacement` (a quantized MatMul) in `node`'s place, its float output under `node`'s
-    output's name (a graph output keeps its name); `node` removed."""
+def float_matmul_weights(graph: ir.Graph) -> Iterator[tuple[ir.Node, ir.Value, ir.TensorProtocol]]:
+    """Each MatMul of the default domain that reads a constant 2-D float32 weight, with the weight
+    and its tensor (taken from a copy of the node list: the caller may replace each as it goes)."""
     import onnx_ir as ir
 
+    for node in list(graph):
+        weight = node.inputs[1] if node.op_type == "MatMul" and node.domain == "" and len(node.inputs) > 1 \
+            else None
+        tensor = weight.const_value if weight is not None else None
+        if weight is not None and tensor is not None and weight.dtype == ir.DataType.FLOAT and \
+                len(tensor.shape) == 2:
+            yield node, weight, tensor
+
+
+def put_in_place(graph: ir.Graph, node: ir.Node, weight: ir.Value, parts: list[ir.Value],
+                 replacement: ir.Node) -> None:
+    """`replacement` (a quantized MatMul reading `parts`) in `node`'s place, its float output under
+    `node`'s output's name (a graph output keeps its name); `node` removed, and its float weight
+    where nothing else reads it."""
+    import onnx_ir as ir
+
+    for part in parts:
+        graph.register_initializer(part)
     graph.insert_before(node, replacement)
     product, before = replacement.outputs[0], node.outputs[0]
     before.replace_all_uses_with(product, replace_graph_outputs=True)
     product.name, before.name = before.name, f"{before.name}/float"
     product.dtype, product.shape = ir.DataType.FLOAT, before.shape
     graph.remove(node, safe=True)
+    if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
+        del graph.initializers[weight.name]

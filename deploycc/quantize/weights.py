@@ -94,34 +94,25 @@ def _matmul_nbits_streamed(model: Path, quantized: Path) -> int:
     )
 
     from deploycc import io
-    from deploycc.quantize.dynamic import replace_node
+    from deploycc.quantize.dynamic import float_matmul_weights, put_in_place
 
     loaded = io.load(model, check=False)
     graph = loaded.model.graph
     lowered = _lower_gemms(graph)
     packer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
         block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=ACCURACY_LEVEL, bits=4))
-    for node in list(graph):
-        weight = node.inputs[1] if node.op_type == "MatMul" and node.domain == "" and len(node.inputs) > 1 \
-            else None
-        if weight is None or weight.const_value is None or weight.dtype != ir.DataType.FLOAT or \
-                weight.shape is None or len(weight.shape) != 2:
-            continue
-        values = weight.const_value.numpy()
+    for node, weight, tensor in float_matmul_weights(graph):
+        values = tensor.numpy()
         rows, columns = values.shape
         packed, scales, _ = packer.qbits_block_quant(values)  # symmetric: no zero point
         del values  # one float weight at a time
         name = weight.name or f"{node.name}/weight"
         parts = [ir.Value(name=f"{name}_Q4", const_value=ir.tensor(packed, name=f"{name}_Q4")),
                  ir.Value(name=f"{name}_scales", const_value=ir.tensor(scales, name=f"{name}_scales"))]
-        for part in parts:
-            graph.register_initializer(part)
         replacement = ir.node("MatMulNBits", [node.inputs[0], *parts], domain="com.microsoft",
                               attributes={"K": rows, "N": columns, "bits": 4, "block_size": BLOCK_SIZE,
                                           "accuracy_level": ACCURACY_LEVEL}, name=f"{node.name or name}_Q4")
-        replace_node(graph, node, replacement)
-        if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
-            del graph.initializers[weight.name]
+        put_in_place(graph, node, weight, parts, replacement)
     loaded.model.opset_imports.setdefault("com.microsoft", 1)
     io.save(loaded.model, quantized, protect=(model,), force_external=True)
     return lowered
