@@ -116,6 +116,7 @@ def half_analysis_stage(context: BuildContext) -> None:
     """What half precision breaks in the legalized model, on the inputs verification drew, and the
     layers to keep in fp32; a skipped step, said, where ORT cannot run the model on them.
     Nameless nodes are named first: the engines find a kept layer by its name."""
+    from deploycc.budget import collect_and_return_memory
     from deploycc.fp16 import analyze_half, name_nodes_in_file
     from deploycc.verify.runner import RunError
 
@@ -131,6 +132,8 @@ def half_analysis_stage(context: BuildContext) -> None:
         why = str(error)
     except Exception as error:  # the analysis is advice: the build goes on in plain {precision}
         why = f"{type(error).__name__}: {str(error).strip()[:200]}"
+    finally:  # its sessions sit in reference cycles, its pages with glibc: gigabytes past its end
+        collect_and_return_memory()
     context.skipped.append(SkippedStep(SafetyStep.half_analysis(precision),
                                        f"{why}; every layer builds in {precision}"))
 
