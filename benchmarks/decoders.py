@@ -118,7 +118,9 @@ def build(model: Path, target: str) -> dict:
                tokens=(f"{generation.get('tokens_equal')}/{generation.get('new_tokens')}" if generation
                        else "none"),
                summary=report.get("summary", "")[:200], stages=report.get("seconds", {}),
-               stage_peak_rss_mib=report.get("peak_rss_mib", {}))  # this process's, per stage
+               stage_peak_rss_mib=report.get("peak_rss_mib", {}),  # this process's, per stage
+               candidates={c["precision"]: f"{c['outcome']}: {c['why'][:160]}"  # --precision auto's
+                           for c in (report.get("precision_choice") or {}).get("candidates", [])})
     return row
 
 

@@ -58,9 +58,8 @@ def unchanged_between(node: ir.Node, current: int, version: int) -> bool:
 
 # Rules between an op's parameters from `since` on that its schema's formals do not state, and
 # the nodes they concern: converted up past `since`, those go through onnx's converter, whose
-# adapter mends them. Split 18
-# takes num_outputs where no 'split' input is given (without it ORT refuses to load the model);
-# deploycc had passed Split 13 -> 21 as unchanged (issue 52's int4 Q/DQ for TensorRT 10).
+# adapter mends them. Split 18 takes num_outputs where no 'split' input is given (without it ORT
+# refuses to load the model); deploycc had passed Split 13 -> 21 as unchanged.
 PARAMETER_RULES: dict[str, tuple[int, Callable[[ir.Node], bool]]] = {
     "Split": (18, lambda node: len(node.inputs) < 2 or node.inputs[1] is None),
 }

@@ -30,7 +30,11 @@ def judged_on_host(context: BuildContext) -> Verification:
 
 def stand_in_note(verification: Verification) -> str:
     """What the note says of a stand-in's judgement that passed."""
+    from deploycc.verify.compare import judged_as
+
     worst = min(verification.outputs, key=lambda output: output.cosine_similarity, default=None)
     closest = f" (lowest cosine {worst.cosine_similarity:.4f}, output '{worst.name}')" if worst else ""
+    judged = judged_as(verification.precision)
+    as_of = f" ({judged}'s, which judge {verification.precision})" if judged != verification.precision else ""
     return (f"the {verification.precision} model the device builds from ran on {verification.reference} "
-            f"within {verification.precision}'s tolerances{closest}")
+            f"within its tolerances{as_of}{closest}")
