@@ -341,8 +341,11 @@ def _judged(candidate: BuildContext, precision: Precision) -> PrecisionCandidate
         outcome = CandidateOutcome.OVER_BUDGET if verification is not None else CandidateOutcome.FAILED
         return _candidate(precision, outcome, candidate.message or str(candidate.status), verification)
     judged = _candidate(precision, CandidateOutcome.OVER_BUDGET, "", verification)
-    if verification.forward_problem:  # a quantized decoder, within budget by its generation
-        return None
+    generation = verification.generation
+    quantized = precision in (Precision.INT8, Precision.INT4)
+    by_generation = quantized and generation is not None and generation.passed
+    if verification.forward_problem or by_generation:
+        return None  # a quantized decoder: within budget by its generation, whatever one forward's cosine
     if judged.min_cosine is not None and judged.min_cosine < MIN_COSINE:
         judged.why = f"an output's cosine {judged.min_cosine:.6f} < {MIN_COSINE}"
         return judged

@@ -270,6 +270,12 @@ def test_int4_is_a_decoders_auto_candidate_timed_on_a_decode_step(tmp_path: Path
     two = api.build(two_layers, "ort-cpu", tmp_path / "two", BuildOptions(bench=False))
     refused = next(c for c in two.precision_choice.candidates if c.precision == Precision.INT4)
     assert refused.outcome == CandidateOutcome.OVER_BUDGET and "cosine" in refused.why, refused
+    # OpenVINO's int4 (NNCF) of the one-layer model: one forward's cosine below the budget's 0.999
+    # for encoders, its generation within a decoder's (it was refused by that cosine before)
+    openvino = api.build(one_layer, "openvino-cpu", tmp_path / "ov", BuildOptions(bench=False))
+    nncf = next(c for c in openvino.precision_choice.candidates if c.precision == Precision.INT4)
+    assert nncf.outcome in (CandidateOutcome.CHOSEN, CandidateOutcome.NOT_FASTER), nncf
+    assert nncf.min_cosine is not None and nncf.min_cosine < 0.999
 
 
 def test_the_head_size_of_a_cache_groupqueryattention_reads() -> None:
