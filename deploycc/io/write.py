@@ -49,6 +49,7 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
     refuse_existing([target], force=True)  # a directory is never replaced
     target.parent.mkdir(parents=True, exist_ok=True)
     as_string_tensors(model)
+    external_attributes_read_in(model)
     weight_bytes = sum(stored_bytes(v.const_value) for v in model.graph.initializers.values()
                        if v.const_value is not None)
     external = force_external or weight_bytes > external_threshold_bytes or holds_external_data(model)
@@ -76,6 +77,21 @@ def save(model: ir.Model, path: str | os.PathLike[str], *, protect: tuple[Path, 
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def external_attributes_read_in(model: ir.Model) -> None:
+    """Each attribute tensor (a Constant node's value) read from an external file, read into the
+    model: ir.save writes the initializers' data to the new file but leaves such a tensor naming
+    the old one, relative to the old folder (Optimum's OLMo-1B export keeps its norms' Constants
+    so, and its int4 model named a file that was not beside it)."""
+    import onnx_ir as ir
+
+    for graph in model.graphs():
+        for node in graph:
+            for name, attribute in list(node.attributes.items()):
+                tensor = attribute.value if attribute.type == ir.AttributeType.TENSOR else None
+                if isinstance(tensor, ir.ExternalTensor):
+                    node.attributes[name] = ir.AttrTensor(name, ir.tensor(tensor.numpy(), name=tensor.name))
 
 
 def holds_external_data(model: ir.Model) -> bool:

@@ -66,3 +66,26 @@ def test_the_checker_sees_a_large_model_without_its_weights(tmp_path: Path,
     broken.graph.node[0].input[1] = "missing"
     with pytest.raises(onnx.checker.ValidationError):
         onnx.checker.check_model(checker._without_weights(broken))
+
+
+def test_a_constant_read_from_external_data_goes_with_the_model(tmp_path: Path) -> None:
+    """Optimum's OLMo-1B export keeps its norms' Constant values in its external data file: saved
+    elsewhere, the model named the old file beside it (ONNX Runtime refused it); now those values
+    are in the saved model, which runs anywhere and computes what the original did."""
+    scale = numpy_helper.from_array(np.linspace(0.5, 2.0, 4096).astype(np.float32), "scale")
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["s"], value=scale), helper.make_node("Mul", ["x", "s"], ["y"])],
+        "constant", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])])
+    source = tmp_path / "exported" / "model.onnx"
+    source.parent.mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source,
+              save_as_external_data=True, location="model.onnx_data", size_threshold=0,
+              convert_attribute=True)
+    assert (source.parent / "model.onnx_data").exists()
+    target = tmp_path / "elsewhere" / "copy.onnx"
+    io.save(io.load(source).model, target, force_external=True)
+    x = np.arange(4096, dtype=np.float32)
+    outputs = [ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+               for path in (source, target)]
+    np.testing.assert_array_equal(outputs[1], outputs[0])
