@@ -9,7 +9,10 @@ OpenVINO (fp32 hint), deploycc's int4 recipe for openvino-cpu (NNCF compress_wei
 32) at the same hint; and, where it was made, onnxruntime-genai's model builder's int4 model of the
 same config (`python -m onnxruntime_genai.models.builder -i decoders-work/FAMILY/hf -o
 decoders-work/FAMILY/genai-int4 -p int4 -e cpu`, run in the main bench environment: the builder
-needs transformers 5, Optimum below 5), whose attention is ORT's fused GroupQueryAttention. Each is
+needs transformers 5, Optimum below 5; it saves the model's tokenizer, so a config without one gets a
+placeholder first: `python benchmarks/decoder_speed.py --family FAMILY --placeholder-tokenizer`, a
+word-level tokenizer over the vocabulary, which nothing here reads), whose attention is ORT's fused
+GroupQueryAttention. Each is
 timed by bench/generative.py's loop (time to first token at the prompt, then 32 single-token steps on
 the growing cache), one engine after the other, the order turned every round; the medians over the
 rounds. Accuracy is not judged here (random weights say
@@ -92,7 +95,12 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--placeholder-tokenizer", action="store_true",
+                        help="save a word-level tokenizer over the config's vocabulary in hf/ and stop")
     args = parser.parse_args()
+    if args.placeholder_tokenizer:
+        placeholder_tokenizer(HERE / "decoders-work" / args.family / "hf")
+        return
     import onnx_ir as ir
 
     model = HERE / "decoders-work" / args.family / "onnx" / "model.onnx"
@@ -139,6 +147,19 @@ def main() -> None:
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"decoder-speed-{args.family}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
+
+
+def placeholder_tokenizer(folder: Path) -> None:
+    """A tokenizer onnxruntime-genai's builder can save beside its model (token i is "ti"): the
+    random-weight configs come without one, and the builder stops where it finds none."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocabulary = json.loads((folder / "config.json").read_text())["vocab_size"]
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocabulary)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t1",
+                            eos_token="t2").save_pretrained(folder)
 
 
 if __name__ == "__main__":
