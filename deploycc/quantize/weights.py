@@ -213,15 +213,18 @@ def _blockwise_qdq(model: Path, outdir: Path) -> tuple[Path, str]:
     from deploycc.quantize.isolated import past_protobuf_limit
     from deploycc.quantize.ort_qdq import quiet
 
-    quantized, large = outdir / INT4_ONNX, past_protobuf_limit(model)
-    proto, lowered, converted = _prepared(model, opset=BLOCKWISE_OPSET)
-    skipped = _not_blockwise(proto)
-    with quiet():
-        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=BLOCK_SIZE, is_symmetric=True,
-                                         quant_format=QuantFormat.QDQ, op_types_to_quantize=("MatMul",),
-                                         nodes_to_exclude=skipped)
-        quantizer.process()
-        quantizer.model.save_model_to_file(str(quantized), use_external_data_format=large)
+    quantized = outdir / INT4_ONNX
+    if past_protobuf_limit(model):
+        lowered, converted, skipped = _blockwise_qdq_streamed(model, quantized)
+    else:
+        proto, lowered, converted = _prepared(model, opset=BLOCKWISE_OPSET)
+        skipped = _not_blockwise(proto)
+        with quiet():
+            quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=BLOCK_SIZE, is_symmetric=True,
+                                             quant_format=QuantFormat.QDQ, op_types_to_quantize=("MatMul",),
+                                             nodes_to_exclude=skipped)
+            quantizer.process()
+            quantizer.model.save_model_to_file(str(quantized), use_external_data_format=False)
     blocks = sum(1 for node in io.peek(quantized).model.graph if node.op_type == "DequantizeLinear"
                  and "block_size" in node.attributes)
     if blocks == 0:
@@ -235,23 +238,74 @@ def _blockwise_qdq(model: Path, outdir: Path) -> tuple[Path, str]:
                        f"{gemms}{kept}{opset}; fp16 activations on the device")
 
 
+def _blockwise_qdq_streamed(model: Path, quantized: Path) -> tuple[int, int | None, list[str]]:
+    """_blockwise_qdq's model past protobuf's limit, one weight at a time: the quantizer's own kernel
+    packs each weight's blocks, an int4 DequantizeLinear of them takes the float weight's place as
+    the MatMul's input. Returns the Gemms lowered, the opset converted from, the weights kept float."""
+    import onnx_ir as ir
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        DefaultWeightOnlyQuantizer,
+    )
+
+    from deploycc import io
+    from deploycc.quantize.dynamic import float_matmul_weights
+
+    loaded, lowered, converted = _loaded_at_opset(model, BLOCKWISE_OPSET)
+    graph, skipped = loaded.graph, []
+    packer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
+        block_size=BLOCK_SIZE, is_symmetric=True, quant_format=QuantFormat.QDQ, bits=4))
+    for node, weight, tensor in float_matmul_weights(graph):
+        values = tensor.numpy()
+        rows, columns = values.shape
+        if rows % BLOCK_SIZE or columns % 2:  # as _not_blockwise: TensorRT's importer would refuse it
+            skipped.append(node.name or "")
+            continue
+        packed, scales, _ = packer.qbits_block_quant(values)  # symmetric: no zero point
+        del values  # one float weight at a time
+        name = weight.name or f"{node.name}/weight"
+        codes = ir.Value(name=f"{name}_DQ_Q4", const_value=ir.PackedTensor(
+            packed, ir.DataType.INT4, shape=ir.Shape([rows, columns]), name=f"{name}_DQ_Q4"))
+        scale = ir.Value(name=f"{name}_DQ_scales", const_value=ir.tensor(scales, name=f"{name}_DQ_scales"))
+        graph.register_initializer(codes)
+        graph.register_initializer(scale)
+        dequantized = ir.node("DequantizeLinear", [codes, scale], name=f"{node.name or name}_DQ_Q4",
+                              attributes={"axis": 0, "block_size": BLOCK_SIZE})
+        graph.insert_before(node, dequantized)
+        node.replace_input_with(1, dequantized.outputs[0])
+        if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
+            del graph.initializers[weight.name]
+    io.save(loaded, quantized, protect=(model,), force_external=True)
+    return lowered, converted, skipped
+
+
 def _prepared(model: Path, opset: int) -> tuple[Any, int, int | None]:
     """The model's protobuf with its Gemms lowered (as _gemms_as_matmuls) and at `opset` or newer,
     every MatMul named (the quantizer excludes nodes by name); with how many Gemms were lowered
     and the opset it was converted from (None: it was at `opset` already)."""
     from deploycc import io
-    from deploycc.passes.opset import convert_opset
 
-    loaded = io.load(model, check=False)
-    lowered = _lower_gemms(loaded.model.graph)
-    current = loaded.model.opset_imports.get("", loaded.model.opset_imports.get("ai.onnx", opset))
-    converted = None
-    if current < opset:
-        loaded.model, converted = convert_opset(loaded.model, opset), current
-    for position, node in enumerate(loaded.model.graph):
+    loaded, lowered, converted = _loaded_at_opset(model, opset)
+    for position, node in enumerate(loaded.graph):
         if node.op_type == "MatMul" and not node.name:
             node.name = f"matmul_{position}"
-    return io.to_proto(loaded.model), lowered, converted
+    return io.to_proto(loaded), lowered, converted
+
+
+def _loaded_at_opset(model: Path, opset: int) -> tuple[Any, int, int | None]:
+    """The model (onnx-ir) with its Gemms lowered (_lower_gemms) and at `opset` or newer, converted
+    as legalize converts; with how many Gemms were lowered and the opset it was converted from
+    (None: it was at `opset` already)."""
+    from deploycc import io
+    from deploycc.passes.opset import convert_opset
+
+    loaded = io.load(model, check=False).model
+    lowered = _lower_gemms(loaded.graph)
+    current = loaded.opset_imports.get("", loaded.opset_imports.get("ai.onnx", opset))
+    if current >= opset:
+        return loaded, lowered, None
+    return convert_opset(loaded, opset), lowered, current
 
 
 def _not_blockwise(proto: Any) -> list[str]:

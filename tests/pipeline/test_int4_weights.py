@@ -210,3 +210,27 @@ def test_the_streamed_int4_of_a_large_model_is_the_quantizers_own(encoder: Path,
     x = np.random.default_rng(5).normal(0, 1, (3, 7, 64)).astype(np.float32)
     np.testing.assert_array_equal(_run(streamed, {"x": x}), _run(whole, {"x": x}))
     assert np.abs(_run(streamed, {"x": x}) - _run(encoder, {"x": x})).max() > 1e-4
+
+
+def test_the_streamed_blockwise_qdq_of_a_large_model_is_the_quantizers_own(tmp_path: Path) -> None:
+    """Past 2 GB TensorRT's int4 Q/DQ is written one weight at a time (the model converted to opset
+    21 first, as below the limit), each weight packed by ONNX Runtime's own kernel: the same int4
+    DequantizeLinear blocks and scales as its quantizer writes whole, so the same outputs; a weight
+    48 rows deep (not whole blocks of 32) stays float in both."""
+    from deploycc.quantize.weights import _blockwise_qdq, _blockwise_qdq_streamed
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(relu_mlp((64, 48, 16), batch=4, std=0.1, seed=3), model)  # opset below 21
+    (tmp_path / "whole").mkdir()
+    whole, note = _blockwise_qdq(model, tmp_path / "whole")
+    assert "1 kept float" in note, note
+    streamed = tmp_path / "streamed.onnx"
+    lowered, converted, skipped = _blockwise_qdq_streamed(model, streamed)
+    assert lowered == 0 and converted is not None and len(skipped) == 1
+    proto = onnx.load(streamed)
+    assert {(o.domain, o.version) for o in proto.opset_import} >= {("", 21)}
+    blocks = [node for node in proto.graph.node if node.op_type == "DequantizeLinear"]
+    assert len(blocks) == 1 and {a.name: a.i for a in blocks[0].attribute} == {"axis": 0, "block_size": 32}
+    x = np.random.default_rng(8).normal(0, 1, (4, 64)).astype(np.float32)
+    np.testing.assert_array_equal(_run(streamed, {"x": x}), _run(whole, {"x": x}))
+    assert np.abs(_run(streamed, {"x": x}) - _run(model, {"x": x})).max() > 1e-5
