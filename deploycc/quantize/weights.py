@@ -13,7 +13,9 @@ its recipe names it (BackendStages.int4):
                                     zero point 0 its parser asks) into the MatMul, which TensorRT
                                     builds as INT4 weight-only GEMMs with fp16 activations
 
-Judged like int8 (its verification's tolerances and the budget's cosine)."""
+Judged like int8 (its verification's tolerances and the budget's cosine). Past protobuf's 2 GB the
+ONNX Runtime forms are written one weight at a time by ONNX Runtime's own packing kernel (the
+quantizer's output bit for bit), in a process of their own: its quantizer holds the whole model."""
 
 from __future__ import annotations
 
@@ -231,7 +233,8 @@ def _blockwise_qdq(model: Path, outdir: Path) -> tuple[Path, str]:
         raise NoWeightsToQuantize("int4 weight-only: none of the model's MatMul weights is a 2-D block of "
                                   f"{BLOCK_SIZE} rows with an even width, the form TensorRT's INT4 takes")
     gemms = f" ({lowered} of them Gemms, written as MatMul and Add first)" if lowered else ""
-    kept = f"; {len(skipped)} kept float (not whole blocks of {BLOCK_SIZE}, or an odd width)" * bool(skipped)
+    kept = f"; {len(skipped)} kept float (not whole blocks of {BLOCK_SIZE}, or an odd width)" if skipped \
+        else ""
     opset = f", the model converted from opset {converted} to {BLOCKWISE_OPSET}" if converted else ""
     return quantized, (f"int4 weight-only: blockwise INT4 Q/DQ for TensorRT 10 (ONNX Runtime's quantizer), "
                        f"{blocks} MatMul weight(s) as int4 DequantizeLinear, symmetric blocks of {BLOCK_SIZE}"
