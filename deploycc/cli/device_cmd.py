@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import click
@@ -59,6 +60,9 @@ def run_command(ctx: click.Context, outdir: Path, host: str, port: int | None, i
 
     remote = Remote(host, port, identity, list(ssh_option))
     result = run_on_board(outdir, remote, python=python, engine=engine, iterations=iterations)
-    report = import_result(outdir, result)
+    try:
+        report = import_result(outdir, result)
+    finally:  # the fetched copy's folder (its content is in OUTDIR now, or the import said why not)
+        shutil.rmtree(result.parent, ignore_errors=True)
     click.echo(f"{report.status}: {report.summary}")
     ctx.exit(report.exit_code)

@@ -89,9 +89,13 @@ def test_device_run_over_ssh_verifies_on_the_board_and_imports(board, built: Pat
     server, identity, home = board
     out = tmp_path / "out"
     shutil.copytree(built, out)
+    scratch = tmp_path / "scratch"  # the command's temporary files: the fetched result's copy is gone after
+    scratch.mkdir()
     done = run_cli("device", "run", str(out), "--host", "tester@127.0.0.1", *_ssh_args(server.port, identity),
-                   "--python", sys.executable, "--engine", "onnxruntime", "--iterations", "5")
+                   "--python", sys.executable, "--engine", "onnxruntime", "--iterations", "5",
+                   env={"TMPDIR": str(scratch)})
     assert done.returncode == 0, done.stderr
+    assert not list(scratch.iterdir())
     assert (home / "deploycc-bundles" / "out" / "bundle" / "result.json").is_file()  # it ran on the board
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "verified-on-device" and report["device"]["latency"]["iterations"] == 5
