@@ -138,6 +138,11 @@ class Precision(Name):
     INT4 = "int4"
 
 
+# The integer precisions: engines whose float original says nothing of their rounding (a quantized
+# decoder is judged by its greedy generation, not by one forward element by element)
+QUANTIZED = (Precision.INT8, Precision.INT4)
+
+
 class CandidateOutcome(Name):
     """What `--precision auto` made of one precision it tried."""
 

@@ -15,11 +15,16 @@ from typing import TYPE_CHECKING, Any
 from deploycc.backends.base import BackendError, BackendUnavailable, BuildRequest
 from deploycc.errors import OptionError
 from deploycc.pipeline.context import BuildContext, DrawnInputs
-from deploycc.pipeline.generation import candidate_run, reference_generation, release_large_engine
+from deploycc.pipeline.generation import (
+    candidate_run,
+    engine_runs_here,
+    reference_generation,
+    release_large_engine,
+)
 from deploycc.pipeline.outcome import RUN_REFUSED
 from deploycc.pipeline.stages import BuildStage
 from deploycc.results import SkippedStep
-from deploycc.taxonomy import BuildStatus, Failed, Failure, Precision, SafetyStep, Stage
+from deploycc.taxonomy import QUANTIZED, BuildStatus, Failed, Failure, Precision, SafetyStep, Stage
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -29,7 +34,6 @@ if TYPE_CHECKING:
     from deploycc.records.verification import GenerationCheck, Verification
 
 HALF = (Precision.FP16, Precision.BF16)
-QUANTIZED = (Precision.INT8, Precision.INT4)  # engines whose float original says nothing of their rounding
 
 
 def legalize_stage(context: BuildContext) -> None:
@@ -230,12 +234,13 @@ def verify_stage(context: BuildContext) -> None:
     with engine_errors(context):
         context.engine = context.backend.load(context.artifact, context.staging, context.request)
         drawn, actual, expected, reference = _first_sizes_both_run(context)
-        release_large_engine(context)  # judging a mismatch may load the original here: not both at once
+        # judging a mismatch may load the original here, and the backend build the export: not both
+        # beside the engine
+        release_large_engine(context)
         verification = compare_all(expected, actual, reference=reference, inputs=drawn.described,
                                    precision=verification_precision(context.legalized, context.precision),
                                    original=(context.source, drawn.original_feeds))
         if not verification.passed and not verification.needs_inputs:
-            release_large_engine(context)  # the backend builds the export too: not both at once
             on_original = backend_on_original(context, drawn.original_feeds)
             if on_original is not None:
                 within_backend_on_original(verification, expected, on_original)
@@ -287,8 +292,7 @@ def _checked_generation(context: BuildContext, verification: Verification) -> Ge
 
     signature, drawn = context.decoder, context.inputs()
     assert signature is not None
-    on_device = context.artifact is None or context.artifact.pending_on_device  # as candidate_run decides
-    ran_on = "the device's model on ONNX Runtime CPU" if on_device else "the engine"
+    ran_on = "the engine" if engine_runs_here(context) else "the device's model on ONNX Runtime CPU"
     # a quantized model is judged at its precision (the device's int4 model beside the legalized
     # model's fp32 verification)
     precision = context.precision if context.precision in QUANTIZED else verification.precision

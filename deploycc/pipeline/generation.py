@@ -45,15 +45,21 @@ def reference_generation(context: BuildContext, signature: Any, original_feeds: 
     return reference
 
 
+def engine_runs_here(context: BuildContext) -> bool:
+    """Whether the generation's candidate is the engine (built here), not the model the device builds
+    it from (`candidate_run`'s choice, and what the check says it ran on)."""
+    return context.artifact is not None and not context.artifact.pending_on_device
+
+
 @contextlib.contextmanager
 def candidate_run(context: BuildContext) -> Iterator[Any]:
     """The candidate's run: the engine (loaded again where `reference_generation` let it go), else
     the model the device builds from, on ONNX Runtime CPU."""
     from deploycc.verify.runner import run_session, session
 
-    if context.artifact is not None and not context.artifact.pending_on_device:
+    if engine_runs_here(context):
         if context.engine is None:
-            assert context.request is not None
+            assert context.artifact is not None and context.request is not None
             context.engine = context.backend.load(context.artifact, context.staging, context.request)
         yield context.engine.run
         return

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc.pipeline.context import BuildContext
 from deploycc.records.bench import Comparison
 from deploycc.records.precision import PrecisionCandidate, PrecisionChoice
-from deploycc.taxonomy import BuildStatus, CandidateOutcome, Precision
+from deploycc.taxonomy import QUANTIZED, BuildStatus, CandidateOutcome, Precision
 
 if TYPE_CHECKING:
     from deploycc.backends.base import Runner
@@ -177,7 +177,7 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
             else:
                 tried.append(verdict)
         try:
-            timed = _timed(context, built)
+            timed = _timed(built, feeds)
         except Exception as error:  # an engine that verified and then fails to run again: fp32, said
             why = f"timing failed ({type(error).__name__}: {str(error).strip()[:150]}): fp32 kept"
             timed = [_candidate(p, CandidateOutcome.FAILED, why, c.verification) for p, c in built.items()]
@@ -342,8 +342,7 @@ def _judged(candidate: BuildContext, precision: Precision) -> PrecisionCandidate
         return _candidate(precision, outcome, candidate.message or str(candidate.status), verification)
     judged = _candidate(precision, CandidateOutcome.OVER_BUDGET, "", verification)
     generation = verification.generation
-    quantized = precision in (Precision.INT8, Precision.INT4)
-    by_generation = quantized and generation is not None and generation.passed
+    by_generation = precision in QUANTIZED and generation is not None and generation.passed
     if verification.forward_problem or by_generation:
         return None  # a quantized decoder: within budget by its generation, whatever one forward's cosine
     if judged.min_cosine is not None and judged.min_cosine < MIN_COSINE:
@@ -364,16 +363,15 @@ def _candidate(precision: Precision, outcome: CandidateOutcome, why: str, verifi
                               max_abs_error=float(f"{max(errors):.3g}") if errors else None)
 
 
-def _timed(context: BuildContext, built: dict[Precision, BuildContext]) -> list[PrecisionCandidate]:
-    """The candidates within budget timed against fp32, interleaved, on the inputs the build drew;
-    the chosen one marked."""
+def _timed(built: dict[Precision, BuildContext], feeds: dict[str, Any]) -> list[PrecisionCandidate]:
+    """The candidates within budget timed against fp32, interleaved, on `feeds` (timing_feeds); the
+    chosen one marked."""
     if Precision.FP32 not in built:  # nothing to time against: the first within budget
         untimed = [_candidate(p, CandidateOutcome.NOT_FASTER, "fp32 did not pass: not timed", c.verification)
                    for p, c in built.items()]
         if untimed:
             untimed[0].outcome = CandidateOutcome.CHOSEN
         return untimed
-    feeds = timing_feeds(context)
     with _loaded(built[Precision.FP32]) as baseline:  # the others loaded one at a time beside it
         pairs, pause = _pairs(baseline, feeds)
         timed = [_candidate(Precision.FP32, CandidateOutcome.BASELINE, "what the others are timed against",
