@@ -1,8 +1,10 @@
 """Named predicates: the conditions under which an op is legal on a target.
 
 Target files refer to these by name (`predicates = [{ name = "input_is_constant", input = "axes" }]`);
-a target file cannot add code, and an unknown name is a load error. Each predicate returns
-None when the node satisfies it, or a sentence saying what is wrong.
+a target file cannot add code, and an unknown name is a load error. The names, their meanings and
+their arguments are declared in targets/vocabulary.py (loading a target checks against them there);
+this module implements each. Each predicate returns None when the node satisfies it, or a sentence
+saying what is wrong.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from deploycc.targets.vocabulary import PREDICATES, PredicateSignature
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -19,36 +23,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Predicate:
-    name: str
-    params: frozenset[str]
-    required: frozenset[str]
+    signature: PredicateSignature  # its name, meaning and arguments, as target files may name it
     check: Callable[[ir.Node, PredicateRef, Any], str | None]
-    summary: str
 
 
 REGISTRY: dict[str, Predicate] = {}
 
 
-def predicate(name: str, summary: str, params: tuple[str, ...] = (), required: tuple[str, ...] = ()):
+def predicate(name: str):
+    """Implement the predicate that targets/vocabulary.py declares as `name`."""
+    if name not in PREDICATES:
+        raise AssertionError(f"predicate {name!r} is not declared in deploycc/targets/vocabulary.py")
+
     def register(func: Callable[[ir.Node, PredicateRef, Any], str | None]):
-        REGISTRY[name] = Predicate(name, frozenset(params), frozenset(required), func, summary)
+        REGISTRY[name] = Predicate(PREDICATES[name], func)
         return func
 
     return register
-
-
-def validate(name: str, args: dict[str, Any]) -> str | None:
-    """Why a predicate reference from a data file is invalid, or None if it is fine."""
-    if name not in REGISTRY:
-        return f"unknown predicate {name!r} (known: {', '.join(sorted(REGISTRY))})"
-    spec = REGISTRY[name]
-    unknown = set(args) - spec.params
-    if unknown:
-        return f"predicate {name!r} takes no argument {sorted(unknown)[0]!r}"
-    missing = spec.required - set(args)
-    if missing:
-        return f"predicate {name!r} needs argument {sorted(missing)[0]!r}"
-    return None
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -98,7 +89,7 @@ def _label(node: ir.Node, index: int | None, ref: PredicateRef) -> str:
 # ------------------------------------------------------------------------- predicates
 
 
-@predicate("input_is_constant", "the given input is an initializer or Constant", ("input",), ("input",))
+@predicate("input_is_constant")
 def _input_is_constant(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     index, value = _input(node, ref, schema)
     if value is None or is_constant(value):
@@ -106,7 +97,7 @@ def _input_is_constant(node: ir.Node, ref: PredicateRef, schema: Any) -> str | N
     return f"{_label(node, index, ref)} must be a constant (initializer), but is computed at run time"
 
 
-@predicate("input_is_zero", "the given input is absent or a constant of zeros", ("input",), ("input",))
+@predicate("input_is_zero")
 def _input_is_zero(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     import numpy as np
 
@@ -127,7 +118,7 @@ def _rank(value: ir.Value | None) -> int | None:
     return len(value.shape)
 
 
-@predicate("spatial_rank_in", "input 0 has this many spatial dims (rank - 2)", ("ranks",), ("ranks",))
+@predicate("spatial_rank_in")
 def _spatial_rank_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     rank = _rank(node.inputs[0] if node.inputs else None)
     allowed = list(ref.arg("ranks"))
@@ -136,7 +127,7 @@ def _spatial_rank_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | Non
     return f"{rank - 2}D {node.op_type} (only {'/'.join(f'{r}D' for r in allowed)} supported)"
 
 
-@predicate("input_rank_in", "the given input has one of these ranks", ("input", "ranks"), ("ranks",))
+@predicate("input_rank_in")
 def _input_rank_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     index, value = _input(node, ref, schema)
     rank = _rank(value)
@@ -146,7 +137,7 @@ def _input_rank_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     return f"{_label(node, index, ref)} has rank {rank} (supported ranks: {allowed})"
 
 
-@predicate("output_unused", "the given output is not consumed", ("output",), ("output",))
+@predicate("output_unused")
 def _output_unused(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     index = int(ref.arg("output"))
     if index >= len(node.outputs):
@@ -157,7 +148,7 @@ def _output_unused(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     return None
 
 
-@predicate("static_input_shapes", "every input has a fully static shape")
+@predicate("static_input_shapes")
 def _static_input_shapes(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     for value in node.inputs:
         if value is None:
@@ -167,7 +158,7 @@ def _static_input_shapes(node: ir.Node, ref: PredicateRef, schema: Any) -> str |
     return None
 
 
-@predicate("einsum_no_ellipsis_or_diagonal", "Einsum without '...' or repeated subscripts")
+@predicate("einsum_no_ellipsis_or_diagonal")
 def _einsum_plain(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     attr = node.attributes.get("equation")
     equation = str(attr.value) if attr is not None else ""
@@ -180,12 +171,7 @@ def _einsum_plain(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     return None
 
 
-@predicate(
-    "attribute_in",
-    "a string attribute takes one of the listed values",
-    ("attribute", "values", "default"),
-    ("attribute", "values"),
-)
+@predicate("attribute_in")
 def _attribute_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     name = ref.arg("attribute")
     attr = node.attributes.get(name)
@@ -198,8 +184,7 @@ def _attribute_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     return f"{name}={value!r} is not supported (supported: {', '.join(map(str, allowed))})"
 
 
-@predicate("input_dtype_in", "the given input has one of these element types", ("input", "dtypes"),
-           ("dtypes",))
+@predicate("input_dtype_in")
 def _input_dtype_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     from deploycc.dtypes import type_name
 
@@ -211,8 +196,7 @@ def _input_dtype_in(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None
     return f"{_label(node, index, ref)} is {found} (supported: {', '.join(allowed)})"
 
 
-@predicate("saturating_cast_not_to", "a saturating Cast/CastLike does not produce these types", ("dtypes",),
-           ("dtypes",))
+@predicate("saturating_cast_not_to")
 def _saturating_cast_not_to(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     attr = node.attributes.get("saturate")
     if attr is not None and int(attr.value) == 0:
@@ -226,8 +210,7 @@ def _saturating_cast_not_to(node: ir.Node, ref: PredicateRef, schema: Any) -> st
     return f"a saturating cast to {destination} does not saturate out-of-range values on this target"
 
 
-@predicate("empty_constant_not_an_output",
-           "a Constant with no element is not its graph's output (itself or through Identity)")
+@predicate("empty_constant_not_an_output")
 def _empty_constant_not_an_output(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     from deploycc.graph.graphs import reaches_graph_output
 
@@ -241,7 +224,7 @@ def _empty_constant_not_an_output(node: ir.Node, ref: PredicateRef, schema: Any)
             "empty result) is read with one element")
 
 
-@predicate("float_mod_is_fmod", "Mod on floating-point inputs sets fmod=1")
+@predicate("float_mod_is_fmod")
 def _float_mod_is_fmod(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     value = node.inputs[0] if node.inputs else None
     attr = node.attributes.get("fmod")
@@ -253,8 +236,7 @@ def _float_mod_is_fmod(node: ir.Node, ref: PredicateRef, schema: Any) -> str | N
 
 
 
-@predicate("reduction_rank_is_static",
-           "a reduction with keepdims=0 takes constant axes, or a single one computed at run time")
+@predicate("reduction_rank_is_static")
 def _reduction_rank_is_static(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     attr = node.attributes.get("keepdims")
     if attr is None or int(attr.value) == 1:  # keepdims defaults to 1: the rank stays
@@ -315,7 +297,12 @@ def spatial_scale_into_conv(node: ir.Node) -> str | None:
             "positions, read by a Conv: folded into the Conv's weights as if it were per channel")
 
 
-@predicate("not_spatial_scale_into_conv",
-           "a Mul/Div by a constant that varies over spatial positions is not read by a Conv alone")
+@predicate("not_spatial_scale_into_conv")
 def _not_spatial_scale_into_conv(node: ir.Node, ref: PredicateRef, schema: Any) -> str | None:
     return spatial_scale_into_conv(node)
+
+
+_unimplemented = set(PREDICATES) - set(REGISTRY)
+if _unimplemented:  # a target file could name it and pass loading, then fail the check
+    raise AssertionError(f"declared in deploycc/targets/vocabulary.py without an implementation: "
+                         f"{sorted(_unimplemented)}")

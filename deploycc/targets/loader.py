@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from deploycc.dtypes import KNOWN_DTYPES
-from deploycc.legality import predicates
 from deploycc.targets.files import Reader, find_table, read_toml
 from deploycc.targets.overlays import apply_jetpack, read_target_data
 from deploycc.targets.schema import (
@@ -41,6 +40,7 @@ from deploycc.targets.schema import (
     ShapePolicy,
     Target,
 )
+from deploycc.targets.vocabulary import validate as predicate_problem
 from deploycc.taxonomy import Precision
 
 TARGET_KEYS = {
@@ -123,7 +123,7 @@ def _op_entry(row: Reader) -> OpSupport:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise row.fail(f"predicates[{index}]", "must be a name or a table with 'name'")
         args = {k: v for k, v in item.items() if k not in ("name", "wrong_result")}
-        problem = predicates.validate(item["name"], args)
+        problem = predicate_problem(item["name"], args)
         if problem:
             raise row.fail(f"predicates[{index}]", problem)
         wrong_result = item.get("wrong_result", False)

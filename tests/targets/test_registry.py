@@ -231,3 +231,13 @@ def test_extends_errors_name_the_file_and_key(tmp_path: Path):
                                         '[memory]\nbudget_mb = 2048\n')
     mine = registry.load_target_file(tmp_path / "mine.toml")
     assert mine.memory.budget_mb == 2048 and mine.opset.max == 13 and mine.aliases == ()
+
+
+def test_every_declared_predicate_is_implemented_and_nothing_else():
+    """A target is checked against the vocabulary; legality judges with its registry: the two agree,
+    so a name that passes loading never fails the check for want of code."""
+    from deploycc.legality.predicates import REGISTRY
+    from deploycc.targets.vocabulary import PREDICATES
+
+    assert set(REGISTRY) == set(PREDICATES)
+    assert all(REGISTRY[name].signature is PREDICATES[name] for name in PREDICATES)
