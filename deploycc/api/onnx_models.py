@@ -144,12 +144,14 @@ def _model_bytes(model: str | Path) -> int:
 def half_analysis(model: str | Path, precision: Precision, inputs: str | Path | None = None) -> Any:
     """What fp16 (or bf16) breaks in an ONNX model and the fewest layers to keep in fp32, on
     `inputs` (an .npz) or on inputs drawn as verification draws them (deploycc.fp16)."""
+    from deploycc import io
     from deploycc.fp16 import analyze_half
     from deploycc.options import LegalizeOptions
-    from deploycc.verify.verification import signature_feeds
+    from deploycc.verify.verification import feeds_for
 
     options = LegalizeOptions(inputs=Path(inputs) if inputs is not None else None)
-    feeds, _, described = signature_feeds(Path(model), options, {}, None, Path(model))
+    # the model as given: no legalization moved its inputs' layouts
+    feeds, _, described = feeds_for(io.peek(model).model.graph, options, {}, source=Path(model))
     return analyze_half(Path(model), feeds, precision, inputs=described)
 
 

@@ -127,7 +127,8 @@ class BuildContext:
         else the typical ones), drawn once per set of sizes: the one place a build draws them. Image
         inputs hold what legalization's verification drew them as; integer inputs the values the
         original reads."""
-        from deploycc.verify.verification import drawn_content, signature_feeds
+        from deploycc import io
+        from deploycc.verify.verification import drawn_content, feeds_for
 
         if self.legalized is None:
             return self._generated()
@@ -136,9 +137,9 @@ class BuildContext:
         key = json.dumps(shapes, sort_keys=True)
         if key not in self._drawn:
             graph_file = self.legalized_path if self.legalized_path.exists() else self.source
-            feeds, original_feeds, described = signature_feeds(
-                graph_file, self.options.legalize, self.legalized.fed_layouts, shapes, self.source,
-                drawn_content(drawn))
+            feeds, original_feeds, described = feeds_for(
+                io.peek(graph_file).model.graph, self.options.legalize, self.legalized.fed_layouts, shapes,
+                self.source, drawn_content(drawn))
             self._drawn[key] = DrawnInputs(feeds, original_feeds, self.described(described))
         return self._drawn[key]
 

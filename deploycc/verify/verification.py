@@ -425,12 +425,3 @@ def _compare_as_sets(expected: dict[str, np.ndarray], actual: dict[str, np.ndarr
 def reference_outputs(original: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
     """The original model's outputs on ORT CPU (the onnx reference evaluator as a fallback)."""
     return _run_original(original, feeds)
-
-
-def signature_feeds(model_path: Path, options: LegalizeOptions, layouts: dict[str, list[int]],
-                    shapes: dict[str, list[int]] | None = None, source: Path | None = None,
-                    content: str = NOISE) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str]:
-    """feeds_for the graph of a model file (integer values as the original, `source`, reads them)."""
-    from deploycc import io
-
-    return feeds_for(io.peek(model_path).model.graph, options, layouts, shapes, source, content)

@@ -106,11 +106,15 @@ def test_emptying_the_staging_folder_keeps_the_sample_verification_reads(tmp_pat
 
 def test_the_verification_inputs_are_drawn_in_one_place():
     """Every build stage takes its inputs from the build context (BuildContext.inputs), so they
-    cannot drift apart: one call of signature_feeds in the pipeline (`check`'s fp16 analysis of a
-    model as given, api/onnx_models.py, is the one other)."""
-    package = Path(__file__).resolve().parents[2] / "deploycc" / "pipeline"
-    calls = [f"{path.relative_to(package.parent)}:{node.lineno}" for path in package.rglob("*.py")
+    cannot drift apart: one call in the package draws inputs from a legalize record (its fed
+    layouts), the context's. The others draw for a graph in hand: legalization's own verification,
+    and `check`'s fp16 analysis of a model as given (no layouts moved, api/onnx_models.py)."""
+    package = Path(__file__).resolve().parents[2] / "deploycc"
+    calls = {f"{path.relative_to(package.parent)}": ast.unparse(node) for path in package.rglob("*.py")
              for node in ast.walk(ast.parse(path.read_text()))
-             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
-             == "signature_feeds"]
-    assert calls == [calls[0]] and calls[0].startswith("pipeline/context.py"), calls
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "feeds_for"
+             and len(node.args) >= 3}
+    from_records = [path for path, call in calls.items() if "fed_layouts" in call and "legalized" in call]
+    assert from_records == ["deploycc/pipeline/context.py"], calls
+    in_pipeline = {path for path in calls if path.startswith("deploycc/pipeline")}
+    assert in_pipeline == {"deploycc/pipeline/context.py"}
