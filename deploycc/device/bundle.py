@@ -73,15 +73,9 @@ def layer_precision_flags(version: tuple[int, ...]) -> dict[str, str]:
 def copy_model(model: Path, folder: Path, name: str) -> list[str]:
     """`model` as `folder/name`, with its external data file beside it under the name the model
     gives it (the legalized model names its data file after itself); the bundle's paths."""
-    from deploycc.io import copy_file
+    from deploycc.io import copy_model_file
 
-    copy_file(model, folder / name)
-    files = [f"{BUNDLE_DIR}/{name}"]
-    data = model.with_name(model.name + ".data")
-    if data.exists():
-        copy_file(data, folder / data.name)
-        files.append(f"{BUNDLE_DIR}/{data.name}")
-    return files
+    return [f"{BUNDLE_DIR}/{file.name}" for file in copy_model_file(model, folder / name)]
 
 
 def copy_runner(folder: Path) -> str:

@@ -20,6 +20,7 @@ from deploycc.io.checker import LARGE_TENSOR_BYTES, check_proto, onnxruntime_loa
 from deploycc.io.files import (
     StagedDirectory,
     copy_file,
+    copy_model_file,
     scratch_folder,
     sha256_file,
     tar_folder,
@@ -77,6 +78,7 @@ __all__ = [
     "claim",
     "copy_file",
     "copy_model",
+    "copy_model_file",
     "from_proto",
     "load",
     "model_files",

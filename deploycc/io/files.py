@@ -233,6 +233,20 @@ def copy_file(source: Path, copy: Path) -> None:
         _digests[(made.st_dev, made.st_ino, made.st_size, made.st_mtime_ns)] = known
 
 
+def copy_model_file(model: Path, copy: Path) -> list[Path]:
+    """The model file as `copy`, with its external data file, where it has one, beside it under the
+    name the model gives it (the legalized model names its data file after itself); the files
+    there. A data file already in that folder stays as it is."""
+    copy_file(model, copy)
+    data = model.with_name(model.name + ".data")
+    if not data.exists():
+        return [copy]
+    placed = copy.with_name(data.name)
+    if not placed.exists() or not placed.samefile(data):
+        copy_file(data, placed)
+    return [copy, placed]
+
+
 def tar_folder(folder: Path) -> bytes:
     """A folder as an uncompressed tar, under its own name (for ssh's stdin or a Ray object)."""
     import io

@@ -9,7 +9,6 @@ process, which does not inherit a registration made in the test's process).
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -75,12 +74,10 @@ class ToyBackend(Backend):
 
     def build(self, request: BuildRequest) -> Artifact:
         """The engine file is the model itself (with its weights file, where it has one)."""
-        files = ["model.toy.onnx"]
-        shutil.copyfile(request.model, request.outdir / files[0])
-        data = request.model.with_name(request.model.name + ".data")
-        if data.exists():
-            shutil.copyfile(data, request.outdir / data.name)
-        return Artifact(kind="toy-onnx", files=files, settings={"precision": request.precision},
+        from deploycc.io import copy_model_file
+
+        engine = copy_model_file(request.model, request.outdir / "model.toy.onnx")[0]
+        return Artifact(kind="toy-onnx", files=[engine.name], settings={"precision": request.precision},
                         placement=Placement(primary="CPU", method="everything on the CPU"))
 
     def load(self, artifact: Artifact, outdir: Path, request: BuildRequest) -> Runner:

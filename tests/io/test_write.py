@@ -89,3 +89,26 @@ def test_a_constant_read_from_external_data_goes_with_the_model(tmp_path: Path) 
     outputs = [ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
                for path in (source, target)]
     np.testing.assert_array_equal(outputs[1], outputs[0])
+
+
+def test_a_model_copied_takes_its_weights_file_and_leaves_one_already_in_place(tmp_path: Path) -> None:
+    """copy_model_file: into another folder, the weights file goes beside the copy under the name the
+    model gives it (so the copy loads with its weights); into the model's own folder, the one
+    already there stays (copying a file onto itself failed)."""
+    from deploycc.io import copy_model_file
+
+    weight = numpy_helper.from_array(np.arange(4096, dtype=np.float32).reshape(64, 64), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [weight])
+    model = tmp_path / "model.legalized.onnx"
+    onnx.save_model(helper.make_model(graph), model, save_as_external_data=True,
+               location="model.legalized.onnx.data", size_threshold=0)
+    elsewhere = tmp_path / "bundle"
+    elsewhere.mkdir()
+    for copy in (elsewhere / "model.toy.onnx", tmp_path / "model.toy.onnx"):
+        files = copy_model_file(model, copy)
+        assert [f.name for f in files] == ["model.toy.onnx", "model.legalized.onnx.data"]
+        x = np.ones((1, 64), np.float32)
+        (y,) = ort.InferenceSession(str(copy), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.testing.assert_array_equal(y, x @ numpy_helper.to_array(weight))
