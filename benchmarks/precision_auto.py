@@ -70,6 +70,7 @@ def _build(model: Path, target: str, out: Path, auto: bool) -> tuple[dict, float
 
 def _subjects(model: Path, builds: dict[str, Path], work: Path) -> dict[str, object]:
     """The runners to time, by label."""
+    from deploycc import io
     from deploycc.bench.run import open_subject
     from deploycc.quantize.dynamic import quantizable_weights, quantize_dynamically
     from deploycc.targets import registry
@@ -77,7 +78,7 @@ def _subjects(model: Path, builds: dict[str, Path], work: Path) -> dict[str, obj
     ort_cpu, openvino_cpu = registry.resolve("ort-cpu"), registry.resolve("openvino-cpu")
     subjects = {"raw ORT": open_subject(model, ort_cpu).make_runner(THREADS),
                 "OpenVINO defaults": open_subject(model, openvino_cpu).make_runner(THREADS)}
-    if quantizable_weights(model):
+    if quantizable_weights(io.peek(model).model.graph):
         dynamic, _ = quantize_dynamically(model, work)
         subjects["ORT quantize_dynamic"] = open_subject(dynamic, ort_cpu).make_runner(THREADS)
     for target, folder in builds.items():

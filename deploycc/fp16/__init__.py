@@ -11,9 +11,8 @@ Each backend writes the kept layers in its own form (TensorRT's per-layer precis
 """
 
 from deploycc.fp16.analyze import analyze_half
-from deploycc.fp16.emulate import name_nodes_in_file
 from deploycc.fp16.record import FlaggedTensor, HalfPrecisionReport
 
 HALF = ("fp16", "bf16")  # the precisions the analysis is for
 
-__all__ = ["HALF", "FlaggedTensor", "HalfPrecisionReport", "analyze_half", "name_nodes_in_file"]
+__all__ = ["HALF", "FlaggedTensor", "HalfPrecisionReport", "analyze_half"]

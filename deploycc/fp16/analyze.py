@@ -36,11 +36,11 @@ from deploycc.fp16.emulate import (
     activations,
     add_range_reducers,
     float_layers,
-    name_layers,
     rounded_feeds,
     without_range_reducers,
 )
 from deploycc.fp16.record import BELOW_NORMAL, BEYOND_RANGE, FlaggedTensor, HalfPrecisionReport
+from deploycc.graph.graphs import name_layers
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:

@@ -93,34 +93,6 @@ def activations(node: ir.Node) -> list[ir.Value]:
     return [v for v in node.outputs if _is_float32(v) and v.name and not on_shape_path(v)]
 
 
-def name_layers(graph: ir.Graph) -> bool:
-    """Give every nameless node a name (the engines' layer names come from them); whether any
-    was nameless."""
-    taken = {node.name for node in graph if node.name}
-    named = False
-    for index, node in enumerate(graph):
-        if not node.name:
-            name = f"{node.op_type}_{index}"
-            while name in taken:
-                name += "_"
-            node.name, named = name, True
-            taken.add(name)
-    return named
-
-
-def name_nodes_in_file(path: Path) -> None:
-    """Name the nameless nodes of a model file in place (rewritten only when one was). Asked of
-    the model `peek` holds, which the build reads next anyway: loaded for itself only to be
-    changed (a file read whole, 354 MB for a ConvNeXt-B, to find every node named)."""
-    from deploycc import io
-
-    if all(node.name for node in io.peek(path).model.graph):
-        return
-    model = io.load(path, check=False).model
-    if name_layers(model.graph):
-        io.save(model, path)
-
-
 def exposed(model: ir.Model, names: Iterable[str]) -> None:
     """Make the named float tensors graph outputs too (in place)."""
     graph = model.graph

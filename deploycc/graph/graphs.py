@@ -93,6 +93,25 @@ def dynamic_dims(value: ir.Value) -> list[tuple[int, str]]:
     return [(i, str(d)) for i, d in enumerate(dims) if not isinstance(d, int)]
 
 
+def name_layers(graph: ir.Graph) -> bool:
+    """Give every nameless node a name (the engines' layer names come from them, and the layers
+    a half-precision build keeps in fp32 are named by them): its label (node_label, the name
+    its first output has) where no other node has it, else its op and place; whether any was
+    nameless."""
+    taken = {node.name for node in graph if node.name}
+    named = False
+    for index, node in enumerate(graph):
+        if not node.name:
+            name = node_label(node)
+            if name in taken or name.startswith("<"):
+                name = f"{node.op_type}_{index}"
+            while name in taken:
+                name += "_"
+            node.name, named = name, True
+            taken.add(name)
+    return named
+
+
 def node_label(node: ir.Node) -> str:
     """A node's name; for an unnamed node its first output's name, else <OpType>."""
     if node.name:

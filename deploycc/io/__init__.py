@@ -41,6 +41,7 @@ from deploycc.io.outputs import (
     written_files,
 )
 from deploycc.io.read import (
+    PEEK_KEPT_BYTES,
     LoadedModel,
     ReadProto,
     copy_model,
@@ -69,6 +70,7 @@ __all__ = [
     "MAP_TYPES",
     "MAX_DECLARED_ELEMENTS",
     "PARTIAL_MARK",
+    "PEEK_KEPT_BYTES",
     "ExternalFile",
     "LoadedModel",
     "OutputBusy",

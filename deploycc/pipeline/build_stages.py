@@ -119,15 +119,14 @@ def int4_weights_stage(context: BuildContext) -> None:
 def half_analysis_stage(context: BuildContext) -> None:
     """What half precision breaks in the legalized model, on the inputs verification drew, and the
     layers to keep in fp32; a skipped step, said, where ORT cannot run the model on them.
-    Nameless nodes are named first: the engines find a kept layer by its name."""
+    The engines find a kept layer by its name: legalization named every node it wrote."""
     from deploycc.budget import collect_and_return_memory
-    from deploycc.fp16 import analyze_half, name_nodes_in_file
+    from deploycc.fp16 import analyze_half
     from deploycc.verify.runner import RunError
 
     assert context.legalized is not None
     precision = context.precision
     try:
-        name_nodes_in_file(context.legalized_path)
         drawn = context.inputs()
         context.half = analyze_half(context.legalized_path, drawn.feeds, precision, inputs=drawn.described,
                                     tolerance=verification_precision(context.legalized, precision))

@@ -21,6 +21,7 @@ from deploycc.taxonomy import BuildStatus, Failure, Precision, Stage
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx_ir as ir
 
     from deploycc.backends.base import Artifact, Backend, BuildRequest, Runner
     from deploycc.bench.latency import LatencyStats
@@ -95,6 +96,12 @@ class BuildContext:
     # Where the legalized model is, when not in this context's own staging folder (a precision
     # candidate reads its build's: onnx refuses external data that is linked, hard or symbolic)
     legalized_file: Path | None = None
+    # The legalized model as IR, for every stage that reads its graph (never changes it): read once,
+    # after legalization wrote it, as io.peek holds it for every reader of that file (external
+    # weights stay in their file until read; a file that holds more weights than peek keeps is read
+    # again when asked, not held for the build). The engines and quantizers, which take files, get
+    # the file.
+    _model: tuple[Path, ir.Model] | None = None
     _drawn: dict[str, DrawnInputs] = field(default_factory=dict)
     # what a build computes once for all its precision candidates (the original's greedy generation)
     shared: dict[str, Any] = field(default_factory=dict)
@@ -103,16 +110,29 @@ class BuildContext:
     def legalized_path(self) -> Path:
         return self.legalized_file or self.staging / LEGALIZED
 
+    @property
+    def model(self) -> ir.Model:
+        """The legalized model (the model as given, for a build that does not legalize)."""
+        from deploycc import io
+
+        legalized = self.legalized is not None and self.legalized_path.exists()
+        path = self.legalized_path if legalized else self.source
+        if self._model is not None and self._model[0] == path:
+            return self._model[1]
+        model = io.peek(path).model
+        if path.stat().st_size <= io.PEEK_KEPT_BYTES:
+            self._model = (path, model)
+        return model
+
     @functools.cached_property
     def decoder(self) -> DecoderSignature | None:
         """The legalized model's KV-cache decoder signature (graph/decoder.py), None where it is none
         (or not legalized yet)."""
-        from deploycc import io
         from deploycc.graph.decoder import decoder_signature
 
-        if not self.legalized_path.exists():
+        if self.legalized is None or not self.legalized_path.exists():
             return None
-        return decoder_signature(io.peek(self.legalized_path).model.graph)
+        return decoder_signature(self.model.graph)
 
     def stop(self, status: BuildStatus | None = None, stage: Stage | None = None,
              message: str | None = None) -> None:
@@ -127,7 +147,6 @@ class BuildContext:
         else the typical ones), drawn once per set of sizes: the one place a build draws them. Image
         inputs hold what legalization's verification drew them as; integer inputs the values the
         original reads."""
-        from deploycc import io
         from deploycc.verify.verification import drawn_content, feeds_for
 
         if self.legalized is None:
@@ -136,20 +155,18 @@ class BuildContext:
         shapes = shapes or (drawn.shapes if drawn is not None else None) or None
         key = json.dumps(shapes, sort_keys=True)
         if key not in self._drawn:
-            graph_file = self.legalized_path if self.legalized_path.exists() else self.source
             feeds, original_feeds, described = feeds_for(
-                io.peek(graph_file).model.graph, self.options.legalize, self.legalized.fed_layouts, shapes,
-                self.source, drawn_content(drawn))
+                self.model.graph, self.options.legalize, self.legalized.fed_layouts, shapes, self.source,
+                drawn_content(drawn))
             self._drawn[key] = DrawnInputs(feeds, original_feeds, self.described(described))
         return self._drawn[key]
 
     def _generated(self) -> DrawnInputs:
         """An engine-only build (no legalization): inputs generated at the model's declared sizes."""
-        from deploycc import io
         from deploycc.verify.inputs import generate
 
         if "generated" not in self._drawn:
-            graph = io.load(self.source, check=False).model.graph
+            graph = self.model.graph
             feeds = generate([v for v in graph.inputs if v.name not in graph.initializers], seed=0)
             self._drawn["generated"] = DrawnInputs(feeds, feeds, "generated (seed 0)")
         return self._drawn["generated"]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from deploycc import io
 from deploycc.errors import EXIT_FINDINGS, DeployccError
+from deploycc.graph.graphs import name_layers
 from deploycc.graph.shapes import load_inferred
 from deploycc.options import LegalizeOptions
 from deploycc.passes import default_passes
@@ -301,6 +302,7 @@ def _judge_and_write(target: Target, options: LegalizeOptions, attempt: _Attempt
     staged = staging / (Path(output).name if output else "legalized.onnx")
     # A refused model is neither written nor verified; without -o, only verification needs a file.
     if success and (output is not None or options.verify):
+        name_layers(state.model.graph)  # an engine's layer names, and a half build's kept layers
         io.save(state.model, staged, force_external=bool(loaded.external_files))
     if options.verify and success:
         if progress is not None:

@@ -112,7 +112,7 @@ def _int8_candidate(context: BuildContext) -> bool:
     if context.samples is not None:
         return True
     recipe = context.backend.stages.int8
-    return recipe is not None and recipe.dynamic and quantizable_weights(context.legalized_path) > 0
+    return recipe is not None and recipe.dynamic and quantizable_weights(context.model.graph) > 0
 
 
 def _int4_candidate(context: BuildContext) -> bool:
@@ -122,7 +122,7 @@ def _int4_candidate(context: BuildContext) -> bool:
     from deploycc.quantize.dynamic import quantizable_weights
 
     return context.decoder is not None and context.backend.stages.int4 is not None and \
-        quantizable_weights(context.legalized_path) > 0
+        quantizable_weights(context.model.graph) > 0
 
 
 DECODE_STEP = " (one decode step, what each generated token costs)"
@@ -290,6 +290,7 @@ def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
                              staging=folder, backend=context.backend, precision=precision,
                              clock=Clock({}, None, memory=False), notes=[], shapes=context.shapes,
                              legalized=context.legalized, legalized_file=context.legalized_path,
+                             _model=context._model,
                              engine_model=context.legalized_path,
                              samples=context.samples if precision == Precision.INT8 else None)
     candidate._drawn = context._drawn  # the inputs are drawn once for every candidate

@@ -27,11 +27,8 @@ WEIGHT_OPS = ("MatMul",)
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeMatMul")  # what the quantized model computes them with
 
 
-def quantizable_weights(model: Path) -> int:
+def quantizable_weights(graph: ir.Graph) -> int:
     """How many of WEIGHT_OPS read a constant second input (0: no dynamic int8 candidate)."""
-    from deploycc import io
-
-    graph = io.peek(model).model.graph
     return sum(1 for node in graph
                if node.op_type in WEIGHT_OPS and node.domain == "" and len(node.inputs) > 1
                and node.inputs[1] is not None and node.inputs[1].const_value is not None)

@@ -45,7 +45,8 @@ def quantize_weights_int4(quantizer: WeightQuantizer, model: Path, outdir: Path)
     from deploycc.quantize.dynamic import quantizable_weights
     from deploycc.quantize.isolated import quantized_in_own_process_if_large
 
-    if quantizable_weights(model) == 0 and not any(_lowerable(node) for node in io.peek(model).model.graph):
+    graph = io.peek(model).model.graph
+    if quantizable_weights(graph) == 0 and not any(_lowerable(node) for node in graph):
         raise NoWeightsToQuantize("int4 weight-only quantizes MatMul weights, and this model has no MatMul "
                                   "(or Gemm inside the graph) that reads a constant weight")
     if quantizer in (WeightQuantizer.ORT_MATMUL_NBITS, WeightQuantizer.ORT_BLOCKWISE_QDQ):

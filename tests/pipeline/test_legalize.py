@@ -62,6 +62,25 @@ def test_ort_target_leaves_a_legal_model_alone(cnn: Path, tmp_path: Path) -> Non
     assert report.opset["after"] == 20
 
 
+def test_every_node_written_has_a_name_after_its_output(tmp_path: Path, write_model) -> None:
+    """Legalization names what it writes (an engine's layer names; the layers a half build keeps in
+    fp32 are found by them, which the fp16 analysis wrote into the legalized file in place before):
+    after the node's first output, where no other node has that name, else after its op."""
+    model = write_model("""
+        <ir_version: 10, opset_import: ["" : 17]>
+        g (float[2,4] x) => (float[2,4] y, float[2,4] z) {
+            y = Relu(x)
+            z = Sigmoid(y)
+        }
+    """)
+    proto = onnx.load(model)
+    proto.graph.node[1].name = "y"  # the Sigmoid is called what the Relu's output is
+    onnx.save(proto, model)
+    out = tmp_path / "named.onnx"
+    assert api.legalize(model, "ort-cpu", out).success
+    assert [(n.op_type, n.name) for n in onnx.load(out).graph.node] == [("Relu", "Relu_0"), ("Sigmoid", "y")]
+
+
 def test_full_mode_refuses_and_writes_nothing(tmp_path: Path, write_model) -> None:
     model = write_model("""
         <ir_version: 10, opset_import: ["" : 13, "custom.ops" : 1]>
