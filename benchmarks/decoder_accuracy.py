@@ -125,7 +125,7 @@ def main() -> None:
     from benchmarks.decoder_speed import openvino_run, ort_run
     from deploycc.backends.base import WeightQuantizer
     from deploycc.graph.decoder import decoder_signature
-    from deploycc.quantize.weights import quantize_weights_int4
+    from deploycc.quantize.weights import quantize_weights
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -140,7 +140,7 @@ def main() -> None:
     for quantizer, name in recipes:
         out = WORK / f"int4-{name}"
         out.mkdir(exist_ok=True)
-        quantized[name], _ = quantize_weights_int4(quantizer, model, out)
+        quantized[name], _ = quantize_weights(quantizer, model, out, 4)
     engines = {"ort fp32": ort_run(model), "ort int4": ort_run(quantized["ort"]),
                "openvino fp32": openvino_run(model), "openvino int4": openvino_run(quantized["openvino"])}
     rows: dict[str, dict] = {}

@@ -1,6 +1,7 @@
-"""Decode speed of weight-only int4 against fp32 on one decoder, as issue 52 asks it measured.
+"""Decode speed of weight-only int4 (and int8, `--bits 4 8`) against fp32 on one decoder, as issue 52
+asks it measured.
 
-    .venv-decoders/bin/python benchmarks/decoder_speed.py --family qwen2-0.5b [--prompt 128]
+    .venv-decoders/bin/python benchmarks/decoder_speed.py --family qwen2-0.5b [--prompt 128] [--bits 4 8]
 
 The decoder as benchmarks/decoders.py exported it (Optimum, random weights). Four engines, 2 threads
 each, in one process: the raw export on ONNX Runtime's defaults (fp32), deploycc's int4 recipe for
@@ -17,7 +18,7 @@ timed by bench/generative.py's loop (time to first token at the prompt, then 32 
 the growing cache), one engine after the other, the order turned every round; the medians over the
 rounds. Accuracy is not judged here (random weights say
 nothing of int4's accuracy on a trained model): `deploycc build --precision int4` judges it.
-Writes results/decoder-speed-FAMILY.json.
+Writes results/decoder-speed-FAMILY.json (-FAMILY-int4-int8-weights.json with `--bits 4 8`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 THREADS = 2
+WIDTH = {4: "int4", 8: "int8-weights"}  # the precision each width is built as
 
 
 def drawn_inputs(model: Path) -> dict[str, np.ndarray]:
@@ -87,7 +89,7 @@ def main() -> None:
     from deploycc.backends.base import WeightQuantizer
     from deploycc.bench.generative import time_generation
     from deploycc.graph.decoder import decoder_signature
-    from deploycc.quantize.weights import quantize_weights_int4
+    from deploycc.quantize.weights import quantize_weights
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -95,6 +97,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bits", type=int, nargs="+", choices=(4, 8), default=[4],
+                        help="the weight-only widths to time (8: --precision int8-weights' recipes)")
     parser.add_argument("--placeholder-tokenizer", action="store_true",
                         help="save a word-level tokenizer over the config's vocabulary in hf/ and stop")
     args = parser.parse_args()
@@ -107,18 +111,17 @@ def main() -> None:
     work = model.parent.parent / "speed"
     signature = decoder_signature(ir.load(model).graph)
     assert signature is not None, f"{model} is no decoder with a KV cache"
-    made = {}
-    recipes = ((WeightQuantizer.ORT_MATMUL_NBITS, "ort-int4"),
-               (WeightQuantizer.NNCF_COMPRESS, "openvino-int4"))
-    for quantizer, folder in recipes:
-        out = work / folder
-        out.mkdir(parents=True, exist_ok=True)
-        made[folder], note = quantize_weights_int4(quantizer, model, out)
-        print(note, flush=True)
     engines = {"ort fp32 (raw export)": ort_run(model),
-               "ort int4 (deploycc's recipe)": ort_run(made["ort-int4"]),
-               "openvino fp32 (raw export, f32 hint)": openvino_run(model),
-               "openvino int4 (deploycc's recipe, f32 hint)": openvino_run(made["openvino-int4"])}
+               "openvino fp32 (raw export, f32 hint)": openvino_run(model)}
+    for bits in args.bits:
+        for quantizer, backend, run in ((WeightQuantizer.ORT_MATMUL_NBITS, "ort", ort_run),
+                                        (WeightQuantizer.NNCF_COMPRESS, "openvino", openvino_run)):
+            out = work / f"{backend}-int{bits}"
+            out.mkdir(parents=True, exist_ok=True)
+            made, note = quantize_weights(quantizer, model, out, bits)
+            print(note, flush=True)
+            hint = ", f32 hint" if backend == "openvino" else ""
+            engines[f"{backend} {WIDTH[bits]} (deploycc's recipe{hint})"] = run(made)
     drawn = drawn_inputs(model)
     signatures = {name: signature for name in engines}
     genai = model.parent.parent / "genai-int4" / "model.onnx"
@@ -139,13 +142,15 @@ def main() -> None:
     for name, row in rows.items():
         backend = name.split()[0]
         fp32 = rows[next(k for k in rows if k.startswith(f"{backend} fp32"))]
-        if "int4" in name:
+        if "fp32" not in name:
             speedup = row["decode_tokens_per_s"] / fp32["decode_tokens_per_s"]
             row["decode_speedup_over_fp32"] = round(speedup, 2)
     result = {"family": args.family, "prompt": args.prompt, "decode_tokens": args.tokens,
               "rounds": args.rounds, "threads": THREADS, "engines": rows}
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / f"decoder-speed-{args.family}.json").write_text(json.dumps(result, indent=1) + "\n")
+    widths = "" if args.bits == [4] else "-" + "-".join(WIDTH[bits] for bits in args.bits)
+    written = HERE / "results" / f"decoder-speed-{args.family}{widths}.json"
+    written.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
 

@@ -136,11 +136,14 @@ class Precision(Name):
     INT8 = "int8"
     FP8 = "fp8"
     INT4 = "int4"
+    INT8_WEIGHTS = "int8-weights"  # weight-only: the MatMul weights in int8, the activations in float
 
 
 # The integer precisions: engines whose float original says nothing of their rounding (a quantized
 # decoder is judged by its greedy generation, not by one forward element by element)
-QUANTIZED = (Precision.INT8, Precision.INT4)
+QUANTIZED = (Precision.INT8, Precision.INT4, Precision.INT8_WEIGHTS)
+# Weight-only quantization (no calibration data): the bits each keeps of a MatMul weight
+WEIGHT_ONLY_BITS: dict[Precision, int] = {Precision.INT4: 4, Precision.INT8_WEIGHTS: 8}
 
 
 class CandidateOutcome(Name):

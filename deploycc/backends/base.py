@@ -88,7 +88,8 @@ class Quantizer(Name):
 
 
 class WeightQuantizer(Name):
-    """The tools quantize/weights.py runs for `--precision int4` (weight-only)."""
+    """The tools quantize/weights.py runs for weight-only quantization (`--precision int4`,
+    `int8-weights`)."""
 
     ORT_MATMUL_NBITS = "ort-matmul-nbits"  # ONNX Runtime's matmul_nbits_quantizer: MatMulNBits
     NNCF_COMPRESS = "nncf-compress-weights"  # NNCF's compress_weights on the OpenVINO model
@@ -171,8 +172,9 @@ class BackendStages:
     # that by the device (OpenVINO's CPU plugin computes f16 in bf16 without FP16 units): (target,
     # precision). A search does not build what it would compute as another candidate
     computes_as: Callable[[Target, Precision], Precision] | None = None
-    # How `--precision int4` compresses the weights (None: no int4 weight-only path)
-    int4: WeightQuantizer | None = None
+    # How weight-only quantization (`--precision int4`, `int8-weights`, as the target's data offers
+    # them) compresses the weights (None: no weight-only path)
+    weight_only: WeightQuantizer | None = None
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,7 @@ def _raw_runner(path: Path, target: Target, threads: int | None) -> Runner:
 class OnnxRuntimeBackend(Backend):
     kind = "onnxruntime"
     stages = BackendStages(int8=Int8Recipe(Quantizer.ORT_QDQ, QdqLayout.X86, dynamic=True), prepare=_prepare,
-                           int4=WeightQuantizer.ORT_MATMUL_NBITS,
+                           weight_only=WeightQuantizer.ORT_MATMUL_NBITS,
                            add_reference=_add_reference)
     runners = BackendRunners(raw=_raw_runner, conformance=run_conformance_case)
 
@@ -297,9 +297,10 @@ class OnnxRuntimeBackend(Backend):
 
         # int8: the model is a Q/DQ model, int4 a MatMulNBits one (quantize/); fp16: converted here,
         # the kept layers in fp32
-        if request.precision not in (Precision.FP32, Precision.INT8, Precision.INT4, Precision.FP16):
+        if request.precision not in (Precision.FP32, Precision.INT8, Precision.INT4, Precision.INT8_WEIGHTS,
+                                     Precision.FP16):
             raise BackendError(f"precision {request.precision} is not built for {request.target.name}: "
-                               "ORT CPU runs fp32, fp16, int8 and int4 weight-only models",
+                               "ORT CPU runs fp32, fp16, int8 and weight-only (int4, int8) models",
                                hint="use --precision fp32 or fp16")
         notes: list[str] = []
         if request.precision == Precision.FP16:

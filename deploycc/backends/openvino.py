@@ -35,10 +35,10 @@ if TYPE_CHECKING:
     from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
-# int8: NNCF's model (quantize/), its float parts pinned to f32 as in an fp32 build; int4: NNCF's
-# weight-compressed IR, its activations in f32 likewise
+# int8: NNCF's model (quantize/), its float parts pinned to f32 as in an fp32 build; int4 and
+# int8-weights: NNCF's weight-compressed IR, its activations in f32 likewise
 INFERENCE_PRECISION = {Precision.FP32: "f32", Precision.FP16: "f16", Precision.BF16: "bf16",
-                       Precision.INT8: "f32", Precision.INT4: "f32"}
+                       Precision.INT8: "f32", Precision.INT4: "f32", Precision.INT8_WEIGHTS: "f32"}
 
 
 def default_cache_dir() -> Path:
@@ -309,7 +309,7 @@ class OpenVinoBackend(Backend):
     kind = "openvino"
     # int8: NNCF on the OpenVINO model, judged and timed by its int8 runner
     stages = BackendStages(int8=Int8Recipe(Quantizer.NNCF), prepare=_prepare, computes_as=_target_computes_as,
-                           int4=WeightQuantizer.NNCF_COMPRESS)
+                           weight_only=WeightQuantizer.NNCF_COMPRESS)
     runners = BackendRunners(raw=_raw_runner, int8=_int8_runner, conformance=run_conformance_case)
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:

@@ -19,7 +19,8 @@ from deploycc.taxonomy import LegalizeMode, Precision
 
 # The precisions a build takes on the command line; the flag's string becomes a Precision here.
 PRECISION_CHOICE = click.Choice([p.value for p in (Precision.FP32, Precision.FP16, Precision.BF16,
-                                                   Precision.INT8, Precision.INT4)])
+                                                   Precision.INT8, Precision.INT4,
+                                                   Precision.INT8_WEIGHTS)])
 
 
 # `build` also takes "auto": the fastest within the accuracy budget, measured (pipeline/precision_search.py)

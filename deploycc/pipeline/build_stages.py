@@ -1,8 +1,8 @@
-"""The stages of `deploycc build`, in order: legalize, quantize (int8), the half-precision
-analysis (fp16/bf16), the engine build, then either the device's reference data (an engine built
-on the board) or verification and the benchmark here. Each reads and writes the build context
-(pipeline/context.py); the runner (pipeline/stages.py) times them and stops at the first that ends
-the build."""
+"""The stages of `deploycc build`, in order: legalize, quantize (int8 or weight-only, in
+quantize_stages.py), the half-precision analysis (fp16/bf16), the engine build, then either the
+device's reference data (an engine built on the board) or verification and the benchmark here.
+Each reads and writes the build context (pipeline/context.py); the runner (pipeline/stages.py)
+times them and stops at the first that ends the build."""
 
 from __future__ import annotations
 
@@ -22,9 +22,19 @@ from deploycc.pipeline.generation import (
     release_large_engine,
 )
 from deploycc.pipeline.outcome import RUN_REFUSED
+from deploycc.pipeline.quantize_stages import dynamic_int8_stage, quantize_stage, weight_only_stage
 from deploycc.pipeline.stages import BuildStage
 from deploycc.results import SkippedStep
-from deploycc.taxonomy import QUANTIZED, BuildStatus, Failed, Failure, Precision, SafetyStep, Stage
+from deploycc.taxonomy import (
+    QUANTIZED,
+    WEIGHT_ONLY_BITS,
+    BuildStatus,
+    Failed,
+    Failure,
+    Precision,
+    SafetyStep,
+    Stage,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,65 +65,6 @@ def precision_search_stage(context: BuildContext) -> None:
     from deploycc.pipeline.precision_search import CANDIDATE_STAGES, choose_precision
 
     choose_precision(context, [stage for stage in BUILD_STAGES if stage.name in CANDIDATE_STAGES])
-
-
-def quantize_stage(context: BuildContext) -> None:
-    """INT8 as the target's recipe makes it, kept where the accuracy guard allows; the backend
-    builds from the quantized model (or from the float one and the scales, in `prepare`)."""
-    from deploycc.quantize import quantize_for_target
-
-    options = context.options.quantize
-    quantized = context.quantization = quantize_for_target(context.legalized_path, context.target, options,
-                                                           context.samples, context.staging)
-    if options.require_int8 and quantized.decision != Precision.INT8:
-        context.stop(stage=Stage.QUANTIZE, message=f"--require-int8: the guard kept {quantized.decision}: "
-                                                   f"{quantized.reason}")
-        return
-    if quantized.decision != Precision.INT8:
-        context.notes.append(f"built in {quantized.decision}: {quantized.reason}")
-        context.precision = quantized.decision
-        return
-    context.engine_model, context.precision = context.staging / quantized.model, Precision.INT8
-    if quantized.unjudged:
-        context.skipped.append(SkippedStep(SafetyStep.INT8_GUARD, quantized.unjudged))
-
-
-def dynamic_int8_stage(context: BuildContext) -> None:
-    """INT8 without calibration data (a `--precision auto` candidate where the backend's recipe
-    offers it): the constant MatMul weights in int8, the activations quantized by the engine."""
-    from deploycc.quantize.dynamic import quantize_dynamically
-
-    context.stage = Stage.QUANTIZE
-    try:
-        quantized, note = quantize_dynamically(context.legalized_path, context.staging)
-    except Exception as error:  # the quantizer's own failure (a crash in its process): the build's, said
-        context.stop(stage=Stage.QUANTIZE, message=f"int8 dynamic failed: {type(error).__name__}: "
-                                                   f"{str(error).strip()[:200]}")
-        return
-    context.engine_model = quantized
-    context.notes.append(note)
-
-
-def int4_weights_stage(context: BuildContext) -> None:
-    """INT4 weight-only (`--precision int4`): the constant MatMul weights in 4-bit blocks, the
-    activations in float; a model without such a weight is refused (int4 would change nothing)."""
-    from deploycc.quantize.weights import NoWeightsToQuantize, quantize_weights_int4
-
-    context.stage = Stage.QUANTIZE
-    quantizer = context.backend.stages.int4
-    if quantizer is None:  # the target's data says int4, its backend has no recipe: said, not built as float
-        context.stop(stage=Stage.QUANTIZE, message=f"{context.backend.kind} has no int4 weight-only recipe")
-        return
-    try:
-        context.engine_model, note = quantize_weights_int4(quantizer, context.legalized_path, context.staging)
-    except NoWeightsToQuantize as error:
-        context.stop(stage=Stage.QUANTIZE, message=str(error))
-        return
-    except Exception as error:  # the quantizer's own failure on this model: the build's, said
-        context.stop(stage=Stage.QUANTIZE, message=f"int4 weight-only failed ({quantizer}): "
-                                                   f"{type(error).__name__}: {str(error).strip()[:200]}")
-        return
-    context.notes.append(note)
 
 
 def half_analysis_stage(context: BuildContext) -> None:
@@ -208,7 +159,7 @@ def device_reference_stage(context: BuildContext) -> None:
 
 
 def stand_in_stage(context: BuildContext) -> None:
-    """An int4 model the device builds from, judged on ONNX Runtime CPU in the engine's place
+    """A weight-only model the device builds from, judged on ONNX Runtime CPU in the engine's place
     (pipeline/stand_in.py): a bundle whose weights no longer compute the model is not sent."""
     from deploycc.pipeline.stand_in import judged_on_host, stand_in_note
 
@@ -391,8 +342,8 @@ BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
                wanted=lambda c: _unbuilt(c) and c.samples is not None and c.precision == Precision.INT8),
     BuildStage("int8-dynamic", dynamic_int8_stage,
                wanted=lambda c: _unbuilt(c) and c.samples is None and c.precision == Precision.INT8),
-    BuildStage("int4-weights", int4_weights_stage,
-               wanted=lambda c: _unbuilt(c) and c.precision == Precision.INT4),
+    BuildStage("weight-only", weight_only_stage, label=lambda c: c.precision.value,
+               wanted=lambda c: _unbuilt(c) and c.precision in WEIGHT_ONLY_BITS),
     BuildStage("half", half_analysis_stage, label=lambda c: c.precision.value,
                wanted=lambda c: _unbuilt(c) and c.precision in HALF and c.options.half_analysis),
     BuildStage("half-declined", half_declined_stage, label=lambda c: None,
@@ -400,7 +351,7 @@ BUILD_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("build", engine_stage, wanted=_unbuilt),
     BuildStage("generate-on-host", generation_stage, label=lambda c: "generate", wanted=_device_decoder),
     BuildStage("stand-in", stand_in_stage, label=lambda c: "verify",
-               wanted=lambda c: _device_built(c) and c.decoder is None and c.precision == Precision.INT4),
+               wanted=lambda c: _device_built(c) and c.decoder is None and c.precision in WEIGHT_ONLY_BITS),
     BuildStage("device-reference", device_reference_stage, label=lambda c: None,
                wanted=_device_built),
     BuildStage("verify", verify_stage, wanted=lambda c: c.verification is None),

@@ -26,7 +26,7 @@ from deploycc.pipeline.build_stages import legalize_stage
 from deploycc.pipeline.context import BuildContext
 from deploycc.pipeline.stages import BuildStage, run_stages
 from deploycc.records.partition import PartitionReport
-from deploycc.taxonomy import BuildStatus, Legality, LegalizeMode, Precision
+from deploycc.taxonomy import WEIGHT_ONLY_BITS, BuildStatus, Legality, LegalizeMode, Precision
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -119,9 +119,9 @@ def build_partitioned(model: str | Path, target: Target, outdir: str | Path,
     source, outdir = Path(model), Path(outdir)
     if min_segment_nodes < 1:
         raise OptionError("--min-segment-nodes must be at least 1")
-    if options.precision == Precision.INT4:  # its stage list builds segments, not one quantized model
-        raise OptionError("--partition does not build int4 weight-only segments",
-                          hint="build the whole model with --precision int4")
+    if options.precision in WEIGHT_ONLY_BITS:  # its stage list builds segments, not one quantized model
+        raise OptionError(f"--partition does not build {options.precision} weight-only segments",
+                          hint=f"build the whole model with --precision {options.precision}")
     with io.StagedDirectory(outdir, force=options.force, protect=(source,)) as staged:
         shapes, options = plan_shapes(source, target, options)  # the target's shape policy, as in `build`
         context = PartitionContext(

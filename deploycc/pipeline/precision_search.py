@@ -3,16 +3,17 @@ accuracy budget, decided by measurement where the target runs here and from its 
 elsewhere.
 
 Each candidate (fp32, bf16, fp16; int8 with calibration data, or where the backend quantizes
-constant weights ahead and activations at run time; int4 weight-only for a decoder with a KV cache,
-judged by its greedy generation and timed on a decode step) is built from the one legalized model by the
-build's own stages (quantize, the half-precision analysis, the engine, verification), each in a
-folder of its own, on the inputs the build drew once. A half candidate is built with every layer in
-half first: when that engine is within budget no layer needs to stay in fp32, and the analysis that
-finds such layers (emulated runs, a third of a small CNN's search) is not run; when it is not, the
-analysis runs and the candidate is built again with what it keeps. Those within budget are timed
-against the fp32 engine, interleaved (A B B A, as `bench --compare-to`), and the one with the lowest
-median ratio whose whole 95% interval lies below FASTER is chosen; none: fp32. The chosen
-candidate's engine, verified, is the build's: the later stages take it as it is (the bench times it).
+constant weights ahead and activations at run time; weight-only int8 and int4 for a decoder with a
+KV cache, judged by its greedy generation and timed on a decode step) is built from the one
+legalized model by the build's own stages (quantize, the half-precision analysis, the engine,
+verification), each in a folder of its own, on the inputs the build drew once. A half candidate is
+built with every layer in half first: when that engine is within budget no layer needs to stay in
+fp32, and the analysis that finds such layers (emulated runs, a third of a small CNN's search) is
+not run; when it is not, the analysis runs and the candidate is built again with what it keeps.
+Those within budget are timed against the fp32 engine, interleaved (A B B A, as `bench
+--compare-to`), and the one with the lowest median ratio whose whole 95% interval lies below FASTER
+is chosen; none: fp32. The chosen candidate's engine, verified, is the build's: the later stages
+take it as it is (the bench times it).
 
 The budget: the candidate's verification passes at its precision's tolerances (those fp16 and int8
 builds are judged by everywhere), and every output's cosine against the original is at least
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from deploycc.pipeline.context import BuildContext
 from deploycc.records.bench import Comparison
 from deploycc.records.precision import PrecisionCandidate, PrecisionChoice
-from deploycc.taxonomy import QUANTIZED, BuildStatus, CandidateOutcome, Precision
+from deploycc.taxonomy import QUANTIZED, WEIGHT_ONLY_BITS, BuildStatus, CandidateOutcome, Precision
 
 if TYPE_CHECKING:
     from deploycc.backends.base import Runner
@@ -50,11 +51,12 @@ CACHE_ENV = "DEPLOYCC_PRECISION_CACHE"
 CACHE_SCHEMA = 3
 BUDGET = (f"verification at the precision's tolerances, and every output's cosine against the "
           f"original >= {MIN_COSINE}")
-ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8, Precision.INT4)
+ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8, Precision.INT8_WEIGHTS,
+         Precision.INT4)
 SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice is made
 # The build's stages a candidate runs, by name (the same functions, so a candidate is built as
 # the chosen one will be): the build's stage list hands them over
-CANDIDATE_STAGES = ("quantize", "int8-dynamic", "int4-weights", "half", "half-declined", "build", "verify",
+CANDIDATE_STAGES = ("quantize", "int8-dynamic", "weight-only", "half", "half-declined", "build", "verify",
                     "generate")
 HALF_ANALYSIS_STAGES = ("half", "half-declined")
 # Each comparison with fp32 runs blocks of interleaved pairs of about BLOCK_SECONDS until the ratio's
@@ -76,7 +78,7 @@ def candidates(context: BuildContext) -> list[Precision]:
     supported = context.target.precision.supported
     return [p for p in ORDER if p in supported and p not in declined(context)
             and (p != Precision.INT8 or _int8_candidate(context))
-            and (p != Precision.INT4 or _int4_candidate(context))]
+            and (p not in WEIGHT_ONLY_BITS or _weight_only_candidate(context))]
 
 
 # The element type of each half precision, as the target's [dtypes.computed_as] names it
@@ -115,13 +117,14 @@ def _int8_candidate(context: BuildContext) -> bool:
     return recipe is not None and recipe.dynamic and quantizable_weights(context.model.graph) > 0
 
 
-def _int4_candidate(context: BuildContext) -> bool:
-    """int4 weight-only for a decoder with a KV cache, whose tokens it speeds (each step reads every
-    weight once: TinyLlama-1.1B's decode 3.6x fp32 on ORT, 2.5x on OpenVINO), judged by its greedy
-    generation; not for encoders, where the corpus measured it no faster than the chosen one."""
+def _weight_only_candidate(context: BuildContext) -> bool:
+    """Weight-only (int4, int8-weights) for a decoder with a KV cache, whose tokens it speeds (each
+    step reads every weight once: TinyLlama-1.1B's int4 decode 3.6x fp32 on ORT, 2.5x on OpenVINO),
+    judged by its greedy generation; not for encoders, where the corpus measured int4 no faster
+    than the chosen one."""
     from deploycc.quantize.dynamic import quantizable_weights
 
-    return context.decoder is not None and context.backend.stages.int4 is not None and \
+    return context.decoder is not None and context.backend.stages.weight_only is not None and \
         quantizable_weights(context.model.graph) > 0
 
 

@@ -58,8 +58,10 @@ def _temporary_files_in(folder: str) -> None:
     tempfile.tempdir = folder
 
 
-def quantized_in_own_process_if_large(quantize: Callable[[Path, Path], Result], model: Path,
-                                      outdir: Path) -> Result:
-    """`quantize(model, outdir)`: in a process of its own where the model passes protobuf's limit
-    (past_protobuf_limit), here otherwise (a process costs a second or two)."""
-    return in_own_process(quantize, model, outdir) if past_protobuf_limit(model) else quantize(model, outdir)
+def quantized_in_own_process_if_large(quantize: Callable[..., Result], model: Path, outdir: Path,
+                                      *args: object) -> Result:
+    """`quantize(model, outdir, *args)`: in a process of its own where the model passes protobuf's
+    limit (past_protobuf_limit), here otherwise (a process costs a second or two)."""
+    if past_protobuf_limit(model):
+        return in_own_process(quantize, model, outdir, *args)
+    return quantize(model, outdir, *args)

@@ -1,17 +1,19 @@
-"""INT4 weight-only (`--precision int4`, where the target's backend runs it): the constant weights of
-the MatMuls in 4 bits, blockwise with a scale per block of BLOCK_SIZE, the activations in float; no
-calibration data, a model about a quarter of its float weights' size. Each backend's own tool, as
-its recipe names it (BackendStages.int4):
+"""Weight-only quantization (`--precision int4` and `int8-weights`, where the target's backend runs
+it): the constant weights of the MatMuls in 4 or 8 bits, the activations in float; no calibration
+data, a model about a quarter (int4) or half (int8) of its float weights' size. Each backend's own
+tool, as its recipe names it (BackendStages.weight_only):
 
-  WeightQuantizer.ORT_MATMUL_NBITS  ONNX Runtime's matmul_nbits_quantizer: MatMulNBits, which the CPU
-                                    provider computes with int8 activations inside the kernel
-                                    (accuracy level 4)
-  WeightQuantizer.NNCF_COMPRESS     NNCF's compress_weights on the OpenVINO model (INT4_SYM), written
+  WeightQuantizer.ORT_MATMUL_NBITS  ONNX Runtime's matmul_nbits_quantizer: MatMulNBits (4 or 8 bits,
+                                    symmetric blocks of BLOCK_SIZE), which the CPU provider computes
+                                    with int8 activations inside the kernel (accuracy level 4)
+  WeightQuantizer.NNCF_COMPRESS     NNCF's compress_weights on the OpenVINO model (INT4_SYM in groups
+                                    of BLOCK_SIZE; INT8_ASYM per output channel, NNCF's default and
+                                    Optimum-Intel's for decoders past a billion parameters), written
                                     as the IR the backend builds as it is
-  WeightQuantizer.ORT_BLOCKWISE_QDQ ONNX Runtime's quantizer in its Q/DQ form, for TensorRT 10: each
-                                    weight an int4 DequantizeLinear (opset 21, symmetric blocks, the
-                                    zero point 0 its parser asks) into the MatMul, which TensorRT
-                                    builds as INT4 weight-only GEMMs with fp16 activations
+  WeightQuantizer.ORT_BLOCKWISE_QDQ ONNX Runtime's quantizer in its Q/DQ form, for TensorRT 10 (int4
+                                    only): each weight an int4 DequantizeLinear (opset 21, symmetric
+                                    blocks, the zero point 0 its parser asks) into the MatMul, which
+                                    TensorRT builds as INT4 weight-only GEMMs with fp16 activations
 
 Judged like int8 (its verification's tolerances and the budget's cosine). Past protobuf's 2 GB the
 ONNX Runtime forms are written one weight at a time by ONNX Runtime's own packing kernel (the
@@ -26,6 +28,7 @@ from typing import Any
 from deploycc.backends.base import WeightQuantizer
 
 INT4_ONNX = "model.int4.onnx"
+WEIGHTS_ONNX = {4: INT4_ONNX, 8: "model.int8-weights.onnx"}  # by the bits a weight keeps
 BLOCKWISE_OPSET = 21  # DequantizeLinear's block_size and the int4 type both came in opset 21
 OPENVINO_IR = "model.xml"  # the OpenVINO artifact's own name: the backend builds this IR as it is
 BLOCK_SIZE = 32  # weights per scale, along the reduced axis: ORT's model builder's default for CPU
@@ -35,55 +38,59 @@ ACCURACY_LEVEL = 4
 
 
 class NoWeightsToQuantize(ValueError):
-    """The model has no MatMul reading a constant 2-D weight: int4 weight-only changes nothing."""
+    """The model has no MatMul reading a constant 2-D weight: weight-only quantization changes nothing."""
 
 
-def quantize_weights_int4(quantizer: WeightQuantizer, model: Path, outdir: Path) -> tuple[Path, str]:
-    """The model with its constant MatMul weights in int4 blocks, written in `outdir` by the backend's
-    tool, and what was done; NoWeightsToQuantize where it has none."""
+def _what(bits: int) -> str:
+    return f"int{bits} weight-only"
+
+
+def quantize_weights(quantizer: WeightQuantizer, model: Path, outdir: Path, bits: int) -> tuple[Path, str]:
+    """The model with its constant MatMul weights in `bits` (4 or 8), written in `outdir` by the
+    backend's tool, and what was done; NoWeightsToQuantize where it has none."""
     from deploycc import io
     from deploycc.quantize.dynamic import quantizable_weights
     from deploycc.quantize.isolated import quantized_in_own_process_if_large
 
     graph = io.peek(model).model.graph
     if quantizable_weights(graph) == 0 and not any(_lowerable(node) for node in graph):
-        raise NoWeightsToQuantize("int4 weight-only quantizes MatMul weights, and this model has no MatMul "
+        raise NoWeightsToQuantize(f"{_what(bits)} quantizes MatMul weights, and this model has no MatMul "
                                   "(or Gemm inside the graph) that reads a constant weight")
     if quantizer in (WeightQuantizer.ORT_MATMUL_NBITS, WeightQuantizer.ORT_BLOCKWISE_QDQ):
         # ONNX Runtime's quantizer loads the whole model with onnx
-        return quantized_in_own_process_if_large(WEIGHT_QUANTIZERS[quantizer], model, outdir)
-    return WEIGHT_QUANTIZERS[quantizer](model, outdir)
+        return quantized_in_own_process_if_large(WEIGHT_QUANTIZERS[quantizer], model, outdir, bits)
+    return WEIGHT_QUANTIZERS[quantizer](model, outdir, bits)
 
 
-def _matmul_nbits(model: Path, outdir: Path) -> tuple[Path, str]:
+def _matmul_nbits(model: Path, outdir: Path, bits: int) -> tuple[Path, str]:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     from deploycc import io
     from deploycc.quantize.isolated import past_protobuf_limit
     from deploycc.quantize.ort_qdq import quiet
 
-    quantized = outdir / INT4_ONNX
+    quantized = outdir / WEIGHTS_ONNX[bits]
     if past_protobuf_limit(model):
-        lowered = _matmul_nbits_streamed(model, quantized)
+        lowered = _matmul_nbits_streamed(model, quantized, bits)
     else:
         proto, lowered = _gemms_as_matmuls(model)
         with quiet():  # the quantizer logs each weight it writes
-            quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=BLOCK_SIZE, is_symmetric=True,
+            quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=BLOCK_SIZE, is_symmetric=True,
                                              accuracy_level=ACCURACY_LEVEL, op_types_to_quantize=("MatMul",))
             quantizer.process()
             quantizer.model.save_model_to_file(str(quantized), use_external_data_format=False)
     blocks = sum(1 for node in io.peek(quantized).model.graph if node.op_type == "MatMulNBits")
     if blocks == 0:  # every weight's shape was one the quantizer skips (not 2-D, too narrow)
-        raise NoWeightsToQuantize("int4 weight-only: ONNX Runtime's quantizer took none of the model's "
+        raise NoWeightsToQuantize(f"{_what(bits)}: ONNX Runtime's quantizer took none of the model's "
                                   "MatMul weights (their shapes are not 2-D blocks of "
                                   f"{BLOCK_SIZE})")
     gemms = f" ({lowered} of them Gemms, written as MatMul and Add first)" if lowered else ""
-    return quantized, (f"int4 weight-only: ONNX Runtime's MatMulNBits, {blocks} MatMul weight(s) in 4 bits"
+    return quantized, (f"{_what(bits)}: ONNX Runtime's MatMulNBits, {blocks} MatMul weight(s) in {bits} bits"
                        f"{gemms}, symmetric blocks of {BLOCK_SIZE}, accuracy level {ACCURACY_LEVEL}; "
                        "activations in float")
 
 
-def _matmul_nbits_streamed(model: Path, quantized: Path) -> int:
+def _matmul_nbits_streamed(model: Path, quantized: Path, bits: int) -> int:
     """The model past protobuf's limit as ONNX Runtime's quantizer writes it, one weight at a time:
     each MatMul reading a constant 2-D float weight becomes MatMulNBits, its blocks packed by the
     quantizer's own kernel (DefaultWeightOnlyQuantizer.qbits_block_quant). The quantizer itself
@@ -103,18 +110,20 @@ def _matmul_nbits_streamed(model: Path, quantized: Path) -> int:
     graph = loaded.model.graph
     lowered = _lower_gemms(graph)
     packer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
-        block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=ACCURACY_LEVEL, bits=4))
+        block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=ACCURACY_LEVEL, bits=bits))
+    suffix = f"_Q{bits}"  # the quantizer's own names
     for node, weight, tensor in float_matmul_weights(graph):
         values = tensor.numpy()
         rows, columns = values.shape
         packed, scales, _ = packer.qbits_block_quant(values)  # symmetric: no zero point
         del values  # one float weight at a time
         name = weight.name or f"{node.name}/weight"
-        parts = [ir.Value(name=f"{name}_Q4", const_value=ir.tensor(packed, name=f"{name}_Q4")),
+        parts = [ir.Value(name=f"{name}{suffix}", const_value=ir.tensor(packed, name=f"{name}{suffix}")),
                  ir.Value(name=f"{name}_scales", const_value=ir.tensor(scales, name=f"{name}_scales"))]
+        attributes = {"K": rows, "N": columns, "bits": bits, "block_size": BLOCK_SIZE,
+                      "accuracy_level": ACCURACY_LEVEL}
         replacement = ir.node("MatMulNBits", [node.inputs[0], *parts], domain="com.microsoft",
-                              attributes={"K": rows, "N": columns, "bits": 4, "block_size": BLOCK_SIZE,
-                                          "accuracy_level": ACCURACY_LEVEL}, name=f"{node.name or name}_Q4")
+                              attributes=attributes, name=f"{node.name or name}{suffix}")
         put_in_place(graph, node, weight, parts, replacement)
     loaded.model.opset_imports.setdefault("com.microsoft", 1)
     io.save(loaded.model, quantized, protect=(model,), force_external=True)
@@ -178,7 +187,7 @@ def _lowerable(node: Any) -> bool:
             and (c is None or attributes.get_float("beta", 1.0) == 1.0))
 
 
-def _nncf_compress(model: Path, outdir: Path) -> tuple[Path, str]:
+def _nncf_compress(model: Path, outdir: Path, bits: int) -> tuple[Path, str]:
     import openvino as ov
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
 
@@ -192,23 +201,32 @@ def _nncf_compress(model: Path, outdir: Path) -> tuple[Path, str]:
                                              min_adjusted_group_size=MIN_GROUP)
     with quiet():  # its progress bars and statistics table
         source = ov.Core().read_model(str(model))
-        compressed = nncf.compress_weights(source, mode=nncf.CompressWeightsMode.INT4_SYM, ratio=1.0,
-                                           group_size=BLOCK_SIZE, advanced_parameters=fallback)
+        if bits == 4:
+            compressed = nncf.compress_weights(source, mode=nncf.CompressWeightsMode.INT4_SYM, ratio=1.0,
+                                               group_size=BLOCK_SIZE, advanced_parameters=fallback)
+        else:  # one scale and zero point per output channel: NNCF takes no group or ratio for int8
+            compressed = nncf.compress_weights(source, mode=nncf.CompressWeightsMode.INT8_ASYM)
+    types = ("i4", "u4") if bits == 4 else ("i8", "u8")
     blocks = sum(1 for op in compressed.get_ops() if op.get_type_name() == "Constant"
-                 and op.get_element_type().get_type_name() in ("i4", "u4"))
+                 and op.get_element_type().get_type_name() in types)
     if blocks == 0:
-        raise NoWeightsToQuantize("int4 weight-only: NNCF compressed none of the model's MatMul weights")
+        raise NoWeightsToQuantize(f"{_what(bits)}: NNCF compressed none of the model's MatMul weights")
     ov.save_model(compressed, str(outdir / OPENVINO_IR), compress_to_fp16=False)
-    return outdir / OPENVINO_IR, (f"int4 weight-only: NNCF's compress_weights, {blocks} weight(s) in 4 bits "
-                                  f"(INT4_SYM, groups of {BLOCK_SIZE}; NNCF keeps the embedding and the last "
-                                  "layer in int8 unless asked); activations in float")
+    how = (f"INT4_SYM, groups of {BLOCK_SIZE}; NNCF keeps the embedding and the last layer in int8 unless "
+           "asked" if bits == 4 else "INT8_ASYM, a scale and zero point per output channel")
+    return outdir / OPENVINO_IR, (f"{_what(bits)}: NNCF's compress_weights, {blocks} weight(s) in {bits} "
+                                  f"bits ({how}); activations in float")
 
 
-def _blockwise_qdq(model: Path, outdir: Path) -> tuple[Path, str]:
+def _blockwise_qdq(model: Path, outdir: Path, bits: int) -> tuple[Path, str]:
     """TensorRT 10's INT4 weight-only form: the model at opset 21 (converted as legalize converts),
     then ONNX Runtime's quantizer writing DequantizeLinear + MatMul. A weight TensorRT's importer
     would refuse stays float: its reduced dim not a whole number of blocks (the importer infers the
-    block from the scales' shape) or an odd last dim (INT4 packs two values a byte)."""
+    block from the scales' shape) or an odd last dim (INT4 packs two values a byte). TensorRT's
+    weight-only type is INT4 (its INT8 quantizes the activations too): the targets' data refuses
+    int8-weights before it comes here."""
+    if bits != 4:
+        raise ValueError(f"TensorRT's weight-only quantization is INT4, not int{bits}")
     from onnxruntime.quantization import QuantFormat
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
@@ -216,7 +234,7 @@ def _blockwise_qdq(model: Path, outdir: Path) -> tuple[Path, str]:
     from deploycc.quantize.isolated import past_protobuf_limit
     from deploycc.quantize.ort_qdq import quiet
 
-    quantized = outdir / INT4_ONNX
+    quantized = outdir / WEIGHTS_ONNX[bits]
     if past_protobuf_limit(model):
         lowered, converted, skipped = _blockwise_qdq_streamed(model, quantized)
     else:
@@ -321,6 +339,6 @@ def _not_blockwise(proto: Any) -> list[str]:
 
 
 # The quantizers a backend's recipe names, and the function here that runs each
-WEIGHT_QUANTIZERS: dict[WeightQuantizer, Callable[[Path, Path], tuple[Path, str]]] = {
+WEIGHT_QUANTIZERS: dict[WeightQuantizer, Callable[[Path, Path, int], tuple[Path, str]]] = {
     WeightQuantizer.ORT_MATMUL_NBITS: _matmul_nbits, WeightQuantizer.NNCF_COMPRESS: _nncf_compress,
     WeightQuantizer.ORT_BLOCKWISE_QDQ: _blockwise_qdq}

@@ -248,11 +248,12 @@ def test_an_int4_decoder_for_tensorrt_10_is_judged_by_its_generation_on_the_devi
     assert generation.tokens_equal >= 0.9 * generation.new_tokens and generation.logits.cosine_similarity < 1
 
 
-def test_int4_is_a_decoders_auto_candidate_timed_on_a_decode_step(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decoder's `--precision auto` tries int4 weight-only, judged by its greedy generation (the
-    one-layer example's passes it, the two-layer one's logits do not), and times every candidate
-    on one token after the drawn cache, in a batch of 1: what each generated token costs."""
+def test_weight_only_is_a_decoders_auto_candidate_timed_on_a_decode_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decoder's `--precision auto` tries int4 and int8 weight-only, judged by its greedy generation
+    (the one-layer example's int4 passes it, the two-layer one's logits do not, its int8 does), and
+    times every candidate on one token after the drawn cache, in a batch of 1: what each generated
+    token costs."""
     from deploycc.taxonomy import CandidateOutcome
 
     monkeypatch.setenv("DEPLOYCC_PRECISION_CACHE", str(tmp_path / "cache"))
@@ -270,12 +271,16 @@ def test_int4_is_a_decoders_auto_candidate_timed_on_a_decode_step(tmp_path: Path
     two = api.build(two_layers, "ort-cpu", tmp_path / "two", BuildOptions(bench=False))
     refused = next(c for c in two.precision_choice.candidates if c.precision == Precision.INT4)
     assert refused.outcome == CandidateOutcome.OVER_BUDGET and "cosine" in refused.why, refused
+    # int8 weight-only is tried beside it, and keeps the two-layer model within budget
+    int8_weights = next(c for c in two.precision_choice.candidates if c.precision == Precision.INT8_WEIGHTS)
+    assert int8_weights.outcome in (CandidateOutcome.CHOSEN, CandidateOutcome.NOT_FASTER), int8_weights
     # OpenVINO's int4 (NNCF) of the one-layer model: one forward's cosine below the budget's 0.999
     # for encoders, its generation within a decoder's (it was refused by that cosine before)
     openvino = api.build(one_layer, "openvino-cpu", tmp_path / "ov", BuildOptions(bench=False))
     nncf = next(c for c in openvino.precision_choice.candidates if c.precision == Precision.INT4)
     assert nncf.outcome in (CandidateOutcome.CHOSEN, CandidateOutcome.NOT_FASTER), nncf
     assert nncf.min_cosine is not None and nncf.min_cosine < 0.999
+    assert Precision.INT8_WEIGHTS in {c.precision for c in openvino.precision_choice.candidates}
 
 
 def test_the_head_size_of_a_cache_groupqueryattention_reads() -> None:

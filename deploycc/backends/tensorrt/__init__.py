@@ -93,7 +93,7 @@ class TensorRTBackend(Backend):
                            prepare=_prepare, static_dims=_static_dims, add_reference=_add_reference,
                            bundle_request=_bundle_request,
                            # where the target's data offers int4 (TensorRT 10: 8.x has no INT4)
-                           int4=WeightQuantizer.ORT_BLOCKWISE_QDQ)
+                           weight_only=WeightQuantizer.ORT_BLOCKWISE_QDQ)
 
     def backend_options(self, options: BuildOptions) -> BackendOptions:
         return TensorRTOptions(dla_core=options.dla_core, gpu_fallback=options.gpu_fallback,
