@@ -47,8 +47,9 @@ MIN_COSINE = 0.999
 # the candidates, the libraries and the CPU (CACHE_ENV names another folder): the same model built
 # again takes the same precision without building its candidates again.
 CACHE_ENV = "DEPLOYCC_PRECISION_CACHE"
-# 2: half candidates are built in every layer's half first; 3: a decoder is timed on a decode step
-CACHE_SCHEMA = 3
+# 2: half candidates are built in every layer's half first; 3: a decoder is timed on a decode step;
+# 4: a decoder's candidates include int8 weight-only
+CACHE_SCHEMA = 4
 BUDGET = (f"verification at the precision's tolerances, and every output's cosine against the "
           f"original >= {MIN_COSINE}")
 ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8, Precision.INT8_WEIGHTS,

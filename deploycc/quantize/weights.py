@@ -207,8 +207,10 @@ def _nncf_compress(model: Path, outdir: Path, bits: int) -> tuple[Path, str]:
         else:  # one scale and zero point per output channel: NNCF takes no group or ratio for int8
             compressed = nncf.compress_weights(source, mode=nncf.CompressWeightsMode.INT8_ASYM)
     types = ("i4", "u4") if bits == 4 else ("i8", "u8")
+    # the weights, not their zero points (INT8_ASYM's are u8 too, one per output channel: a dim of 1)
     blocks = sum(1 for op in compressed.get_ops() if op.get_type_name() == "Constant"
-                 and op.get_element_type().get_type_name() in types)
+                 and op.get_element_type().get_type_name() in types
+                 and sum(dim > 1 for dim in op.get_output_shape(0)) >= 2)
     if blocks == 0:
         raise NoWeightsToQuantize(f"{_what(bits)}: NNCF compressed none of the model's MatMul weights")
     ov.save_model(compressed, str(outdir / OPENVINO_IR), compress_to_fp16=False)

@@ -280,7 +280,14 @@ def test_int8_weights_on_openvino_is_nncf_int8_compression(encoder: Path, tmp_pa
     options = BuildOptions(precision=Precision.INT8_WEIGHTS, bench=False)
     report = api.build(encoder, "openvino-cpu", out, options)
     assert report.status == "verified" and report.precision == Precision.INT8_WEIGHTS, report.summary
-    assert any(note.startswith("int8 weight-only: NNCF's compress_weights") for note in report.notes)
+    # each MatMul weight of the model it compressed counted once (INT8_ASYM's zero points are 8-bit
+    # constants too)
+    assert api.legalize(encoder, "openvino-cpu", tmp_path / "legalized.onnx").success
+    graph = onnx.load(tmp_path / "legalized.onnx").graph
+    constants = {init.name for init in graph.initializer}
+    weights = sum(node.op_type == "MatMul" and node.input[1] in constants for node in graph.node)
+    assert any(note.startswith(f"int8 weight-only: NNCF's compress_weights, {weights} weight(s) in 8 bits")
+               for note in report.notes), (weights, report.notes)
     model = ov.Core().read_model(str(out / "model.xml"))
     assert [op for op in model.get_ops() if op.get_type_name() == "Constant"
             and op.get_element_type().get_type_name() in ("i8", "u8")]
