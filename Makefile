@@ -17,8 +17,9 @@ $(BIN)/python:
 
 # torch (the PyTorch front end's optional extra) at the CPU build the machine serves from disk
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e '.[dev,onnxsim,ray,int8,fp16]'
+	@# torch first: Optimum (the decoders extra) asks for any torch, which would pull the newest
 	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev,onnxsim,ray,int8,fp16,decoders]'
 	touch $@
 
 demo: $(VENV)/.installed
@@ -76,7 +77,7 @@ $(DECODERS_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(DECODERS_VENV)
 	$(DECODERS_VENV)/bin/python -m pip install -q --upgrade pip
 	$(DECODERS_VENV)/bin/python -m pip install -q torch==2.13.0
-	$(DECODERS_VENV)/bin/python -m pip install -q -e '.[int8]' optimum-onnx onnxruntime-genai psutil
+	$(DECODERS_VENV)/bin/python -m pip install -q -e '.[int8,decoders]' onnxruntime-genai psutil
 	touch $@
 
 decoders: $(DECODERS_VENV)/.installed

@@ -23,10 +23,10 @@ def torch_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:MIN:OPT:MAX]",
                      help="A torch MODEL: also export this axis dynamic (the batch is, unless the "
                           "target fixes it)."),
-        click.option("--exporter", type=click.Choice(["auto", "dynamo", "torchscript"]), default="auto",
-                     show_default=True,
+        click.option("--exporter", type=click.Choice(["auto", "dynamo", "torchscript", "optimum"]),
+                     default="auto", show_default=True,
                      help="A torch MODEL: the exporter (auto: the target's order, the second when the "
-                          "first fails)."),
+                          "first fails; Optimum's for a transformers causal LM, with its KV cache)."),
         click.option("--accept-trace-warnings", is_flag=True,
                      help="A torch MODEL: keep a TorchScript trace that took a branch or a value from "
                           "the inputs' data (torch's TracerWarning); the traced path then holds for every "

@@ -1,6 +1,7 @@
 """`deploycc build` from a torch model: export with the target's first exporter at its opset
-ceiling, prove the export against torch, build it as any ONNX model is built, and try the other
-exporter only when the first fails to export, to prove, or to reach a legal, verified artifact.
+ceiling (a transformers causal language model: Optimum's, with its KV cache; decoders.py), prove
+the export against torch, build it as any ONNX model is built, and try the other exporter only
+when the first fails to export, to prove, or to reach a legal, verified artifact.
 The better attempt is kept (verified or bundled first, then the one that got further), proven
 once more against torch, and written to OUTDIR with both attempts in its report.
 
@@ -19,10 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import DeployccError, ExportFailed, OptionError
-from deploycc.frontend import first_line
+from deploycc.frontend import decoders, first_line
+from deploycc.frontend.build_proof import prove_build
+from deploycc.frontend.causal_lm import is_causal_lm
+from deploycc.frontend.decoders import INSTALL_HINT, OPTIMUM, optimum_installed
 from deploycc.frontend.exporters import ExporterFailed, export_with, opset_ceiling, requested_opset
 from deploycc.frontend.failures import classify
-from deploycc.frontend.proof import final_proof, named_outputs, prove, proven, second_size, torch_outputs
+from deploycc.frontend.proof import named_outputs, prove, proven, second_size, torch_outputs
 from deploycc.frontend.shared_exports import shared_export
 from deploycc.frontend.sources import Axis, TorchSource
 from deploycc.options import BuildOptions
@@ -34,10 +38,10 @@ from deploycc.records.export import (
     TORCH_FAILURE,
     ExportAttempt,
     ExportFailure,
+    ExportProof,
     ExportReport,
 )
-from deploycc.results import SkippedStep
-from deploycc.taxonomy import BuildStatus, Precision, SafetyStep, Stage
+from deploycc.taxonomy import BuildStatus, Precision, Stage
 
 if TYPE_CHECKING:
     from deploycc.pipeline.context import BuildContext
@@ -116,7 +120,7 @@ def _build_each_export(source: TorchSource, target: Target, record: ExportReport
     built: list[_Built] = []
     refusals: list[DeployccError] = []
     proof: BuildStage[BuildContext] = BuildStage(
-        "torch-proof", lambda context: _prove_final(context, source, expected), label=lambda context: None,
+        "torch-proof", lambda context: prove_build(context, source, expected), label=lambda context: None,
         always=True)
     for exporter in record.order:
         if progress is not None:
@@ -166,12 +170,13 @@ def export_for_target(source: TorchSource, target: Target, folder: Path) -> tupl
 
 
 def _record(source: TorchSource, target: Target, note: str | None = None) -> ExportReport:
-    """The export's record before any attempt: the exporters in order (the user's, else the
-    target's) at the target's opset ceiling."""
+    """The export's record before any attempt: the exporters in order (the user's, else Optimum's
+    for a causal language model, which writes its KV cache, else the target's) at the target's
+    opset ceiling."""
+    default = (OPTIMUM,) if is_causal_lm(source.module) else target.export.exporters
     return ExportReport(source=source.label, kind=source.kind, target=target.name,
                         opset_ceiling=opset_ceiling(target), example_shapes=source.shapes(),
-                        order=applicable(source, source.exporters or target.export.exporters),
-                        notes=[note] if note else [])
+                        order=applicable(source, source.exporters or default), notes=[note] if note else [])
 
 
 def applicable(source: TorchSource, exporters: tuple[str, ...] | list[str]) -> list[str]:
@@ -180,6 +185,12 @@ def applicable(source: TorchSource, exporters: tuple[str, ...] | list[str]) -> l
     a TorchScript archive only TorchScript's (dynamo does not take a ScriptModule)."""
     only = {"pt2": "dynamo", "torchscript": "torchscript"}.get(source.kind)
     order = [exporter for exporter in exporters if only is None or exporter == only]
+    if OPTIMUM in order and not is_causal_lm(source.module):
+        raise OptionError(f"--exporter {OPTIMUM} exports a transformers causal language model, and "
+                          f"{source.label} is none")
+    if OPTIMUM in order and not optimum_installed():
+        raise OptionError(f"{source.label} is a causal language model, exported with its KV cache by "
+                          "Optimum, which is not installed", hint=INSTALL_HINT)
     if not order:
         archive = ".pt2" if source.kind == "pt2" else "TorchScript"
         raise OptionError(f"--exporter {', '.join(exporters)} does not apply to {source.label}",
@@ -234,9 +245,12 @@ def _with_ranges(source: TorchSource, options: BuildOptions) -> BuildOptions:
 
 
 def reference_outputs(source: TorchSource) -> list[Any]:
-    """torch's outputs on the example inputs, what every proof compares with; a module that does
-    not run on them is a failure of torch itself, said in one line."""
+    """torch's outputs on the example inputs, what every proof compares with (a causal language
+    model: its greedy generation from the example prompt); a module that does not run on them is a
+    failure of torch itself, said in one line."""
     try:
+        if is_causal_lm(source.module):
+            return [decoders.reference(source)]
         names, outputs = named_outputs(source.module, source.inputs)
     except (KeyboardInterrupt, MemoryError):
         raise
@@ -327,6 +341,14 @@ def _export(exporter: str, source: TorchSource, axes: dict[str, dict[int, Axis]]
 
 def _prove(exporter: str, source: TorchSource, axes: dict[str, dict[int, Axis]], folder: Path,
            attempt: ExportAttempt, target: Target, expected: list[Any], path: Path) -> Path | None:
+    if exporter == OPTIMUM:  # a decoder: its greedy generation, the cache growing from empty
+        why = decoders.GENERATED
+        proof = ExportProof(source.shapes(), decoders.prove_on_ort(path, expected[0], why), why)
+        attempt.proofs.append(proof)
+        if not proven(proof):
+            attempt.failure = _not_proven(proof.verification.problem, why)
+            return None
+        return path
     first = prove(path, source, source.inputs, "the example inputs", expected)
     attempt.proofs.append(first)
     if not proven(first):
@@ -435,53 +457,6 @@ def _why(kept: ExportAttempt, record: ExportReport) -> str:
         return f"the first in {record.target}'s order"
     reasons = [f"{a.exporter} {a.failure.line() if a.failure else a.summary}" for a in others]
     return "; ".join(reasons)
-
-
-def _prove_final(context: BuildContext, source: TorchSource, expected: list[Any]) -> None:
-    """The build's last stage: torch against the engine it built (or, where that is built on the
-    device or refuses the example's sizes, the legalized model on ONNX Runtime) on the example
-    inputs, kept in `context.source_proof`. A mismatch fails the build, so the other exporter is tried."""
-    from deploycc import io
-
-    legalized = context.legalized_path
-    if context.status not in SUCCEEDED or not legalized.is_file():
-        return
-    graph = io.load(legalized, check=False).model.graph
-    final: Verification | None = None
-    if context.status == BuildStatus.VERIFIED and context.engine is not None:
-        try:
-            final = final_proof(context.engine.run, legalized, graph, source, context.precision, expected)
-            against = "the engine"
-        except Exception as error:  # the engine refuses the example's sizes: judge its ONNX instead
-            why = f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
-            context.skipped.append(SkippedStep(
-                SafetyStep.VERIFICATION, f"torch against the engine did not run ({why}); torch was compared "
-                "with the legalized model on ONNX Runtime CPU instead"))
-    if final is None:
-        final = _prove_on_ort(legalized, graph, source, expected)
-        against = "the legalized model on ONNX Runtime CPU" + (
-            " (the engine is built on the device)" if context.status == BuildStatus.PENDING_ON_DEVICE else "")
-    context.source_proof = (final, against)
-    if not proven_final(final):
-        context.status, context.stage = BuildStatus.FAILED, Stage.VERIFY
-        context.message = f"torch against {against}: {final.problem}"
-        context.next_step = "try the other exporter (--exporter), or report the model"
-
-
-def _prove_on_ort(legalized: Path, graph: Any, source: TorchSource, expected: list[Any]) -> Verification:
-    from deploycc.verify.runner import session
-
-    ort = session(legalized, threads=0)
-    names = [output.name for output in ort.get_outputs()]
-
-    def run(feeds: dict[str, Any]) -> dict[str, Any]:
-        return dict(zip(names, ort.run(None, feeds), strict=True))
-
-    return final_proof(run, legalized, graph, source, Precision.FP32, expected)
-
-
-def proven_final(verification: Any) -> bool:
-    return bool(verification.passed or verification.needs_inputs)
 
 
 def _export_failed(source: TorchSource, target: Target, outdir: Path, options: BuildOptions,

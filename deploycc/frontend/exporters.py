@@ -1,7 +1,9 @@
-"""torch.onnx's two exporters, registered by name, and the opset each is asked for.
+"""torch.onnx's two exporters, and Optimum's for a causal language model, registered by name, and the
+opset each is asked for.
 
     dynamo        torch.onnx.export(dynamo=True): torch.export's graph, translated by onnxscript
     torchscript   torch.onnx.export(dynamo=False): the TorchScript tracer and its symbolic functions
+    optimum       a transformers causal LM with its KV cache, as Optimum exports it (decoders.py)
 
 Each writes one ONNX file with the inputs named as forward names them and the axes asked dynamic
 kept so where the exporter could (dynamo's Dim.AUTO keeps an axis static rather than fail when the
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.frontend.decoders import OPTIMUM, OPTIMUM_MAX_OPSET, export_optimum
 from deploycc.frontend.trace_guard import TraceFindings, watched
 
 if TYPE_CHECKING:
@@ -46,6 +49,8 @@ def requested_opset(exporter: str, ceiling: int) -> int:
 
 
 def _max_opset(exporter: str) -> int:
+    if exporter == OPTIMUM:
+        return OPTIMUM_MAX_OPSET
     try:
         from torch.onnx import _constants
     except ImportError:  # pragma: no cover - torch without its private constants
@@ -162,4 +167,5 @@ def _quiet(*names: str) -> Any:
             logger.setLevel(level)
 
 
-EXPORTERS: dict[str, Callable[..., None]] = {"torchscript": _torchscript, "dynamo": _dynamo}
+EXPORTERS: dict[str, Callable[..., None]] = {"torchscript": _torchscript, "dynamo": _dynamo,
+                                             OPTIMUM: export_optimum}

@@ -22,6 +22,7 @@ from typing import Any
 from deploycc import budget
 from deploycc.errors import ModelInputError, OptionError
 from deploycc.frontend import FACTORY, first_line, source_kind
+from deploycc.frontend.causal_lm import example_prompt, is_causal_lm
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool")
 GUARDS_HINT = "data_guards"  # in STEM.pt.hints.json: what save_archive's trace fixed
@@ -143,6 +144,8 @@ def with_inputs(module: Any, given: Any, *, names: list[str] | None = None, labe
         given = _from_npz(example_inputs, names, torch)
     elif input_specs:
         given, names = _from_specs(input_specs, names, torch)
+    if not given and is_causal_lm(module):  # a prompt of token ids (causal_lm.py)
+        given, names = (example_prompt(module),), ["input_ids"]
     if not given:
         raise OptionError(f"{label or type(module).__name__}: no example inputs",
                           hint="pass --example-inputs x.npz or --input name:1x3x224x224[:dtype]")

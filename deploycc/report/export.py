@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from deploycc.records.export import ExportReport
+    from deploycc.records.verification import Verification
 
 
 def render_export(out: Console, export: ExportReport) -> None:
@@ -35,9 +36,15 @@ def render_export(out: Console, export: ExportReport) -> None:
                              "sizes only (fixed in a static export, proven at a second size in a dynamic "
                              "one); in report.md"))
     if export.final is not None:
-        worst = max((o.max_abs_error for o in export.final.outputs), default=0.0)
         verdict = "ok" if export.final.passed else f"FAILED: {export.final.problem}"
-        out.print(escape(f"  torch against {export.final_against}: {verdict}, max abs {worst:.2e}"))
+        out.print(escape(f"  torch against {export.final_against}: {verdict}, {_measured(export.final)}"))
+
+
+def _measured(final: Verification) -> str:
+    """How far the final artifact is from torch: the worst output, or a decoder's generation."""
+    if final.generation is not None:
+        return final.generation.line()
+    return f"max abs {max((o.max_abs_error for o in final.outputs), default=0.0):.2e}"
 
 
 def export_lines(export: ExportReport) -> list[str]:
@@ -65,9 +72,8 @@ def export_lines(export: ExportReport) -> list[str]:
     lines += [f"- {export.line()}"]
     if export.final is not None:
         verdict = "ok" if export.final.passed else f"FAILED ({export.final.problem})"
-        worst = max((o.max_abs_error for o in export.final.outputs), default=0.0)
-        lines.append(f"- torch against {export.final_against} on the example inputs: {verdict}, "
-                     f"max abs error {worst:.2e} ({export.final.precision} tolerances)")
+        lines.append(f"- torch against {export.final_against} on {export.final.inputs}: {verdict}, "
+                     f"{_measured(export.final)} ({export.final.precision} tolerances)")
     return [*lines, ""]
 
 
