@@ -13,11 +13,14 @@ import json
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deploycc.taxonomy import Precision
+
+if TYPE_CHECKING:
+    from deploycc.graph.decoder import DecoderSignature
 
 BUNDLE_DIR = "bundle"
 BUNDLE_FILE = "bundle.json"
@@ -137,6 +140,23 @@ def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[s
     if trtexec:  # a TensorRT bundle: trtexec's runner reads these files too
         files.append(write_trtexec_runner(folder, index["inputs"], tensorrt_version))
     return [*files, f"{BUNDLE_DIR}/{REFERENCE_DIR}/{REFERENCE_INDEX}"]
+
+
+def describe_decoder(folder: Path, signature: DecoderSignature) -> bool:
+    """A decoder's signature in the bundle's reference index, for the board's runner to time its
+    generation (time to first token, decode tokens/s, the cache's share of memory, tokens/s per
+    watt); whether the bundle had a reference to add it to."""
+    index = folder / REFERENCE_DIR / REFERENCE_INDEX
+    if not index.is_file():
+        return False
+    document = json.loads(index.read_text())
+    document["decoder"] = {
+        "input_ids": signature.input_ids, "logits": signature.logits,
+        "attention_mask": signature.attention_mask, "position_ids": signature.position_ids,
+        "cache": [{"past": entry.past, "present": entry.present, "axis": entry.axis}
+                  for entry in signature.cache]}
+    index.write_text(json.dumps(document, indent=1) + "\n")
+    return True
 
 
 def write_trtexec_runner(folder: Path, inputs: list[dict[str, Any]], tensorrt_version: str) -> str:

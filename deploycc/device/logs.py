@@ -98,3 +98,20 @@ def summarize_tegrastats(lines: list[str]) -> dict[str, Any]:
     if rails:
         summary["power_mean_mw"] = {name: round(sum(v) / len(v), 1) for name, v in rails.items()}
     return summary
+
+
+# The rail that carries the whole module's input power, by tegrastats' names: VDD_IN on Orin and
+# Xavier NX (JetPack 5/6), POM_5V_IN on the Nano (JetPack 4); AGX Xavier reports only its parts
+BOARD_RAILS = ("VDD_IN", "POM_5V_IN")
+
+
+def board_power_mw(summary: dict[str, Any]) -> tuple[str, float] | None:
+    """(the rail, its mean mW) of the module's input power in a summarize_tegrastats summary; the
+    sum of every rail, named so, where the board reports no input rail; None without rails."""
+    rails = summary.get("power_mean_mw") or {}
+    if not rails:
+        return None
+    for name in BOARD_RAILS:
+        if name in rails:
+            return name, float(rails[name])
+    return "the sum of " + ", ".join(sorted(rails)), float(sum(rails.values()))

@@ -706,6 +706,7 @@ class TrtEngine:
     def _buffer(self, name, nbytes):
         """The device buffer of one tensor, reused from run to run (the timed loop allocates
         nothing) and reallocated only when a larger one is needed."""
+        nbytes = max(nbytes, 1)  # an empty tensor (a decoder's cache before its prompt) needs an address too
         held = self.buffers.get(name)
         if held is None or held[1] < nbytes:
             if held is not None:
@@ -944,6 +945,8 @@ def run(bundle, engine_name, iterations, warmup_seconds):
             return result, 1
         result["stage"] = "bench"
         time_engine(engine, inputs, iterations, warmup_seconds, result)
+        if index.get("decoder"):
+            result["generation"] = time_generation(engine, index["decoder"], inputs)
     except Exception as error:  # every failure on the board is a result, with its stage
         result["reason"] = "{}: {}".format(type(error).__name__, str(error).strip().splitlines()[0]
                                             if str(error).strip() else "")
@@ -1016,6 +1019,83 @@ def time_engine(engine, inputs, iterations, warmup_seconds, result):
     result["nvml"] = {"before": gpu_before, "after": nvml_sample()} if gpu_before else None
     result["power_mode"] = power_mode()
     result["clocks"] = clock_state()
+
+
+GENERATION_STEPS = 32  # single-token steps after the prompt: what each generated token costs
+
+
+def _step_feeds(decoder, inputs, tokens, past, past_length):
+    """One generation step's inputs: the new tokens [1, n] after `past_length` cached ones, the mask
+    over all of them, their positions, and the cache; each in the reference input's dtype."""
+    import numpy as np
+
+    feeds = {decoder["input_ids"]: tokens.astype(inputs[decoder["input_ids"]].dtype)}
+    feeds.update(past)
+    length = tokens.shape[1]
+    if decoder.get("attention_mask"):
+        feeds[decoder["attention_mask"]] = np.ones((1, past_length + length),
+                                                   inputs[decoder["attention_mask"]].dtype)
+    if decoder.get("position_ids"):
+        feeds[decoder["position_ids"]] = np.arange(past_length, past_length + length).astype(
+            inputs[decoder["position_ids"]].dtype)[None]
+    return feeds
+
+
+def _next_token(decoder, outputs):
+    import numpy as np
+
+    return np.array([[int(np.argmax(outputs[decoder["logits"]][0, -1]))]])
+
+
+def time_generation(engine, decoder, inputs, steps=GENERATION_STEPS):
+    """A decoder's generation on the engine: time to first token on the reference's prompt (its first
+    row, the cache empty), then `steps` single-token steps feeding each present back as the next
+    past; decode tokens/s, the cache's bytes at the end and their share of the board's memory, and
+    tokens/s per watt where NVML reads the power (tegrastats' lines go to the host, which reads the
+    rails). A step the engine refuses is the result's `error`, with what was measured before it."""
+    import numpy as np
+
+    prompt = np.ascontiguousarray(inputs[decoder["input_ids"]][:1])
+    past = {}
+    for entry in decoder["cache"]:
+        shape = list(inputs[entry["past"]].shape)
+        shape[0], shape[entry["axis"]] = 1, 0
+        past[entry["past"]] = np.zeros(shape, inputs[entry["past"]].dtype)
+    timing = {"prompt_tokens": int(prompt.shape[1]), "decode_steps": 0}  # type: dict
+    power = []
+    sampler = start_tegrastats()
+    try:
+        tick = time.perf_counter()
+        outputs = engine.run(_step_feeds(decoder, inputs, prompt, past, 0))
+        timing["time_to_first_token_ms"] = round((time.perf_counter() - tick) * 1e3, 3)
+        length, token = int(prompt.shape[1]), _next_token(decoder, outputs)
+        tick = time.perf_counter()
+        for step in range(steps):
+            past = {entry["past"]: outputs[entry["present"]] for entry in decoder["cache"]}
+            outputs = engine.run(_step_feeds(decoder, inputs, token, past, length))
+            length, token = length + 1, _next_token(decoder, outputs)
+            timing["decode_steps"] = step + 1
+            sample = nvml_sample() if step % 4 == 0 else None
+            if sample and sample.get("power_mw") is not None:
+                power.append(sample["power_mw"])
+        seconds = time.perf_counter() - tick
+        timing["decode_tokens_per_s"] = round(steps / seconds, 3) if seconds > 0 else None
+        cache = sum(int(outputs[entry["present"]].nbytes) for entry in decoder["cache"])
+        timing["kv_cache_bytes"], timing["context_tokens"] = cache, length
+        total = proc_kb("/proc/meminfo", "MemTotal")
+        timing["memory_total_kb"] = total
+        timing["kv_cache_share_of_memory"] = round(cache / (total * 1024.0), 6) if total else None
+    except Exception as error:  # the engine refused a step (a profile too narrow): said, not fatal
+        timing["error"] = "{}: {}".format(type(error).__name__, str(error).strip().splitlines()[0][:200]
+                                          if str(error).strip() else "")
+    finally:
+        timing["tegrastats"] = stop_tegrastats(sampler)
+    if power:
+        timing["power_mean_mw"] = round(sum(power) / float(len(power)), 1)
+        if timing.get("decode_tokens_per_s"):
+            timing["tokens_per_s_per_watt"] = round(timing["decode_tokens_per_s"] * 1000.0
+                                                    / timing["power_mean_mw"], 4)
+    return timing
 
 
 def bundle_engine(bundle):

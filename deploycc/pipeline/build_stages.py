@@ -132,6 +132,7 @@ def device_reference_stage(context: BuildContext) -> None:
     """An engine built on the device: the inputs verification drew and the original's outputs on
     them go into the bundle, for the board to judge its engine by; a model ORT cannot run on them
     leaves the bundle without (a note, and a skipped verification: the board cannot judge it)."""
+    from deploycc.device.bundle import BUNDLE_DIR, describe_decoder
     from deploycc.pipeline.placement import PlacementPlan, write_prediction
     from deploycc.verify.runner import RunError
     from deploycc.verify.verification import reference_outputs
@@ -156,6 +157,8 @@ def device_reference_stage(context: BuildContext) -> None:
         if add_reference is not None:
             add_reference(artifact, context.staging, drawn.feeds, expected, context.precision,
                           drawn.described)
+        if context.decoder is not None:  # the board times its generation too
+            describe_decoder(context.staging / BUNDLE_DIR, context.decoder)
 
 
 def stand_in_stage(context: BuildContext) -> None:

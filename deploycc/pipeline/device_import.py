@@ -37,6 +37,21 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+def _generation_power(generation: dict[str, Any]) -> None:
+    """A decoder's tokens/s per watt from tegrastats' input rail while it decoded (Jetson), where
+    NVML gave the board none (a discrete GPU's is the runner's, from NVML)."""
+    from deploycc.device.logs import board_power_mw, summarize_tegrastats
+
+    summary = summarize_tegrastats(generation.get("tegrastats") or [])
+    power = board_power_mw(summary)
+    if power is None or generation.get("tokens_per_s_per_watt") is not None:
+        return
+    rail, milliwatts = power
+    generation["power_rail"], generation["power_mean_mw"] = rail, round(milliwatts, 1)
+    if generation.get("decode_tokens_per_s") and milliwatts > 0:
+        generation["tokens_per_s_per_watt"] = round(generation["decode_tokens_per_s"] * 1000 / milliwatts, 4)
+
+
 def _summary(device: DeviceResult) -> str:
     if not device.verified:
         return f"failed on the device at stage {device.stage}: {device.reason or ''}"
@@ -99,6 +114,8 @@ def import_result(outdir: Path, result_file: Path) -> BuildReport:
 
     # the host's reading of the board's lines, never a summary the board sent
     device.tegrastats_summary = summarize_tegrastats(device.tegrastats or []) or None
+    if device.generation:
+        _generation_power(device.generation)
     try:
         built = BuildReport.from_dict(_read_json(report_path, "build report"))
     except (TypeError, ValueError) as error:
@@ -113,7 +130,7 @@ def import_result(outdir: Path, result_file: Path) -> BuildReport:
     if manifest is not None:
         manifest["status"] = device.status
         kept = ("engine", "engine_version", "host", "machine", "latency", "memory", "model_sha256",
-                "tegrastats_summary", "power_mode", "clocks", "nvml")
+                "tegrastats_summary", "power_mode", "clocks", "nvml", "generation")
         board = device.to_dict()
         manifest["device"] = {key: board.get(key) for key in kept}
         write_text_atomic(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")

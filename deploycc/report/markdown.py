@@ -279,6 +279,33 @@ def _shown(value: Any, absent: str = "") -> Any:
     return absent if value is None else value
 
 
+def _board_generation(generation: dict[str, Any]) -> list[str]:
+    """A decoder's generation timed on the board: time to first token, decode tokens/s, the
+    cache's share of memory and tokens/s per watt, or the step the engine refused."""
+    if not generation:
+        return []
+    measured = []
+    if generation.get("time_to_first_token_ms") is not None:
+        measured.append(f"time to first token {generation['time_to_first_token_ms']} ms "
+                        f"({generation.get('prompt_tokens')}-token prompt)")
+    if generation.get("decode_tokens_per_s") is not None:
+        measured.append(f"decode {generation['decode_tokens_per_s']} tokens/s over "
+                        f"{generation.get('decode_steps')} steps")
+    if generation.get("kv_cache_bytes") is not None:
+        share = generation.get("kv_cache_share_of_memory")
+        measured.append(f"KV cache {generation['kv_cache_bytes'] / 2**20:.1f} MiB at "
+                        f"{generation.get('context_tokens')} tokens"
+                        + (f" ({share:.2%} of the board's memory)" if share is not None else ""))
+    if generation.get("tokens_per_s_per_watt") is not None:
+        rail = f", {generation['power_rail']}" if generation.get("power_rail") else ""
+        measured.append(f"{generation['tokens_per_s_per_watt']} tokens/s per watt "
+                        f"({generation.get('power_mean_mw')} mW{rail})")
+    text = "Generation on the device: " + ("; ".join(measured) or "nothing measured")
+    if generation.get("error"):
+        text += f"; stopped: {generation['error']}"
+    return ["", text + "."]
+
+
 def _device(device: DeviceResult) -> list[str]:
     """The board's result (`deploycc device import`): its verification per output, latency,
     power, clocks and memory, each measurement it could not take said so."""
@@ -298,6 +325,7 @@ def _device(device: DeviceResult) -> list[str]:
         runs = f" over {latency['iterations']} runs" if latency.get("iterations") else ""
         lines += ["", f"Latency: p50 {latency['p50_ms']} ms, p90 {latency['p90_ms']} ms, "
                       f"p99 {latency['p99_ms']} ms{runs}; {latency['throughput_per_s']}/s."]
+    lines += _board_generation(device.generation or {})
     power = device.tegrastats_summary or {}
     if power:
         rails = ", ".join(f"{name} {mw} mW" for name, mw in (power.get("power_mean_mw") or {}).items())

@@ -362,3 +362,41 @@ def test_nvml_sample_is_none_where_the_boards_python_has_no_pynvml() -> None:
                            capture_output=True, text=True, timeout=60)
     assert child.returncode == 0, child.stderr
     assert json.loads(child.stdout) == {"pynvml": False, "sample": None}
+
+
+def test_a_decoders_generation_is_timed_on_the_device_and_comes_back(tmp_path: Path) -> None:
+    """A decoder's bundle carries its signature; the runner times its generation on the engine
+    (time to first token on the reference's prompt, 32 single-token steps on the growing cache, the
+    cache's bytes and their share of the board's memory); tokens/s per watt comes from the input
+    rail of the tegrastats lines taken meanwhile (a Xavier NX's, verbatim, put in its place here)."""
+    from examples.make_models import kv_decoder
+    from tests.backends.test_device_logs import XAVIER_JP5
+
+    model = tmp_path / "decoder.onnx"
+    onnx.save(kv_decoder(seed=1, layers=2), model)
+    out = tmp_path / "out"
+    report = api.build(model, "jetson-orin", out, BuildOptions(bench=False))
+    assert report.status == "pending-on-device", report.summary
+    index = json.loads((out / "bundle" / "reference" / "reference.json").read_text())
+    decoder = index["decoder"]
+    assert decoder["input_ids"] == "input_ids" and len(decoder["cache"]) == 4  # 2 layers, key and value
+    code, result = _run_on_device(out / "bundle")
+    assert code == 0, result
+    generation = result["generation"]
+    assert "error" not in generation, generation
+    prompt = next(e for e in index["inputs"] if e["name"] == "input_ids")["shape"][1]
+    assert generation["prompt_tokens"] == prompt and generation["decode_steps"] == 32
+    assert generation["context_tokens"] == prompt + 32 and generation["decode_tokens_per_s"] > 0
+    # 2 layers x (key, value) x [1, 2 KV heads, prompt + 32, 16] float32
+    assert generation["kv_cache_bytes"] == 4 * 2 * (prompt + 32) * 16 * 4
+    total_kb = generation["memory_total_kb"]
+    share = round(generation["kv_cache_bytes"] / (total_kb * 1024), 6)
+    assert generation["kv_cache_share_of_memory"] == share
+    generation["tegrastats"] = [XAVIER_JP5, XAVIER_JP5.replace("VDD_IN 2763mW", "VDD_IN 3237mW")]
+    (tmp_path / "board.json").write_text(json.dumps(result))
+    assert run_cli("device", "import", str(out), str(tmp_path / "board.json")).returncode == 0
+    imported = json.loads((out / "report.json").read_text())["device"]["generation"]
+    assert imported["power_rail"] == "VDD_IN" and imported["power_mean_mw"] == 3000.0
+    assert imported["tokens_per_s_per_watt"] == round(generation["decode_tokens_per_s"] / 3.0, 4)
+    markdown = (out / "report.md").read_text()
+    assert "Generation on the device: time to first token" in markdown and "tokens/s per watt" in markdown
