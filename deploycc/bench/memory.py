@@ -7,7 +7,6 @@ be measured is None with the reason, never a made-up zero.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import threading
@@ -119,15 +118,16 @@ def nvml_process_memory(pid: int | None = None) -> tuple[int | None, str]:
         pynvml.nvmlShutdown()
 
 
-TEGRA_RAM = re.compile(r"RAM (\d+)/(\d+)MB")
-TEGRA_RAIL = re.compile(r"\b([A-Z][A-Z0-9_]+) (\d+)mW/(\d+)mW")
-
-
 def parse_tegrastats(line: str) -> tuple[int | None, dict[str, int]]:
-    """(used unified memory in bytes, {rail: current mW}) from one tegrastats line."""
-    ram = TEGRA_RAM.search(line)
-    rails = {name: int(now) for name, now, _ in TEGRA_RAIL.findall(line)}
-    return (int(ram.group(1)) << 20 if ram else None), rails
+    """(used unified memory in bytes, {rail: current mW}) from one tegrastats line, as the device
+    loop reads the board's lines (device/logs.py: the JetPack 4 format, whose rails carry no unit,
+    and the JetPack 5/6 one)."""
+    from deploycc.device.logs import parse_tegrastats as parse_line
+
+    sample = parse_line(line)
+    used = sample.get("ram_used_mb")
+    rails = {name: values["current_mw"] for name, values in sample.get("power_mw", {}).items()}
+    return (int(used) << 20 if used is not None else None), rails
 
 
 class Tegrastats:

@@ -125,6 +125,11 @@ def test_tegrastats_line_is_parsed() -> None:
     used, rails = parse_tegrastats(line)
     assert used == 2345 << 20
     assert rails == {"VDD_IN": 4321, "VDD_CPU_GPU_CV": 1234, "VDD_SOC": 999}
+    # a Nano's JetPack 4 line, whose rails carry no unit: bench read none of them before
+    from tests.backends.test_device_logs import NANO_JP4
+
+    used, rails = parse_tegrastats(NANO_JP4)
+    assert used == 1923 << 20 and rails == {"POM_5V_IN": 1750, "POM_5V_GPU": 0, "POM_5V_CPU": 366}
 
 
 def test_a_pending_bundle_is_not_benched(tmp_path: Path, write_model) -> None:
