@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc.errors import OptionError
 from deploycc.frontend import first_line
-from deploycc.taxonomy import Precision
+from deploycc.taxonomy import QUANTIZED, Precision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -117,9 +117,9 @@ def prove_generation(run: Run, graph: ir.Graph, expected: Reference, why: str, p
         return Verification(passed=False, reference="torch", inputs=why, precision=precision,
                             problem="the export has no KV-cache signature (past_key_values in, present out)")
     feeds = _step_inputs(graph, expected.prompt)
-    try:
+    try:  # a quantized engine is judged by its tokens and the logits' cosine, as the build judges it
         check = check_generation(expected, run, signature, original_feeds=feeds, candidate_feeds=feeds,
-                                 precision=precision, ran_on=ran_on)
+                                 precision=precision, ran_on=ran_on, by_tokens=precision in QUANTIZED)
     except Exception as error:  # the runtime refused a step: no proof
         return Verification(passed=False, reference="torch", inputs=why, precision=precision,
                             problem=f"the greedy generation did not run: {first_line(error)}")
