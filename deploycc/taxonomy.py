@@ -215,6 +215,16 @@ class Failed(Name):
     CRASH = "crash"  # the runtime's process died or hung
 
 
+class CaseOutcome(Name):
+    """One ONNX conformance case on a backend (`deploycc probe`): as its expected outputs say, or not."""
+
+    PASS = "pass"
+    MISMATCH = "mismatch"  # ran, and its outputs differ beyond the probe's tolerances
+    REFUSED = "refused"  # the backend said it does not take the model
+    ERROR = "error"  # the backend failed otherwise, or the harness could not read its outputs
+    CRASH = "crash"  # the backend's process died or hung
+
+
 class LegalizeMode(Name):
     """How legalization ends when a node stays illegal (`--mode`, a target's `mode`)."""
 

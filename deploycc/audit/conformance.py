@@ -18,6 +18,7 @@ from onnx import TensorProto, numpy_helper
 
 from deploycc.backends.raw_values import Refused, is_exotic
 from deploycc.errors import OptionError
+from deploycc.taxonomy import CaseOutcome
 
 RTOL, ATOL = 1e-3, 1e-4
 REFUSAL_WORDS = ("NOT_IMPLEMENTED", "not supported", "Unsupported", "No conversion rule",
@@ -62,7 +63,7 @@ def headline(error: Exception) -> str:
     return text[:200]
 
 
-def outcome(kind: str, model_bytes: bytes, case: Any) -> tuple[str, str]:
+def outcome(kind: str, model_bytes: bytes, case: Any) -> tuple[CaseOutcome, str]:
     """pass | mismatch | refused | error, with the first line of the backend's message."""
     from deploycc.backends.registry import get_backend
 
@@ -79,13 +80,13 @@ def outcome(kind: str, model_bytes: bytes, case: Any) -> tuple[str, str]:
         except Exception as error:
             text = headline(error)
             if isinstance(error, Refused) or any(word in text for word in REFUSAL_WORDS):
-                return "refused", text
-            return "error", text
+                return CaseOutcome.REFUSED, text
+            return CaseOutcome.ERROR, text
         try:
             pairs = zip(actual, expected, strict=False)
             agree = all(same(as_value(got), as_value(want)) for got, want in pairs)
         except Exception as error:  # outputs of a kind the comparison cannot read
-            return "error", f"harness: {type(error).__name__}: {str(error)[:100]}"
+            return CaseOutcome.ERROR, f"harness: {type(error).__name__}: {str(error)[:100]}"
         if not agree:
-            return "mismatch", f"outputs differ beyond rtol {RTOL:g} / atol {ATOL:g}"
-    return "pass", ""
+            return CaseOutcome.MISMATCH, f"outputs differ beyond rtol {RTOL:g} / atol {ATOL:g}"
+    return CaseOutcome.PASS, ""

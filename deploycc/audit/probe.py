@@ -30,7 +30,7 @@ from typing import Any
 from deploycc.audit.conformance import ATOL, RTOL, outcome
 from deploycc.io.files import user_cache_dir
 from deploycc.results import Result
-from deploycc.taxonomy import Legality, LegalizeMode
+from deploycc.taxonomy import CaseOutcome, Legality, LegalizeMode
 
 CHUNK = 40
 
@@ -42,8 +42,8 @@ class CaseResult:
     domain: str
     version: int | None
     dtype: str | None
-    raw: str  # pass | mismatch | refused | error | crash
-    legalized: str
+    raw: CaseOutcome | str  # as run back from the case's process, the enum's value
+    legalized: CaseOutcome | str
     declared: Legality | str  # "?" where the case's process died before it was judged
     detail: str = ""
     legalized_detail: str = ""  # why the legalized model failed, when it did
@@ -148,7 +148,7 @@ def probe_cases(names: list[str], target_name: str) -> list[dict[str, Any]]:
         raw, detail = outcome(kind, case.model.SerializeToString(), case)
         legal_bytes, why = _legalized(case, target_name)
         legalized, legalized_detail = outcome(kind, legal_bytes, case) if legal_bytes is not None \
-            else ("refused", why)
+            else (CaseOutcome.REFUSED, why)
         model = ir.serde.deserialize_model(case.model)
         infer_shapes(model)
         verdict = judge_model(model, target)
@@ -178,7 +178,8 @@ def _run_chunk(chunk: list[str], target: str) -> list[CaseResult]:
         for name in chunk:
             single = _child([name], target, timeout=60)
             rows.extend(single if single is not None else [asdict(CaseResult(
-                name, "?", "", None, None, "crash", "crash", "?", "the backend process died or hung"))])
+                name, "?", "", None, None, CaseOutcome.CRASH, CaseOutcome.CRASH, "?",
+                "the backend process died or hung"))])
     return [CaseResult(**row) for row in rows]
 
 
@@ -226,16 +227,17 @@ def probe(target_name: str, *, limit: int | None = None, names: list[str] | None
     results = [row for index in sorted(done) for row in done[index]]
     disagreements = []
     for r in results:
-        if r.declared in (Legality.LEGAL, Legality.CONDITIONAL) and r.raw in ("refused", "crash"):
+        refused = r.raw in (CaseOutcome.REFUSED, CaseOutcome.CRASH)
+        if r.declared in (Legality.LEGAL, Legality.CONDITIONAL) and refused:
             disagreements.append({"case": r.case, "op": r.op, "kind": "declared supported, backend refuses",
                                   "detail": r.detail})
-        elif r.declared == Legality.ILLEGAL and r.raw == "pass":
+        elif r.declared == Legality.ILLEGAL and r.raw == CaseOutcome.PASS:
             disagreements.append({"case": r.case, "op": r.op, "kind": "declared unsupported, backend runs it",
                                   "detail": ""})
-    unreachable = Counter(r.op for r in results if r.legalized != "pass")
+    unreachable = Counter(r.op for r in results if r.legalized != CaseOutcome.PASS)
     return ProbeReport(target=target.name, backend=target.backend.kind, cases=len(results),
-                       passed_raw=sum(r.raw == "pass" for r in results),
-                       passed_legalized=sum(r.legalized == "pass" for r in results),
+                       passed_raw=sum(r.raw == CaseOutcome.PASS for r in results),
+                       passed_legalized=sum(r.legalized == CaseOutcome.PASS for r in results),
                        seconds=round(time.perf_counter() - started, 2), results=results,
                        disagreements=disagreements, unreachable=dict(unreachable.most_common()))
 
@@ -247,6 +249,6 @@ def capability_table(report: ProbeReport) -> dict[str, Any]:
         if r.version is None:
             continue
         key = f"{r.domain}|{r.op}|{r.version}|{r.dtype}"
-        passed = r.raw == "pass"
+        passed = r.raw == CaseOutcome.PASS
         rows[key] = "pass" if passed or rows.get(key) == "pass" else "fail"
     return {"target": report.target, "backend": report.backend, "rtol": RTOL, "atol": ATOL, "rows": rows}

@@ -53,13 +53,15 @@ def probe_command(target: str, output: str | None, limit: int | None, cases: tup
 def _probe(target: str, limit: int | None, cases: tuple[str, ...], jobs: int, as_json: bool) -> Any:
     from deploycc import api
     from deploycc.report.progress import progress_bar
+    from deploycc.taxonomy import CaseOutcome
 
     with progress_bar(f"probing {target}", quiet=as_json) as update:
         def finished(op: str, results: list, done: int, total: int) -> None:
             # off a terminal, where the bar is silent: a line per op (a full run has ~1,900 cases)
-            failing = [r.case for r in results if r.legalized != "pass"]
+            failing = [r.case for r in results if r.legalized != CaseOutcome.PASS]
             more = f", +{len(failing) - 3}" if len(failing) > 3 else ""
-            update.line(f"[{done}/{total}] {op}: {sum(r.raw == 'pass' for r in results)}/{len(results)} "
+            passed = sum(r.raw == CaseOutcome.PASS for r in results)
+            update.line(f"[{done}/{total}] {op}: {passed}/{len(results)} "
                         f"pass as exported, {len(results) - len(failing)}/{len(results)} after deploycc"
                         + (f" (failing after deploycc: {', '.join(failing[:3])}{more})" if failing else ""))
 
