@@ -36,6 +36,7 @@ def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | 
     import tempfile
 
     from deploycc.frontend.build import export_for_target
+    from deploycc.frontend.causal_lm import is_causal_lm
 
     source = torch_source(model, example_inputs, dynamic=dynamic)
     source.exporters = _exporters(exporters) or source.exporters
@@ -47,7 +48,10 @@ def check_torch(model: Any, example_inputs: Any = None, targets: Sequence[str | 
         for index, target in enumerate(targets):
             resolved = get_target(target, jetpack=jetpack) if isinstance(target, str) else target
             exported, path = export_for_target(source, resolved, Path(folder) / str(index))
-            feeds = _example_feeds(source, resolved, path) if precision else None
+            # a causal LM's export reads its cache beside the prompt: its inputs are drawn as for
+            # the ONNX file (the dims' roles), not taken from the example
+            feeds = _example_feeds(source, resolved, path) if precision and not is_causal_lm(source.module) \
+                else None
             report = check_onnx(path, [resolved], dla=dla, explain=explain, strict=strict,
                                 precision=precision, inputs=feeds)
             written = exported.attempts[-1].opset_written

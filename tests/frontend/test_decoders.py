@@ -127,3 +127,11 @@ def test_a_quantized_engine_is_held_to_torch_by_its_tokens(llama: object, tmp_pa
     assert not quantized.generation.logits.passed  # element by element it is not the original
     exact = decoders.prove_generation(scaled, graph, expected, "why", Precision.FP32, "the engine")
     assert not exact.passed and "logits" in exact.problem
+
+
+def test_check_exports_a_causal_lm_per_target_and_draws_its_cache(llama: object) -> None:
+    """`check` of a causal LM: Optimum's export judged per target, and the fp16 analysis on inputs
+    drawn for the export's cache (the example holds the prompt alone: it was an internal error)."""
+    report = api.check(llama, targets=["ort-cpu", "jetson-orin"], precision="target")
+    assert [verdict.legal for verdict in report.targets] == [True, True]
+    assert report.half is not None and report.notes[0].startswith("ort-cpu: exported with optimum")
