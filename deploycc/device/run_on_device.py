@@ -1022,6 +1022,7 @@ def time_engine(engine, inputs, iterations, warmup_seconds, result):
 
 
 GENERATION_STEPS = 32  # single-token steps after the prompt: what each generated token costs
+GENERATION_PROMPTS = (128, 512, 2048)  # the prompt lengths `deploycc bench` times on the host too
 
 
 def _step_feeds(decoder, inputs, tokens, past, past_length):
@@ -1047,15 +1048,31 @@ def _next_token(decoder, outputs):
     return np.array([[int(np.argmax(outputs[decoder["logits"]][0, -1]))]])
 
 
-def time_generation(engine, decoder, inputs, steps=GENERATION_STEPS):
-    """A decoder's generation on the engine: time to first token on the reference's prompt (its first
-    row, the cache empty), then `steps` single-token steps feeding each present back as the next
-    past; decode tokens/s, the cache's bytes at the end and their share of the board's memory, and
-    tokens/s per watt where NVML reads the power (tegrastats' lines go to the host, which reads the
-    rails). A step the engine refuses is the result's `error`, with what was measured before it."""
+def time_generation(engine, decoder, inputs, lengths=GENERATION_PROMPTS, steps=GENERATION_STEPS):
+    """A decoder's generation on the engine at each prompt length (the reference's first row of ids,
+    repeated to the length), as `deploycc bench` times it on the host: {"prompts": [one timing per
+    length]}. A length the engine or the model refuses (past its positions, or its profile) is that
+    entry's `error`, and the longer ones are not tried."""
     import numpy as np
 
-    prompt = np.ascontiguousarray(inputs[decoder["input_ids"]][:1])
+    row = np.ascontiguousarray(inputs[decoder["input_ids"]][:1])
+    timings = []
+    for length in lengths:
+        prompt = np.resize(row, (1, length)).astype(row.dtype)
+        timings.append(_time_prompt(engine, decoder, inputs, prompt, steps))
+        if "error" in timings[-1]:
+            break
+    return {"prompts": timings}
+
+
+def _time_prompt(engine, decoder, inputs, prompt, steps):
+    """Time to first token on `prompt` (the cache empty), then `steps` single-token steps feeding
+    each present back as the next past; decode tokens/s, the cache's bytes at the end and their
+    share of the board's memory, and tokens/s per watt where NVML reads the power (tegrastats' lines,
+    taken meanwhile, go to the host, which reads the rails). A step the engine refuses is `error`,
+    with what was measured before it."""
+    import numpy as np
+
     past = {}
     for entry in decoder["cache"]:
         shape = list(inputs[entry["past"]].shape)

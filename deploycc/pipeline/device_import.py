@@ -38,8 +38,8 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
 
 
 def _generation_power(generation: dict[str, Any]) -> None:
-    """A decoder's tokens/s per watt from tegrastats' input rail while it decoded (Jetson), where
-    NVML gave the board none (a discrete GPU's is the runner's, from NVML)."""
+    """A decoder's tokens/s per watt at one prompt length, from tegrastats' input rail while it
+    decoded (Jetson), where NVML gave the board none (a discrete GPU's is the runner's, from NVML)."""
     from deploycc.device.logs import board_power_mw, summarize_tegrastats
 
     summary = summarize_tegrastats(generation.get("tegrastats") or [])
@@ -114,8 +114,8 @@ def import_result(outdir: Path, result_file: Path) -> BuildReport:
 
     # the host's reading of the board's lines, never a summary the board sent
     device.tegrastats_summary = summarize_tegrastats(device.tegrastats or []) or None
-    if device.generation:
-        _generation_power(device.generation)
+    for timing in (device.generation or {}).get("prompts", []):
+        _generation_power(timing)
     try:
         built = BuildReport.from_dict(_read_json(report_path, "build report"))
     except (TypeError, ValueError) as error:

@@ -70,9 +70,10 @@ class DeviceResult:
     # onnxruntime-gpu: {counts: {provider: nodes}, nodes: {node: provider}, missing_providers,
     # differs: {node: "predicted -> measured"}}, read from ORT's profiling on the host
     placement: dict[str, Any] | None = None
-    # a decoder's generation on the board: prompt_tokens, time_to_first_token_ms, decode_steps,
-    # decode_tokens_per_s, kv_cache_bytes, kv_cache_share_of_memory, power_mean_mw (NVML),
-    # tokens_per_s_per_watt, tegrastats (its raw lines), error (a step the engine refused)
+    # a decoder's generation on the board, {"prompts": [per prompt length: prompt_tokens,
+    # time_to_first_token_ms, decode_steps, decode_tokens_per_s, kv_cache_bytes,
+    # kv_cache_share_of_memory, power_mean_mw (NVML), tokens_per_s_per_watt, tegrastats (its raw
+    # lines), error (a step the engine or the model refused)]}
     generation: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     order: list[str] = field(default_factory=list, repr=False, compare=False)

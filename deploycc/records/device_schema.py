@@ -88,11 +88,11 @@ RESULT_SPEC = Obj(
            placement=Obj({}, _maybe(counts=Names(MEASURE), nodes=Names(STR), missing_providers=TEXTS,
                                     differs=Names(STR))),
            # a decoder's generation timed on the board (run_on_device.time_generation)
-           generation=Obj({}, _maybe(prompt_tokens=INT, decode_steps=INT, time_to_first_token_ms=MEASURE,
-                                     decode_tokens_per_s=MEASURE, kv_cache_bytes=INT, context_tokens=INT,
-                                     memory_total_kb=MEASURE, kv_cache_share_of_memory=MEASURE,
-                                     power_mean_mw=MEASURE, tokens_per_s_per_watt=MEASURE,
-                                     tegrastats=TEXTS, error=STR))))
+           generation=Obj({"prompts": Seq(Obj({"prompt_tokens": INT}, _maybe(
+               decode_steps=INT, time_to_first_token_ms=MEASURE, decode_tokens_per_s=MEASURE,
+               kv_cache_bytes=INT, context_tokens=INT, memory_total_kb=MEASURE,
+               kv_cache_share_of_memory=MEASURE, power_mean_mw=MEASURE, tokens_per_s_per_watt=MEASURE,
+               tegrastats=TEXTS, error=STR)))})))
 
 # A result that says verified says against what: every output passed within the tolerances, as
 # run_on_device.py's check_result holds it (verified only at stage done).

@@ -280,30 +280,31 @@ def _shown(value: Any, absent: str = "") -> Any:
 
 
 def _board_generation(generation: dict[str, Any]) -> list[str]:
-    """A decoder's generation timed on the board: time to first token, decode tokens/s, the
-    cache's share of memory and tokens/s per watt, or the step the engine refused."""
-    if not generation:
+    """A decoder's generation timed on the board, per prompt length: time to first token, decode
+    tokens/s, the cache's bytes and share of memory, tokens/s per watt, or why a length stopped."""
+    prompts = generation.get("prompts") or []
+    if not prompts:
         return []
-    measured = []
-    if generation.get("time_to_first_token_ms") is not None:
-        measured.append(f"time to first token {generation['time_to_first_token_ms']} ms "
-                        f"({generation.get('prompt_tokens')}-token prompt)")
-    if generation.get("decode_tokens_per_s") is not None:
-        measured.append(f"decode {generation['decode_tokens_per_s']} tokens/s over "
-                        f"{generation.get('decode_steps')} steps")
-    if generation.get("kv_cache_bytes") is not None:
-        share = generation.get("kv_cache_share_of_memory")
-        measured.append(f"KV cache {generation['kv_cache_bytes'] / 2**20:.1f} MiB at "
-                        f"{generation.get('context_tokens')} tokens"
-                        + (f" ({share:.2%} of the board's memory)" if share is not None else ""))
-    if generation.get("tokens_per_s_per_watt") is not None:
-        rail = f", {generation['power_rail']}" if generation.get("power_rail") else ""
-        measured.append(f"{generation['tokens_per_s_per_watt']} tokens/s per watt "
-                        f"({generation.get('power_mean_mw')} mW{rail})")
-    text = "Generation on the device: " + ("; ".join(measured) or "nothing measured")
-    if generation.get("error"):
-        text += f"; stopped: {generation['error']}"
-    return ["", text + "."]
+    lines = ["", "Generation on the device (the cache empty before each prompt, then single-token "
+                 "steps):", "",
+             "| prompt | time to first token ms | decode tokens/s | KV cache at the end | tokens/s per "
+             "watt |", "|---|---|---|---|---|"]
+    for timing in prompts:
+        if timing.get("error") and timing.get("time_to_first_token_ms") is None:
+            lines.append(f"| {timing['prompt_tokens']} | refused: {timing['error']} | | | |")
+            continue
+        share = timing.get("kv_cache_share_of_memory")
+        cache = "" if timing.get("kv_cache_bytes") is None else (
+            f"{timing['kv_cache_bytes'] / 2**20:.1f} MiB at {timing.get('context_tokens')} tokens"
+            + (f" ({share:.2%} of memory)" if share is not None else ""))
+        rail = f", {timing['power_rail']}" if timing.get("power_rail") else ""
+        watt = "" if timing.get("tokens_per_s_per_watt") is None else \
+            f"{timing['tokens_per_s_per_watt']} ({timing.get('power_mean_mw')} mW{rail})"
+        stopped = f" (stopped after {timing.get('decode_steps')}: {timing['error']})" \
+            if timing.get("error") else ""
+        lines.append(f"| {timing['prompt_tokens']} | {timing.get('time_to_first_token_ms')} | "
+                     f"{timing.get('decode_tokens_per_s', '')}{stopped} | {cache} | {watt} |")
+    return lines
 
 
 def _device(device: DeviceResult) -> list[str]:

@@ -365,10 +365,12 @@ def test_nvml_sample_is_none_where_the_boards_python_has_no_pynvml() -> None:
 
 
 def test_a_decoders_generation_is_timed_on_the_device_and_comes_back(tmp_path: Path) -> None:
-    """A decoder's bundle carries its signature; the runner times its generation on the engine
-    (time to first token on the reference's prompt, 32 single-token steps on the growing cache, the
-    cache's bytes and their share of the board's memory); tokens/s per watt comes from the input
-    rail of the tegrastats lines taken meanwhile (a Xavier NX's, verbatim, put in its place here)."""
+    """A decoder's bundle carries its signature; the runner times its generation on the engine at
+    the host bench's prompt lengths (time to first token, 32 single-token steps on the growing
+    cache, the cache's bytes and their share of the board's memory), and a length past the
+    model's positions (this one has 256) is refused with the reason and ends the list; tokens/s per
+    watt comes from the input rail of the tegrastats lines taken meanwhile (a Xavier NX's,
+    verbatim, put in their place here)."""
     from examples.make_models import kv_decoder
     from tests.backends.test_device_logs import XAVIER_JP5
 
@@ -382,21 +384,19 @@ def test_a_decoders_generation_is_timed_on_the_device_and_comes_back(tmp_path: P
     assert decoder["input_ids"] == "input_ids" and len(decoder["cache"]) == 4  # 2 layers, key and value
     code, result = _run_on_device(out / "bundle")
     assert code == 0, result
-    generation = result["generation"]
-    assert "error" not in generation, generation
-    prompt = next(e for e in index["inputs"] if e["name"] == "input_ids")["shape"][1]
-    assert generation["prompt_tokens"] == prompt and generation["decode_steps"] == 32
-    assert generation["context_tokens"] == prompt + 32 and generation["decode_tokens_per_s"] > 0
-    # 2 layers x (key, value) x [1, 2 KV heads, prompt + 32, 16] float32
-    assert generation["kv_cache_bytes"] == 4 * 2 * (prompt + 32) * 16 * 4
-    total_kb = generation["memory_total_kb"]
-    share = round(generation["kv_cache_bytes"] / (total_kb * 1024), 6)
-    assert generation["kv_cache_share_of_memory"] == share
-    generation["tegrastats"] = [XAVIER_JP5, XAVIER_JP5.replace("VDD_IN 2763mW", "VDD_IN 3237mW")]
+    first, refused = result["generation"]["prompts"]  # 128 ran; 512 is past the 256 positions
+    assert "error" not in first and first["prompt_tokens"] == 128 and first["decode_steps"] == 32
+    assert first["context_tokens"] == 128 + 32 and first["decode_tokens_per_s"] > 0
+    # 2 layers x (key, value) x [1, 2 KV heads, 160 tokens, 16] float32
+    assert first["kv_cache_bytes"] == 4 * 2 * 160 * 16 * 4
+    share = round(first["kv_cache_bytes"] / (first["memory_total_kb"] * 1024), 6)
+    assert first["kv_cache_share_of_memory"] == share
+    assert refused["prompt_tokens"] == 512 and refused["error"] and "time_to_first_token_ms" not in refused
+    first["tegrastats"] = [XAVIER_JP5, XAVIER_JP5.replace("VDD_IN 2763mW", "VDD_IN 3237mW")]
     (tmp_path / "board.json").write_text(json.dumps(result))
     assert run_cli("device", "import", str(out), str(tmp_path / "board.json")).returncode == 0
-    imported = json.loads((out / "report.json").read_text())["device"]["generation"]
+    imported = json.loads((out / "report.json").read_text())["device"]["generation"]["prompts"][0]
     assert imported["power_rail"] == "VDD_IN" and imported["power_mean_mw"] == 3000.0
-    assert imported["tokens_per_s_per_watt"] == round(generation["decode_tokens_per_s"] / 3.0, 4)
+    assert imported["tokens_per_s_per_watt"] == round(first["decode_tokens_per_s"] / 3.0, 4)
     markdown = (out / "report.md").read_text()
-    assert "Generation on the device: time to first token" in markdown and "tokens/s per watt" in markdown
+    assert "Generation on the device" in markdown and "| 512 | refused: " in markdown
