@@ -42,7 +42,7 @@ def prove_build(context: BuildContext, source: TorchSource, expected: list[Any])
                 SafetyStep.VERIFICATION, f"torch against the engine did not run ({why}); torch was compared "
                 "with the legalized model on ONNX Runtime CPU instead"))
     if final is None:
-        final = decoders.prove_on_ort(legalized, expected[0], decoders.GENERATED) \
+        final = decoders.prove_on_ort(legalized, expected[0], decoders.GENERATED, graph) \
             if is_causal_lm(source.module) else _prove_on_ort(legalized, graph, source, expected)
         against = "the legalized model on ONNX Runtime CPU" + (
             " (the engine is built on the device)" if context.status == BuildStatus.PENDING_ON_DEVICE else "")
@@ -65,15 +65,11 @@ def _final_proof(context: BuildContext, legalized: Path, graph: Any, source: Tor
 
 
 def _prove_on_ort(legalized: Path, graph: Any, source: TorchSource, expected: list[Any]) -> Verification:
-    from deploycc.verify.runner import session
+    from deploycc.verify.runner import run_session, session
 
-    ort = session(legalized, threads=0)
-    names = [output.name for output in ort.get_outputs()]
-
-    def run(feeds: dict[str, Any]) -> dict[str, Any]:
-        return dict(zip(names, ort.run(None, feeds), strict=True))
-
-    return final_proof(run, legalized, graph, source, Precision.FP32, expected)
+    loaded = session(legalized, threads=0)
+    return final_proof(lambda feeds: run_session(loaded, feeds), legalized, graph, source, Precision.FP32,
+                       expected)
 
 
 def _proven_final(verification: Any) -> bool:

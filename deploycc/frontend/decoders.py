@@ -91,7 +91,7 @@ def reference(source: TorchSource) -> Reference:
     return torch_generation(source.module, prompt, NEW_TOKENS)
 
 
-def _step_inputs(graph: ir.Graph, prompt: np.ndarray) -> dict[str, np.ndarray]:
+def _step_inputs(graph: ir.Graph) -> dict[str, np.ndarray]:
     """What a generation's first step reads beside the prompt: each input in the dtype the graph
     declares, the cache at batch 1 with its dims as declared (a symbolic one at 1; the generation
     empties its growing axis)."""
@@ -116,7 +116,7 @@ def prove_generation(run: Run, graph: ir.Graph, expected: Reference, why: str, p
     if signature is None:
         return Verification(passed=False, reference="torch", inputs=why, precision=precision,
                             problem="the export has no KV-cache signature (past_key_values in, present out)")
-    feeds = _step_inputs(graph, expected.prompt)
+    feeds = _step_inputs(graph)
     try:  # a quantized engine is judged by its tokens and the logits' cosine, as the build judges it
         check = check_generation(expected, run, signature, original_feeds=feeds, candidate_feeds=feeds,
                                  precision=precision, ran_on=ran_on, by_tokens=precision in QUANTIZED)
@@ -127,16 +127,13 @@ def prove_generation(run: Run, graph: ir.Graph, expected: Reference, why: str, p
                         problem=check.problem, generation=check)
 
 
-def prove_on_ort(path: Path, expected: Reference, why: str) -> Verification:
-    """torch's generation against the ONNX file's on ONNX Runtime CPU, at float32's tolerances."""
+def prove_on_ort(path: Path, expected: Reference, why: str, graph: ir.Graph | None = None) -> Verification:
+    """torch's generation against the ONNX file's on ONNX Runtime CPU, at float32's tolerances
+    (`graph`: the file's, where the caller has it read already)."""
     from deploycc import io
-    from deploycc.verify.runner import session
+    from deploycc.verify.runner import run_session, session
 
-    graph = io.load(path, check=False).model.graph
-    runner = session(path, threads=0)
-    names = [output.name for output in runner.get_outputs()]
-
-    def run(feeds: dict[str, Any]) -> dict[str, Any]:
-        return dict(zip(names, runner.run(None, feeds), strict=True))
-
-    return prove_generation(run, graph, expected, why, Precision.FP32, "onnxruntime-cpu")
+    graph = graph if graph is not None else io.load(path, check=False).model.graph
+    loaded = session(path, threads=0)
+    return prove_generation(lambda feeds: run_session(loaded, feeds), graph, expected, why, Precision.FP32,
+                            "onnxruntime-cpu")
