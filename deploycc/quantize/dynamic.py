@@ -122,5 +122,11 @@ def put_in_place(graph: ir.Graph, node: ir.Node, weight: ir.Value, parts: list[i
     product.name, before.name = before.name, f"{before.name}/float"
     product.dtype, product.shape = ir.DataType.FLOAT, before.shape
     graph.remove(node, safe=True)
+    drop_if_unread(graph, weight)
+
+
+def drop_if_unread(graph: ir.Graph, weight: ir.Value) -> None:
+    """`weight`'s initializer out of the graph where nothing reads it any more (its quantized form
+    took its place)."""
     if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
         del graph.initializers[weight.name]

@@ -147,6 +147,8 @@ def _lower_gemms(graph: Any) -> int:
     import numpy as np
     import onnx_ir as ir
 
+    from deploycc.quantize.dynamic import drop_if_unread
+
     lowered = 0
     for node in list(graph):
         if not _lowerable(node):
@@ -168,8 +170,7 @@ def _lower_gemms(graph: Any) -> int:
         result.name = node.outputs[0].name
         node.outputs[0].name = f"{result.name}/gemm"
         graph.remove(node, safe=True)
-        if not b.uses() and b.name is not None and b.name in graph.initializers:  # read by this Gemm only
-            del graph.initializers[b.name]
+        drop_if_unread(graph, b)  # where this Gemm alone read it
         lowered += 1
     return lowered
 
@@ -274,7 +275,7 @@ def _blockwise_qdq_streamed(model: Path, quantized: Path) -> tuple[int, int | No
     )
 
     from deploycc import io
-    from deploycc.quantize.dynamic import float_matmul_weights
+    from deploycc.quantize.dynamic import drop_if_unread, float_matmul_weights
 
     loaded, lowered, converted = _loaded_at_opset(model, BLOCKWISE_OPSET)
     graph, skipped = loaded.graph, []
@@ -283,7 +284,7 @@ def _blockwise_qdq_streamed(model: Path, quantized: Path) -> tuple[int, int | No
     for node, weight, tensor in float_matmul_weights(graph):
         values = tensor.numpy()
         rows, columns = values.shape
-        if rows % BLOCK_SIZE or columns % 2:  # as _not_blockwise: TensorRT's importer would refuse it
+        if not _int4_blocks(rows, columns):
             skipped.append(node.name or "")
             continue
         packed, scales, _ = packer.qbits_block_quant(values)  # symmetric: no zero point
@@ -298,8 +299,7 @@ def _blockwise_qdq_streamed(model: Path, quantized: Path) -> tuple[int, int | No
                               attributes={"axis": 0, "block_size": BLOCK_SIZE})
         graph.insert_before(node, dequantized)
         node.replace_input_with(1, dequantized.outputs[0])
-        if not weight.uses() and weight.name is not None and weight.name in graph.initializers:
-            del graph.initializers[weight.name]
+        drop_if_unread(graph, weight)
     io.save(loaded, quantized, protect=(model,), force_external=True)
     return lowered, converted, skipped
 
@@ -332,12 +332,18 @@ def _loaded_at_opset(model: Path, opset: int) -> tuple[Any, int, int | None]:
     return convert_opset(loaded, opset), lowered, current
 
 
+def _int4_blocks(rows: int, columns: int) -> bool:
+    """Whether TensorRT's INT4 importer takes a [rows, columns] weight as blocks: whole blocks of
+    BLOCK_SIZE along the reduced axis (it infers the block from the scales' shape) and an even width
+    (INT4 packs two values a byte)."""
+    return rows % BLOCK_SIZE == 0 and columns % 2 == 0
+
+
 def _not_blockwise(proto: Any) -> list[str]:
     """The MatMuls whose constant 2-D weight TensorRT's INT4 importer would refuse as blocks."""
     weights = {tensor.name: tuple(tensor.dims) for tensor in proto.graph.initializer}
     return [node.name for node in proto.graph.node if node.op_type == "MatMul" and len(node.input) > 1
-            and len(shape := weights.get(node.input[1], ())) == 2
-            and (shape[0] % BLOCK_SIZE or shape[1] % 2)]
+            and len(shape := weights.get(node.input[1], ())) == 2 and not _int4_blocks(*shape)]
 
 
 # The quantizers a backend's recipe names, and the function here that runs each
