@@ -42,9 +42,10 @@ def _generation_power(generation: dict[str, Any]) -> None:
     decoded (Jetson), where NVML gave the board none (a discrete GPU's is the runner's, from NVML)."""
     from deploycc.device.logs import board_power_mw, summarize_tegrastats
 
-    summary = summarize_tegrastats(generation.get("tegrastats") or [])
-    power = board_power_mw(summary)
-    if power is None or generation.get("tokens_per_s_per_watt") is not None:
+    if generation.get("tokens_per_s_per_watt") is not None:
+        return
+    power = board_power_mw(summarize_tegrastats(generation.get("tegrastats") or []))
+    if power is None:
         return
     rail, milliwatts = power
     generation["power_rail"], generation["power_mean_mw"] = rail, round(milliwatts, 1)

@@ -179,6 +179,34 @@ def test_the_runners_comparison_is_deploycc_s() -> None:
     assert not compare("y", expected, few, atol=1e-2, rtol=1e-2).passed
 
 
+def test_the_runners_generation_steps_are_deploycc_s() -> None:
+    """The runner times a decoder's generation with its own copy of a step's inputs (it cannot
+    import deploycc on the board), at the host bench's prompt lengths: the same feeds, dtypes
+    included, as verify/generation.py's step_feeds, for a prompt and for a step on a cache."""
+    from deploycc.bench.generative import PROMPT_LENGTHS
+    from deploycc.graph.decoder import CacheEntry, DecoderSignature
+    from deploycc.verify.generation import step_feeds
+
+    runner = _runner_module()
+    assert runner.GENERATION_PROMPTS == PROMPT_LENGTHS
+    cache = (CacheEntry(0, "key", "past.0.key", "present.0.key", 2),)
+    signature = DecoderSignature("input_ids", "logits", cache, attention_mask="attention_mask",
+                                 position_ids="position_ids")
+    decoder = {"input_ids": "input_ids", "logits": "logits", "attention_mask": "attention_mask",
+               "position_ids": "position_ids", "cache": [{"past": "past.0.key", "present": "present.0.key",
+                                                          "axis": 2}]}
+    reference = {"input_ids": np.zeros((1, 4), np.int32), "attention_mask": np.zeros((1, 4), np.int32),
+                 "position_ids": np.zeros((1, 4), np.int32)}  # TensorRT 8.x binds INT64 as INT32
+    dtypes = {name: array.dtype for name, array in reference.items()}
+    for tokens, past_length in ((np.array([[5, 6, 7]]), 0), (np.array([[9]]), 3)):
+        past = {"past.0.key": np.ones((1, 2, past_length, 8), np.float32)}
+        ours = step_feeds(signature, tokens.astype(np.int32), past, past_length, dtypes)
+        theirs = runner._step_feeds(decoder, reference, tokens, past, past_length)
+        assert ours.keys() == theirs.keys()
+        for name, array in ours.items():
+            assert theirs[name].dtype == array.dtype and np.array_equal(theirs[name], array), name
+
+
 def test_the_result_schema_is_spelled_alike_on_the_board_and_the_host() -> None:
     """result.json is read by the host (records/device.py) and written by the runner, which cannot
     import deploycc: the two spellings of its schema must agree."""
