@@ -28,6 +28,7 @@ from deploycc.taxonomy import Failed, Failure, Name, Precision
 if TYPE_CHECKING:
     import numpy as np
 
+    from deploycc.device.bundle import DeviceReference
     from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
@@ -161,10 +162,8 @@ class BackendStages:
     # instead, in the shape plan's words (TensorRT on a DLA core); None from it: profiles stand
     static_dims: Callable[[BuildOptions], str | None] | None = None
     # Give an artifact built on the device what the board needs to judge it: the inputs and the
-    # original model's outputs (a bundle's reference data): (artifact, outdir, inputs, outputs,
-    # precision, how the inputs were drawn)
-    add_reference: Callable[[Artifact, Path, dict[str, np.ndarray], dict[str, np.ndarray], Precision, str],
-                            None] | None = None
+    # original model's outputs (a bundle's reference data): (artifact, outdir, reference)
+    add_reference: Callable[[Artifact, Path, DeviceReference], None] | None = None
     # The build request a device bundle describes (`build --engine-only` on the board):
     # (bundle folder, outdir, target)
     bundle_request: Callable[[Path, Path, Target], BuildRequest] | None = None

@@ -40,6 +40,7 @@ from deploycc.records.shapes import ShapeProfile
 from deploycc.taxonomy import Failed, Precision
 
 if TYPE_CHECKING:
+    from deploycc.device.bundle import DeviceReference
     from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
@@ -250,16 +251,14 @@ def _prepare(request: BuildRequest, options: BuildOptions) -> None:
         request.backend_options = replace(_own(request), profiles=profiles)
 
 
-def _add_reference(artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
-                   outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
+def _add_reference(artifact: Artifact, outdir: Path, reference: DeviceReference) -> None:
     """A GPU bundle's reference data, for the GPU host to judge its session by."""
     if artifact.kind != GPU_BUNDLE:
         return
     from deploycc.device.bundle import write_reference
 
     # TensorRT 10's bindings (the TensorRT provider's): int64 stays int64
-    artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, "10", described,
-                                      trtexec=False)
+    artifact.files += write_reference(outdir / BUNDLE_DIR, reference, "10", trtexec=False)
 
 
 def _raw_runner(path: Path, target: Target, threads: int | None) -> Runner:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,57 +107,63 @@ def binding_dtype(dtype: np.dtype, tensorrt_version: str) -> np.dtype:
     return np.dtype(dtype)
 
 
-def write_reference(folder: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
-                    precision: Precision, tensorrt_version: str, described: str,
+@dataclass(frozen=True)
+class DeviceReference:
+    """What the board judges an engine built there by: the inputs verification drew, the original
+    model's outputs on them, the precision whose tolerances apply, how the inputs were drawn, and a
+    decoder's signature (the board times its generation too)."""
+
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+    precision: Precision
+    described: str
+    decoder: DecoderSignature | None = None
+
+
+def write_reference(folder: Path, reference: DeviceReference, tensorrt_version: str,
                     trtexec: bool = True) -> list[str]:
     """The board's reference: each array as raw little-endian bytes in its binding dtype (the
     same files work as `trtexec --loadInputs=name:file`), and an index with names, shapes,
-    dtypes, files and sha256s, the tolerances of the precision and the model they belong to."""
+    dtypes, files and sha256s, the tolerances of the precision, the model they belong to and a
+    decoder's signature (time to first token, decode tokens/s, the cache's share of memory)."""
     from deploycc.io import sha256_file
     from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, judged_as
 
-    reference = folder / REFERENCE_DIR
-    reference.mkdir(exist_ok=True)
+    folder_of_data = folder / REFERENCE_DIR
+    folder_of_data.mkdir(exist_ok=True)
     files, index = [], {}
-    for kind, arrays in (("inputs", inputs), ("outputs", outputs)):
+    for kind, arrays in (("inputs", reference.inputs), ("outputs", reference.outputs)):
         entries = []
         for position, (name, array) in enumerate(arrays.items()):
             dtype = binding_dtype(np.asarray(array).dtype, tensorrt_version)
             data = np.ascontiguousarray(np.asarray(array).astype(dtype.newbyteorder("<")))
             file = f"{kind}/{position:03d}.bin"
-            (reference / kind).mkdir(exist_ok=True)
-            (reference / file).write_bytes(data.tobytes())
+            (folder_of_data / kind).mkdir(exist_ok=True)
+            (folder_of_data / file).write_bytes(data.tobytes())
             entries.append({"name": name, "shape": list(data.shape), "dtype": dtype.name, "file": file,
-                            "sha256": sha256_file(reference / file)})
+                            "sha256": sha256_file(folder_of_data / file)})
             files.append(f"{BUNDLE_DIR}/{REFERENCE_DIR}/{file}")
         index[kind] = entries
+    precision = reference.precision
     atol, rtol, min_cosine = TOLERANCES[judged_as(precision)]
     document = {"schema": REFERENCE_SCHEMA, "model_sha256": sha256_file(folder / MODEL_NAME),
-                "precision": precision, "tensorrt": tensorrt_version, "inputs_described": described,
+                "precision": precision, "tensorrt": tensorrt_version, "inputs_described": reference.described,
                 "reference": "the original model on ONNX Runtime CPU",
                 "tolerances": {"atol": atol, "rtol": rtol, "min_cosine": min_cosine,
                                "mismatch_share": MISMATCH_SHARE.get(precision, 0.0)}, **index}
-    (reference / REFERENCE_INDEX).write_text(json.dumps(document, indent=1) + "\n")
+    if reference.decoder is not None:
+        document["decoder"] = _decoder_entry(reference.decoder)
+    (folder_of_data / REFERENCE_INDEX).write_text(json.dumps(document, indent=1) + "\n")
     if trtexec:  # a TensorRT bundle: trtexec's runner reads these files too
         files.append(write_trtexec_runner(folder, index["inputs"], tensorrt_version))
     return [*files, f"{BUNDLE_DIR}/{REFERENCE_DIR}/{REFERENCE_INDEX}"]
 
 
-def describe_decoder(folder: Path, signature: DecoderSignature) -> bool:
-    """A decoder's signature in the bundle's reference index, for the board's runner to time its
-    generation (time to first token, decode tokens/s, the cache's share of memory, tokens/s per
-    watt); whether the bundle had a reference to add it to."""
-    index = folder / REFERENCE_DIR / REFERENCE_INDEX
-    if not index.is_file():
-        return False
-    document = json.loads(index.read_text())
-    document["decoder"] = {
-        "input_ids": signature.input_ids, "logits": signature.logits,
-        "attention_mask": signature.attention_mask, "position_ids": signature.position_ids,
-        "cache": [{"past": entry.past, "present": entry.present, "axis": entry.axis}
-                  for entry in signature.cache]}
-    index.write_text(json.dumps(document, indent=1) + "\n")
-    return True
+def _decoder_entry(signature: DecoderSignature) -> dict[str, Any]:
+    return {"input_ids": signature.input_ids, "logits": signature.logits,
+            "attention_mask": signature.attention_mask, "position_ids": signature.position_ids,
+            "cache": [{"past": entry.past, "present": entry.present, "axis": entry.axis}
+                      for entry in signature.cache]}
 
 
 def write_trtexec_runner(folder: Path, inputs: list[dict[str, Any]], tensorrt_version: str) -> str:

@@ -1,7 +1,8 @@
 """torch against what a torch model's build made: the front end's last build stage. The engine
 (or, where it is built on the device or refuses the example's sizes, the legalized model on ONNX
 Runtime) on the example inputs, or for a causal language model its greedy generation (decoders.py),
-kept in the build context; a mismatch fails the build, so the other exporter is tried."""
+kept in the build context; a mismatch fails the build, so the other exporter is tried (a causal
+language model has one: the user is told what is theirs to change)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,18 @@ def prove_build(context: BuildContext, source: TorchSource, expected: list[Any])
     if not _proven_final(final):
         context.status, context.stage = BuildStatus.FAILED, Stage.VERIFY
         context.message = f"torch against {against}: {final.problem}"
-        context.next_step = "try the other exporter (--exporter), or report the model"
+        context.next_step = _next_step(source, context.precision)
+
+
+def _next_step(source: TorchSource, precision: Precision) -> str:
+    """What a user can do once torch and the build disagree: a causal language model has one
+    exporter (Optimum's, already proven against torch before the build), so only the precision is
+    theirs to change."""
+    if not is_causal_lm(source.module):
+        return "try the other exporter (--exporter), or report the model"
+    if precision != Precision.FP32:
+        return "pin --precision fp32, or report the model"
+    return "report the model (Optimum's export, proven against torch, changed in the build)"
 
 
 def _final_proof(context: BuildContext, legalized: Path, graph: Any, source: TorchSource,

@@ -132,7 +132,7 @@ def device_reference_stage(context: BuildContext) -> None:
     """An engine built on the device: the inputs verification drew and the original's outputs on
     them go into the bundle, for the board to judge its engine by; a model ORT cannot run on them
     leaves the bundle without (a note, and a skipped verification: the board cannot judge it)."""
-    from deploycc.device.bundle import BUNDLE_DIR, describe_decoder
+    from deploycc.device.bundle import DeviceReference
     from deploycc.pipeline.placement import PlacementPlan, write_prediction
     from deploycc.verify.runner import RunError
     from deploycc.verify.verification import reference_outputs
@@ -154,11 +154,9 @@ def device_reference_stage(context: BuildContext) -> None:
                 "times the engine but cannot verify it"))
             return
         add_reference = context.backend.stages.add_reference
-        if add_reference is not None:
-            add_reference(artifact, context.staging, drawn.feeds, expected, context.precision,
-                          drawn.described)
-        if context.decoder is not None:  # the board times its generation too
-            describe_decoder(context.staging / BUNDLE_DIR, context.decoder)
+        if add_reference is not None:  # a decoder's signature too: the board times its generation
+            add_reference(artifact, context.staging, DeviceReference(
+                drawn.feeds, expected, context.precision, drawn.described, context.decoder))
 
 
 def stand_in_stage(context: BuildContext) -> None:

@@ -75,6 +75,34 @@ def test_the_generation_proof_fails_where_the_model_is_another(llama: object, tm
     assert np.isfinite(different.generation.logits.max_abs_error)
 
 
+@pytest.mark.parametrize(("precision", "told"),
+                         [("fp16", "pin --precision fp32"), ("fp32", "report the model")])
+def test_a_causal_lm_the_build_changed_is_not_sent_to_another_exporter(llama: object, tmp_path: Path,
+                                                                      precision: str, told: str) -> None:
+    """torch's generation against a build that generates otherwise fails the build; a causal LM has
+    one exporter (Optimum's), so the user is told what is theirs to change, not to try another."""
+    from deploycc.backends.registry import get_backend
+    from deploycc.frontend import decoders
+    from deploycc.frontend.build_proof import prove_build
+    from deploycc.frontend.sources import with_inputs
+    from deploycc.pipeline.context import BuildContext
+    from deploycc.pipeline.outcome import Clock
+    from deploycc.targets import registry
+    from deploycc.taxonomy import Precision
+
+    source = with_inputs(llama, None, label="llama")
+    path = tmp_path / "llama.onnx"
+    decoders.export_optimum(source, source.inputs, {}, path, 17, None)
+    target = registry.resolve("jetson-orin")
+    context = BuildContext(source=path, target=target, options=QUICK, staging=tmp_path, notes=[],
+                           backend=get_backend(target.backend.kind), precision=Precision(precision),
+                           clock=Clock({}, None), status=BuildStatus.PENDING_ON_DEVICE, legalized_file=path)
+    other = decoders.reference(with_inputs(tiny_llama(seed=1), None, label="other"))
+    prove_build(context, source, [other])  # the build's model generates as another model does
+    assert context.status == BuildStatus.FAILED and "greedy generation" in context.message
+    assert context.next_step is not None and told in context.next_step and "exporter" not in context.next_step
+
+
 def test_a_jetson_build_is_proven_on_the_legalized_model(llama: object, tmp_path: Path) -> None:
     report = api.build(llama, target="jetson-orin", outdir=tmp_path / "orin", options=QUICK)
     assert report.status == BuildStatus.PENDING_ON_DEVICE, report.summary

@@ -30,6 +30,7 @@ from deploycc.device.bundle import (
     MODEL_NAME,
     PLAN_NAME,
     TIMING_CACHE,
+    DeviceReference,
     read_bundle,
     write_reference,
 )
@@ -37,8 +38,6 @@ from deploycc.records.shapes import ShapeProfile
 from deploycc.taxonomy import Precision
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from deploycc.options import BuildOptions
     from deploycc.targets.schema import Target
 
@@ -57,13 +56,12 @@ def _static_dims(options: BuildOptions) -> str | None:
     return "the DLA's static shapes" if options.dla_core is not None else None
 
 
-def _add_reference(artifact: Artifact, outdir: Path, inputs: dict[str, np.ndarray],
-                   outputs: dict[str, np.ndarray], precision: Precision, described: str) -> None:
+def _add_reference(artifact: Artifact, outdir: Path, reference: DeviceReference) -> None:
     """A device bundle's reference data, in the bindings of the TensorRT it was made for."""
     if artifact.kind != DEVICE_BUNDLE:
         return
     version = str(artifact.settings.get("tensorrt") or "")
-    artifact.files += write_reference(outdir / BUNDLE_DIR, inputs, outputs, precision, version, described)
+    artifact.files += write_reference(outdir / BUNDLE_DIR, reference, version)
 
 
 def _bundle_request(folder: Path, outdir: Path, target: Target) -> BuildRequest:
