@@ -3,7 +3,7 @@ asks it measured.
 
     .venv-decoders/bin/python benchmarks/decoder_speed.py --family qwen2-0.5b [--prompt 128] [--bits 4 8]
 
-The decoder as benchmarks/decoders.py exported it (Optimum, random weights). Four engines, 2 threads
+The decoder as benchmarks/decoders.py exported it (Optimum, random weights). The engines, 2 threads
 each, in one process: the raw export on ONNX Runtime's defaults (fp32), deploycc's int4 recipe for
 ort-cpu on it (quantize/weights.py: MatMulNBits, blocks of 32, accuracy level 4), the raw export on
 OpenVINO (fp32 hint), deploycc's int4 recipe for openvino-cpu (NNCF compress_weights, INT4_SYM, group
@@ -16,8 +16,9 @@ word-level tokenizer over the vocabulary, which nothing here reads), whose atten
 GroupQueryAttention. Each is
 timed by bench/generative.py's loop (time to first token at the prompt, then 32 single-token steps on
 the growing cache), one engine after the other, the order turned every round; the medians over the
-rounds. Accuracy is not judged here (random weights say
-nothing of int4's accuracy on a trained model): `deploycc build --precision int4` judges it.
+rounds. Each engine's greedy generation is held to ONNX Runtime's fp32 (16 tokens, the logits' cosine):
+random weights say nothing of int4's accuracy on a trained model (`deploycc build --precision int4`
+and decoder_accuracy.py judge that), but they show an engine computing another model.
 Writes results/decoder-speed-FAMILY.json (-FAMILY-int4-int8-weights.json with `--bits 4 8`).
 """
 
@@ -69,11 +70,14 @@ def ort_run(path: Path):  # type: ignore[no-untyped-def]
     return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
 
 
-def openvino_run(path: Path):  # type: ignore[no-untyped-def]
+def openvino_run(path: Path, hint: str | None = "f32"):  # type: ignore[no-untyped-def]
+    """The model compiled for the CPU at `hint` (None: OpenVINO's defaults, its LATENCY hint and the
+    CPU's own precision, bf16 where it has bf16 units)."""
     import openvino as ov
 
-    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
-                                                          "INFERENCE_NUM_THREADS": THREADS})
+    config = {"INFERENCE_NUM_THREADS": THREADS, **({"INFERENCE_PRECISION_HINT": hint} if hint else
+                                                   {"PERFORMANCE_HINT": "LATENCY"})}
+    compiled = ov.Core().compile_model(str(path), "CPU", config)
     request = compiled.create_infer_request()
     names = [output.get_any_name() for output in compiled.outputs]
 
@@ -112,7 +116,9 @@ def main() -> None:
     signature = decoder_signature(ir.load(model).graph)
     assert signature is not None, f"{model} is no decoder with a KV cache"
     engines = {"ort fp32 (raw export)": ort_run(model),
-               "openvino fp32 (raw export, f32 hint)": openvino_run(model)}
+               "openvino fp32 (raw export, f32 hint)": openvino_run(model),
+               # what a user gets from OpenVINO without deploycc: bf16 on this CPU
+               "openvino defaults (raw export)": openvino_run(model, None)}
     for bits in args.bits:
         for quantizer, backend, run in ((WeightQuantizer.ORT_MATMUL_NBITS, "ort", ort_run),
                                         (WeightQuantizer.NNCF_COMPRESS, "openvino", openvino_run)):
@@ -128,6 +134,7 @@ def main() -> None:
     if genai.exists():  # its cache's head size is symbolic: the same config's drawn inputs say it
         engines["ort int4 (onnxruntime-genai's model builder)"] = ort_run(genai)
         signatures["ort int4 (onnxruntime-genai's model builder)"] = decoder_signature(ir.load(genai).graph)
+    agreement = _agreement(engines, signatures, drawn)
     timings: dict[str, list] = {name: [] for name in engines}
     for round_ in range(args.rounds):
         order = list(engines) if round_ % 2 == 0 else list(reversed(engines))
@@ -137,7 +144,8 @@ def main() -> None:
             timings[name].append(bench.timings[0])
             print(name, bench.lines()[0], flush=True)
     rows = {name: {"ttft_ms": statistics.median(t.ttft_ms for t in found),
-                   "decode_tokens_per_s": statistics.median(t.decode_tokens_per_s for t in found)}
+                   "decode_tokens_per_s": statistics.median(t.decode_tokens_per_s for t in found),
+                   **agreement[name]}
             for name, found in timings.items()}
     for name, row in rows.items():
         backend = name.split()[0]
@@ -152,6 +160,25 @@ def main() -> None:
     written = HERE / "results" / f"decoder-speed-{args.family}{widths}.json"
     written.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
+
+
+def _agreement(engines: dict, signatures: dict, drawn: dict[str, np.ndarray]) -> dict[str, dict]:
+    """Each engine's greedy generation (16 tokens from the drawn prompt) against ONNX Runtime's fp32
+    on the raw export: tokens equal and the logits' cosine. Random weights say nothing of a trained
+    model's accuracy; they do say whether an engine computes the same model."""
+    from deploycc.taxonomy import Precision
+    from deploycc.verify.generation import check_generation, reference_generation
+
+    baseline = "ort fp32 (raw export)"
+    reference = reference_generation(engines[baseline], signatures[baseline], drawn)
+    found = {}
+    for name, run in engines.items():
+        check = check_generation(reference, run, signatures[name], original_feeds=drawn,
+                                 candidate_feeds=drawn, precision=Precision.INT8_WEIGHTS, ran_on=name,
+                                 by_tokens=True)
+        found[name] = {"greedy_tokens_equal": f"{check.tokens_equal}/{check.new_tokens}",
+                       "logits_cosine": round(check.logits.cosine_similarity, 6)}
+    return found
 
 
 def placeholder_tokenizer(folder: Path) -> None:
