@@ -128,6 +128,9 @@ def main() -> None:
             print(note, flush=True)
             hint = ", f32 hint" if backend == "openvino" else ""
             engines[f"{backend} {WIDTH[bits]} (deploycc's recipe{hint})"] = run(made)
+            if backend == "openvino":  # the same IR, its activations in the CPU's own precision
+                engines[f"openvino {WIDTH[bits]} (deploycc's recipe, OpenVINO's defaults)"] = \
+                    openvino_run(made, None)
     drawn = drawn_inputs(model)
     signatures = {name: signature for name in engines}
     genai = model.parent.parent / "genai-int4" / "model.onnx"
