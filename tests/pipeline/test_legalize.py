@@ -292,6 +292,43 @@ def test_prune_removes_neutral_arithmetic_but_not_broadcasting(tmp_path: Path, w
     assert sorted(n.op_type for n in onnx.load(tmp_path / "n.onnx").graph.node) == ["Mul", "Relu"]
 
 
+def test_a_fresh_layernorms_neutral_scale_and_bias_stay_for_the_runtimes_fusion(tmp_path: Path,
+                                                                                  write_model) -> None:
+    """A LayerNorm written out, as TorchScript exports it, with a freshly initialized scale (ones)
+    and bias (zeros): prune keeps both, since ONNX Runtime fuses the pattern into one
+    LayerNormalization kernel only with them (without, it ran 7 kernels); the exporter's scalar 1
+    beside it still goes. Equal on ORT, and ORT's optimized model holds the fused LayerNorm."""
+    model = write_model("""
+        <ir_version: 8, opset_import: ["" : 13]>
+        g (float[2,5,8] x) => (float[2,5,8] y)
+          <float two = {2.0}, float eps = {1e-5}, float[8] gamma = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0},
+           float[8] beta = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, float[1] one = {1.0}> {
+            mean = ReduceMean<axes=[-1]>(x)
+            d = Sub(x, mean)
+            p = Pow(d, two)
+            var = ReduceMean<axes=[-1]>(p)
+            ve = Add(var, eps)
+            sd = Sqrt(ve)
+            n = Div(d, sd)
+            scaled = Mul(n, gamma)
+            shifted = Add(scaled, beta)
+            r = Relu(shifted)
+            y = Mul(r, one)
+        }
+    """)
+    out = tmp_path / "ln.onnx"
+    report = api.legalize(model, "ort-cpu", out)
+    assert report.success, report.summary
+    ops = [n.op_type for n in onnx.load(out).graph.node]
+    assert ops.count("Mul") == 1 and ops.count("Add") == 2 and ops[-1] == "Relu"  # the scalar 1 went
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32) * 3 + 1}
+    np.testing.assert_allclose(_run(out, feeds)[0], _run(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "fused.onnx")
+    ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+    assert "LayerNormalization" in [n.op_type for n in onnx.load(tmp_path / "fused.onnx").graph.node]
+
+
 def test_opset_converts_up_with_attribute_to_input_adapters(tmp_path: Path, write_model) -> None:
     model = write_model("""
         <ir_version: 7, opset_import: ["" : 11]>
