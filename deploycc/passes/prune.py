@@ -44,6 +44,9 @@ LOSSLESS_WIDENING = {
 }
 INT64_MAX = np.iinfo(np.int64).max
 NEUTRAL_OPERAND = {"Mul": 1, "Div": 1, "Add": 0, "Sub": 0}
+# A neutral operand is read whole to be sure of it: a language model head's zero bias over its
+# vocabulary (RoBERTa's 50,265) is one, and its Add over every position's logits costs a run 7%
+NEUTRAL_MAX_ELEMENTS = 1 << 20
 
 
 def _const(value: ir.Value | None) -> np.ndarray | None:
@@ -234,9 +237,11 @@ def _only_moves_unit_dims_into_reshapes(node: ir.Node, perm: list[int]) -> bool:
 def _neutral_arithmetic(node: ir.Node, op: str) -> ir.Value | None:
     """x for x*1, 1*x, x/1, x+0, 0+x, x-0, when the constant does not broadcast x larger
     and the result keeps x's dtype, and it is not a normalization's scale or bias."""
+    from deploycc.graph.graphs import constant_tensor
+
     allowed_sides = (0, 1) if op in ("Mul", "Add") else (1,)
     for side in allowed_sides:
-        operand, constant = node.inputs[1 - side], _const(node.inputs[side])
+        operand, constant = node.inputs[1 - side], constant_tensor(node.inputs[side], NEUTRAL_MAX_ELEMENTS)
         if operand is None or constant is None or _dtype(operand) != _dtype(node.outputs[0]):
             continue
         if not np.all(constant == NEUTRAL_OPERAND[op]) or _normalization_affine(op, operand, constant):

@@ -292,6 +292,26 @@ def test_prune_removes_neutral_arithmetic_but_not_broadcasting(tmp_path: Path, w
     assert sorted(n.op_type for n in onnx.load(tmp_path / "n.onnx").graph.node) == ["Mul", "Relu"]
 
 
+def test_a_zero_bias_wider_than_the_small_constants_read_is_pruned(tmp_path: Path) -> None:
+    """A language model head's zero bias over its vocabulary (5,000 here, RoBERTa's 50,265): prune
+    reads a neutral operand whole, past the 4,096 elements its shape checks read, and the Add goes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    vocabulary = 5000
+    weights = np.random.default_rng(0).standard_normal((8, vocabulary)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["logits"]), helper.make_node("Add", ["logits", "b"], ["y"])],
+        "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", vocabulary])],
+        [numpy_helper.from_array(weights, "w"),
+         numpy_helper.from_array(np.zeros(vocabulary, np.float32), "b")])
+    model = tmp_path / "head.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    report = api.legalize(model, "ort-cpu", tmp_path / "pruned.onnx")
+    assert report.success, report.summary
+    assert [n.op_type for n in onnx.load(tmp_path / "pruned.onnx").graph.node] == ["MatMul"]
+
+
 def test_a_fresh_layernorms_neutral_scale_and_bias_stay_for_the_runtimes_fusion(tmp_path: Path,
                                                                                   write_model) -> None:
     """A LayerNorm written out, as TorchScript exports it, with a freshly initialized scale (ones)
