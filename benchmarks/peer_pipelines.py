@@ -22,6 +22,9 @@ from pathlib import Path
 
 CALIBRATION_SAMPLES = 8
 CALIBRATION_SEED = 100
+VALIDATION_SAMPLES, VALIDATION_SEED = 4, 200  # deploycc's int8 guard judges on these
+# The pipelines that take calibration data: compared with deploycc given the same data
+TAKES_DATA = ("ORT quantize_static", "NNCF defaults")
 # The transformers optimizer's model type by the corpus name's family (its default is "bert");
 # a decoder like Llama has no type of its own there and takes gpt2's fusions (its LayerNorm kinds).
 OPTIMIZER_TYPES = (("gpt2", "gpt2"), ("llama", "gpt2"), ("vit", "vit"), ("swin", "swin"))
@@ -37,6 +40,26 @@ def _calibration(model: Path) -> list[dict]:
     shapes = _hints(model).get("shapes") or None
     return [bench_feeds(model, None, CALIBRATION_SEED + index, shapes)
             for index in range(CALIBRATION_SAMPLES)]
+
+
+def write_samples(model: Path, folder: Path) -> tuple[Path, Path]:
+    """The calibration samples the peers calibrate on, and VALIDATION_SAMPLES others, as folders of
+    .npz files keyed by input name (what `deploycc build --calibration --validation` reads): the
+    same data for deploycc as for the peers that take data."""
+    import numpy as np
+
+    from deploycc.bench.run import bench_feeds
+
+    calibration, validation = folder / "calibration", folder / "validation"
+    for index, sample in enumerate(_calibration(model)):
+        calibration.mkdir(parents=True, exist_ok=True)
+        np.savez(calibration / f"{index:03d}.npz", **sample)
+    shapes = _hints(model).get("shapes") or None
+    for index in range(VALIDATION_SAMPLES):
+        validation.mkdir(parents=True, exist_ok=True)
+        np.savez(validation / f"{index:03d}.npz",
+                 **bench_feeds(model, None, VALIDATION_SEED + index, shapes))
+    return calibration, validation
 
 
 def is_transformer(model: Path) -> bool:

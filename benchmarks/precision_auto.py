@@ -4,7 +4,9 @@
 
 Per model of the corpus (benchmarks/corpus.py): `deploycc build --precision fp32` and `deploycc build`
 (`--precision auto`, the default) on ort-cpu and openvino-cpu, as a user types it (no shapes: the dims
-stay as exported), each in a process of its own and timed (the search's extra time). Then in one
+stay as exported), each in a process of its own and timed (the search's extra time), and `deploycc
+build --calibration --validation` given the drawn samples the peers that take data calibrate on
+(quantize_static, NNCF), so that each is compared with deploycc given the same data. Then in one
 process, at the hint shapes, interleaved (the order rotates every round, each turn starting with a
 pause and an untimed run), 2 threads each:
 the raw export on ONNX Runtime's defaults (the baseline), OpenVINO's defaults on the raw export
@@ -33,6 +35,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.peer_pipelines import TAKES_DATA, write_samples  # noqa: E402
 from benchmarks.rotation import rotated_times  # noqa: E402
 
 MODELS = ("tv_resnet18_ts_op11", "tv_mobilenet_v2_ts_op13", "tv_efficientnet_b0_ts_op13",
@@ -60,12 +63,15 @@ INTRO = ("Batch as the corpus hints say, 2 threads, one process, interleaved wit
          "`deploycc build --precision auto` loaded as the manifest says.")
 
 
-def _build(model: Path, target: str, out: Path, auto: bool) -> tuple[dict, float]:
+def _build(model: Path, target: str, out: Path, auto: bool,
+           data: tuple[Path, Path] | None = None) -> tuple[dict, float]:
     """`deploycc build` as a user runs it, in a process of its own (nothing one build reads is
     cached for the other): its report and wall seconds. As typed: no shapes, so the dims stay as
-    exported (fixing them from the hints made ONNX Runtime itself 1.14x slower on the RoBERTa export)."""
+    exported (fixing them from the hints made ONNX Runtime itself 1.14x slower on the RoBERTa export).
+    `data`: the calibration and validation folders the peers that take data are given."""
     command = [str(Path(sys.executable).parent / "deploycc"), "build", str(model), "-t", target,
-               "-o", str(out), "--no-bench", "--force", *([] if auto else ["--precision", "fp32"])]
+               "-o", str(out), "--no-bench", "--force", *([] if auto else ["--precision", "fp32"]),
+               *(["--calibration", str(data[0]), "--validation", str(data[1])] if data else [])]
     started = time.perf_counter()
     subprocess.run(command, capture_output=True, check=False)
     seconds = time.perf_counter() - started
@@ -99,8 +105,8 @@ def _subjects(model: Path, builds: dict[str, Path], work: Path,
         subjects[label] = (open_subject(made, ort_cpu).make_runner(THREADS) if engine == "ort" else
                            OpenVinoRunner(made, "CPU", {"PERFORMANCE_HINT": "LATENCY",
                                                         "INFERENCE_NUM_THREADS": str(THREADS)}))
-    for target, folder in builds.items():
-        subjects[f"deploycc auto {target}"] = open_subject(folder, None).make_runner(THREADS)
+    for label, folder in builds.items():
+        subjects[label] = open_subject(folder, None).make_runner(THREADS)
     return subjects
 
 
@@ -116,18 +122,19 @@ def _measure(name: str, rounds: int, work: Path) -> dict:
     model = HERE / "corpus" / f"{name}.onnx"
     row: dict = {"model": name, "targets": {}}
     builds: dict[str, Path] = {}
+    data = write_samples(model, work / "data")
     for target in TARGETS:
         _, fp32_seconds = _build(model, target, work / f"{target}-fp32", auto=False)
         auto, auto_seconds = _build(model, target, work / f"{target}-auto", auto=True)
-        choice = auto.get("precision_choice") or {}
-        row["targets"][target] = {
-            "status": auto["status"], "precision": auto["precision"],
-            "fp32_build_s": round(fp32_seconds, 2), "auto_build_s": round(auto_seconds, 2),
-            "search_s": choice.get("seconds"),
-            "candidates": [{key: c.get(key) for key in CANDIDATE_FIELDS}
-                           for c in choice.get("candidates", [])]}
+        calibrated, calibrated_seconds = _build(model, target, work / f"{target}-data", True, data)
+        row["targets"][target] = {**_outcome(auto), "fp32_build_s": round(fp32_seconds, 2),
+                                  "auto_build_s": round(auto_seconds, 2),
+                                  "with_data": {**_outcome(calibrated),
+                                                "build_s": round(calibrated_seconds, 2)}}
         if auto["status"] == "verified":
-            builds[target] = work / f"{target}-auto"
+            builds[f"deploycc auto {target}"] = work / f"{target}-auto"
+        if calibrated["status"] == "verified":
+            builds[f"deploycc auto+data {target}"] = work / f"{target}-data"
     row["peer_failures"] = {}
     subjects = _subjects(model, builds, work, row["peer_failures"])
     shapes = json.loads(model.with_suffix(".hints.json").read_text()).get("shapes", {})
@@ -155,27 +162,41 @@ def _measure(name: str, rounds: int, work: Path) -> dict:
     return row
 
 
-def _verdict(row: dict, times: dict[str, list[float]]) -> dict | None:
+def _outcome(report: dict) -> dict:
+    choice = report.get("precision_choice") or {}
+    return {"status": report["status"], "precision": report["precision"], "search_s": choice.get("seconds"),
+            "candidates": [{key: c.get(key) for key in CANDIDATE_FIELDS}
+                           for c in choice.get("candidates", [])]}
+
+
+def _verdict(row: dict, times: dict[str, list[float]]) -> dict:
     """deploycc's faster artifact over the fastest peer within the budget (raw ORT always is), as
-    issue 51 judges it: the ratio of medians with its 95% interval."""
+    issue 51 judges it, the ratio of medians with its 95% interval: as typed against the pipelines
+    that take no data, and given the peers' calibration data against all of them."""
     from deploycc.bench.run import bootstrap_ratio
 
     def median(label: str) -> float:
         return float(np.median(times[label]))
 
+    def judged(ours: list[str], peers: list[str]) -> dict | None:
+        if not ours:
+            return None
+        best, peer = min(ours, key=median), min(peers, key=median)
+        return {"deploycc": best, "peer": peer, "ratio": round(median(best) / median(peer), 3),
+                "ci95": bootstrap_ratio(np.array(times[best]), np.array(times[peer]))}
+
     ours = [label for label in row["subjects"] if label.startswith("deploycc")]
     peers = [label for label, found in row["subjects"].items() if not label.startswith("deploycc")
              and (found["held_out_cosine"] is None or found["held_out_cosine"] >= BUDGET_COSINE)]
-    if not ours:
-        return None
-    best, peer = min(ours, key=median), min(peers, key=median)
-    return {"deploycc": best, "peer": peer, "ratio": round(median(best) / median(peer), 3),
-            "ci95": bootstrap_ratio(np.array(times[best]), np.array(times[peer]))}
+    return {"as_typed": judged([label for label in ours if "+data" not in label],
+                               [label for label in peers if label not in TAKES_DATA]),
+            "with_data": judged(ours, peers)}
 
 
 PEER_LABELS = ("OpenVINO defaults", "ORT quantize_dynamic", "onnxslim", "ORT transformers optimizer",
                "ORT quantize_static", "NNCF defaults", "Olive optimize")
-OUR_LABELS = ("deploycc auto ort-cpu", "deploycc auto openvino-cpu")
+OUR_LABELS = ("deploycc auto ort-cpu", "deploycc auto openvino-cpu", "deploycc auto+data ort-cpu",
+              "deploycc auto+data openvino-cpu")
 
 
 def _cell(found: dict | None) -> str:
@@ -202,31 +223,40 @@ def _markdown(rows: list[dict]) -> str:
               for label, why in row.get("peer_failures", {}).items()]
     if failed:
         lines += ["", "Peer pipelines that failed: " + "; ".join(failed)]
-    lines += ["", "| model | auto chose (ort / ov) | deploycc's faster | fastest peer in budget | "
-              "deploycc / peer | auto build s (ort / ov) | fp32 build s (ort / ov) |", "|---" * 7 + "|"]
-    verdicts = []
+    lines += ["", "| model | auto chose (ort / ov) | as typed: deploycc's faster / fastest peer without "
+              "data in budget | deploycc / peer | with data: chose (ort / ov) | deploycc's faster / fastest "
+              "peer in budget | deploycc / peer | build s: fp32, auto, with data (ort / ov) |",
+              "|---" * 8 + "|"]
     for row in rows:
-        targets, verdict = row["targets"], row.get("verdict")
-        judged = "" if verdict is None else \
-            f"{verdict['ratio']:.2f}x [{verdict['ci95'][0]:.2f}, {verdict['ci95'][1]:.2f}]"
-        if verdict is not None:
-            verdicts.append((verdict, row["subjects"][verdict["deploycc"]]["ratio"]))
+        targets, verdict = row["targets"], row.get("verdict") or {}
+        builds = " / ".join(f"{targets[t]['fp32_build_s']}, {targets[t]['auto_build_s']}, "
+                            f"{targets[t]['with_data']['build_s']}" for t in TARGETS)
         lines.append(f"| {row['model']} | {' / '.join(targets[t]['precision'] for t in TARGETS)} | "
-                     f"{'' if verdict is None else verdict['deploycc'].removeprefix('deploycc auto ')} | "
-                     f"{'' if verdict is None else verdict['peer']} | {judged} | "
-                     f"{' / '.join(str(targets[t]['auto_build_s']) for t in TARGETS)} | "
-                     f"{' / '.join(str(targets[t]['fp32_build_s']) for t in TARGETS)} |")
-    if verdicts:
-        faster = sum(1 for verdict, _ in verdicts if verdict["ci95"][1] < 1.0)
-        within = sum(1 for verdict, _ in verdicts if verdict["ci95"][1] <= 1.03)
-        lines += ["", f"Against the fastest peer within the budget: deploycc faster on {faster} of "
-                  f"{len(verdicts)} (the interval's upper end under 1), within 3% on {within} (upper end "
-                  f"at most 1.03); deploycc's faster artifact's median ratio to raw ORT "
-                  f"{statistics.median(ratio for _, ratio in verdicts):.2f}x"]
+                     f"{_judged(verdict.get('as_typed'))} | "
+                     f"{' / '.join(targets[t]['with_data']['precision'] for t in TARGETS)} | "
+                     f"{_judged(verdict.get('with_data'))} | {builds} |")
+    for key, words in (("as_typed", "As typed, against the fastest peer without data within the budget"),
+                       ("with_data", "Given the peers' calibration data, against the fastest peer within "
+                                     "the budget")):
+        found = [(row["verdict"][key], row["subjects"][row["verdict"][key]["deploycc"]]["ratio"])
+                 for row in rows if (row.get("verdict") or {}).get(key)]
+        if found:
+            faster = sum(1 for verdict, _ in found if verdict["ci95"][1] < 1.0)
+            within = sum(1 for verdict, _ in found if verdict["ci95"][1] <= 1.03)
+            lines += ["", f"{words}: deploycc faster on {faster} of {len(found)} (the interval's upper end "
+                      f"under 1), within 3% on {within} (upper end at most 1.03); deploycc's faster "
+                      f"artifact's median ratio to raw ORT {statistics.median(r for _, r in found):.2f}x"]
     lines += ["", "The search's extra time (the auto build's seconds less the fp32 build's, over the fp32 "
               "build's): " + ", ".join(_spread(target, [_extra(row["targets"][target]) for row in rows])
                                        for target in TARGETS)]
     return "\n".join(lines) + "\n"
+
+
+def _judged(verdict: dict | None) -> str:
+    if verdict is None:
+        return " | "
+    return (f"{verdict['deploycc'].removeprefix('deploycc ')} / {verdict['peer']} | "
+            f"{verdict['ratio']:.2f}x [{verdict['ci95'][0]:.2f}, {verdict['ci95'][1]:.2f}]")
 
 
 def _extra(built: dict) -> float:
