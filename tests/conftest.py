@@ -19,7 +19,7 @@ def _own_precision_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     this session, so no earlier run's choice stands in for a measurement."""
     import os
 
-    from deploycc.pipeline.precision_search import CACHE_ENV
+    from deploycc.pipeline.precision_cache import CACHE_ENV
 
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("precision-cache"))
 

@@ -3,17 +3,17 @@ accuracy budget, decided by measurement where the target runs here and from its 
 elsewhere.
 
 Each candidate (fp32, bf16, fp16; int8 with calibration data, or where the backend quantizes
-constant weights ahead and activations at run time; weight-only int8 and int4 for a decoder with a
-KV cache, judged by its greedy generation and timed on a decode step) is built from the one
-legalized model by the build's own stages (quantize, the half-precision analysis, the engine,
-verification), each in a folder of its own, on the inputs the build drew once. A half candidate is
-built with every layer in half first: when that engine is within budget no layer needs to stay in
-fp32, and the analysis that finds such layers (emulated runs, a third of a small CNN's search) is
-not run; when it is not, the analysis runs and the candidate is built again with what it keeps.
-Those within budget are timed against the fp32 engine, interleaved (A B B A, as `bench
---compare-to`), and the one with the lowest median ratio whose whole 95% interval lies below FASTER
-is chosen; none: fp32. The chosen candidate's engine, verified, is the build's: the later stages
-take it as it is (the bench times it).
+constant weights ahead and activations at run time, and given data both where it does; weight-only
+int8 and int4 for a decoder with a KV cache, judged by its greedy generation and timed on a decode
+step) is built from the one legalized model by the build's own stages (quantize, the half-precision
+analysis, the engine, verification), each in a folder of its own, on the inputs the build drew once.
+A half candidate is built with every layer in half first: when that engine is within budget no layer
+needs to stay in fp32, and the analysis that finds such layers (emulated runs, a third of a small
+CNN's search) is not run; when it is not, the analysis runs and the candidate is built again with
+what it keeps. Those within budget are timed against the fp32 engine, interleaved (A B B A, as
+`bench --compare-to`), and the one with the lowest median ratio whose whole 95% interval lies below
+FASTER is chosen; none: fp32. The chosen candidate's engine, verified, is the build's: the later
+stages take it as it is (the bench times it).
 
 The budget: the candidate's verification passes at its precision's tolerances (those fp16 and int8
 builds are judged by everywhere), and every output's cosine against the original is at least
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploycc.pipeline.context import BuildContext
+from deploycc.pipeline.precision_cache import cache_file, remember, remembered_choice
 from deploycc.records.bench import Comparison
 from deploycc.records.precision import PrecisionCandidate, PrecisionChoice
 from deploycc.taxonomy import QUANTIZED, WEIGHT_ONLY_BITS, BuildStatus, CandidateOutcome, Precision
@@ -43,13 +44,6 @@ if TYPE_CHECKING:
     from deploycc.records.verification import Verification
 
 MIN_COSINE = 0.999
-# Choices already measured, by the legalized model's sha256, the target, the options that change
-# the candidates, the libraries and the CPU (CACHE_ENV names another folder): the same model built
-# again takes the same precision without building its candidates again.
-CACHE_ENV = "DEPLOYCC_PRECISION_CACHE"
-# 2: half candidates are built in every layer's half first; 3: a decoder is timed on a decode step;
-# 4: a decoder's candidates include int8 weight-only
-CACHE_SCHEMA = 4
 BUDGET = (f"verification at the precision's tolerances, and every output's cosine against the "
           f"original >= {MIN_COSINE}")
 ORDER = (Precision.FP32, Precision.BF16, Precision.FP16, Precision.INT8, Precision.INT8_WEIGHTS,
@@ -119,12 +113,33 @@ def declined(context: BuildContext) -> dict[Precision, str]:
 
 
 def _int8_candidate(context: BuildContext) -> bool:
+    return context.samples is not None or _dynamic_int8(context)
+
+
+def _dynamic_int8(context: BuildContext) -> bool:
     from deploycc.quantize.dynamic import quantizable_weights
 
-    if context.samples is not None:
-        return True
     recipe = context.backend.stages.int8
     return recipe is not None and recipe.dynamic and quantizable_weights(context.model.graph) > 0
+
+
+# The recipes of an int8 candidate given calibration data: calibrated on it, and dynamic beside it
+CALIBRATED, DYNAMIC = "calibrated on the given samples", "dynamic"
+Key = tuple[Precision, str]  # a candidate: its precision and its recipe ("": the precision's one)
+
+
+def candidate_keys(context: BuildContext) -> list[Key]:
+    """The candidates to build: int8 given calibration data twice where the backend also quantizes
+    weights ahead and activations at run time, calibrated on the data and dynamic (which needs none):
+    ONNX Runtime's static QDQ ran a random-weight BERT over budget where quantize_dynamic made it
+    1.4x faster, and data given must not make the artifact slower than none."""
+    keys: list[Key] = []
+    for precision in candidates(context):
+        if precision == Precision.INT8 and context.samples is not None:
+            keys += [(precision, CALIBRATED)] + ([(precision, DYNAMIC)] if _dynamic_int8(context) else [])
+        else:
+            keys.append((precision, ""))
+    return keys
 
 
 def _weight_only_candidate(context: BuildContext) -> bool:
@@ -170,8 +185,8 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
         context.notes.append(f"--precision auto: {default} ({why})")
         return
     feeds = timing_feeds(context)  # drawn by the build itself: every candidate takes them
-    cache = _cache_file(context)
-    remembered = _remembered(cache)
+    cache = cache_file(context, [str(p) for p in candidates(context)], BUDGET)
+    remembered = remembered_choice(cache)
     if remembered is not None:
         remembered.seconds, remembered.cached = round(time.perf_counter() - started, 3), True
         context.precision, context.precision_choice = remembered.chosen, remembered
@@ -179,95 +194,54 @@ def choose_precision(context: BuildContext, stages: Sequence[BuildStage[BuildCon
                              "options and this machine before")
         return
     folder = context.staging / SEARCH_FOLDER
-    built: dict[Precision, BuildContext] = {}
+    built: dict[Key, BuildContext] = {}
     tried: list[PrecisionCandidate] = []
     try:
-        for precision in candidates(context):
-            candidate, verdict = _built_and_judged(context, precision, folder, stages)
+        for key in candidate_keys(context):
+            candidate, verdict = _built_and_judged(context, key, folder, stages)
             candidate.close()  # the race and the adoption load their own: one engine held at a time
             if verdict is None:
-                built[precision] = candidate
+                built[key] = candidate
             else:
+                verdict.recipe = key[1]
                 tried.append(verdict)
         try:
             timed = _timed(built, feeds)
         except Exception as error:  # an engine that verified and then fails to run again: fp32, said
             why = f"timing failed ({type(error).__name__}: {str(error).strip()[:150]}): fp32 kept"
-            timed = [_candidate(p, CandidateOutcome.FAILED, why, c.verification) for p, c in built.items()]
+            timed = [_candidate(p, CandidateOutcome.FAILED, why, c.verification, recipe=recipe)
+                     for (p, recipe), c in built.items()]
         tried = [*timed, *tried]
-        chosen = next((c.precision for c in tried if c.outcome == CandidateOutcome.CHOSEN), Precision.FP32)
+        winner = next((c for c in tried if c.outcome == CandidateOutcome.CHOSEN), None)
+        chosen = winner.precision if winner is not None else Precision.FP32
         context.precision = chosen
-        if chosen in built:
-            _adopt(context, built[chosen])
+        if winner is not None and (chosen, winner.recipe) in built:
+            _adopt(context, built[(chosen, winner.recipe)])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     tried += [PrecisionCandidate(p, CandidateOutcome.NOT_MEASURED, why)
               for p, why in declined(context).items()]
-    tried.sort(key=lambda c: ORDER.index(c.precision))
+    tried.sort(key=lambda c: (ORDER.index(c.precision), c.recipe))
     context.precision_choice = PrecisionChoice(chosen, BUDGET, tried,
                                                {name: list(array.shape) for name, array in feeds.items()},
                                                round(time.perf_counter() - started, 3),
                                                timed_on=DECODE_STEP if context.decoder is not None else "")
     context.notes.append(f"--precision auto: {chosen} (" + "; ".join(
-        f"{c.precision} {c.outcome}" for c in tried) + ")")
+        f"{c.precision}{f' ({c.recipe})' if c.recipe else ''} {c.outcome}" for c in tried) + ")")
     if cache is not None and not any(c.outcome == CandidateOutcome.FAILED for c in tried):
-        _remember(cache, context.precision_choice)
+        remember(cache, context.precision_choice)
 
 
-def _cache_file(context: BuildContext) -> Path | None:
-    """Where the choice for this model, target, options and machine is kept; None where it is not
-    (int8 calibrated on the user's samples: their data is not in the key)."""
-    import hashlib
-    import json
-    from importlib import metadata
-
-    from deploycc import io
-    from deploycc.bench.conditions import cpu_model
-
-    if context.samples is not None:
-        return None
-    key = json.dumps({"schema": CACHE_SCHEMA, "deploycc": metadata.version("deploycc"),
-                      "model": io.sha256_file(context.legalized_path), "target": context.target.spec_hash,
-                      "half_analysis": context.options.half_analysis,
-                      "candidates": [str(p) for p in candidates(context)], "budget": BUDGET,
-                      "libraries": context.backend.environment(), "cpu": cpu_model(),
-                      "inputs": {name: list(array.shape) for name, array in context.inputs().feeds.items()}},
-                     sort_keys=True)
-    folder = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "deploycc" / "precision")
-    return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
-
-
-def _remembered(cache: Path | None) -> PrecisionChoice | None:
-    import json
-
-    from deploycc.results import from_dict
-
-    if cache is None:
-        return None
-    try:
-        return from_dict(PrecisionChoice, json.loads(cache.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):  # absent, or written by another version
-        return None
-
-
-def _remember(cache: Path, choice: PrecisionChoice) -> None:
-    import json
-
-    from deploycc.io import write_text_atomic
-    from deploycc.results import strict
-
-    with contextlib.suppress(OSError):  # a cache that cannot be written is only not kept
-        write_text_atomic(cache, json.dumps(strict(dataclasses.asdict(choice)), indent=1))
-
-
-def _built_and_judged(context: BuildContext, precision: Precision, folder: Path,
+def _built_and_judged(context: BuildContext, key: Key, folder: Path,
                       stages: Sequence[BuildStage[BuildContext]]
                       ) -> tuple[BuildContext, PrecisionCandidate | None]:
     """The candidate built, and why it is not within budget (None: it is). A half candidate in
     every layer's half first; the half analysis and a second build only where that is over budget."""
+    precision, recipe = key
     analysed = precision in HALF_DTYPES and context.options.half_analysis
     if not analysed:
-        candidate = _build_candidate(context, precision, folder / precision.value, stages)
+        named = precision.value + ("-dynamic" if recipe == DYNAMIC else "")
+        candidate = _build_candidate(context, precision, folder / named, stages, dynamic=recipe == DYNAMIC)
         return candidate, _judged(candidate, precision)
     plain = _build_candidate(context, precision, folder / f"{precision.value}-all",
                              [stage for stage in stages if stage.name not in HALF_ANALYSIS_STAGES])
@@ -290,7 +264,7 @@ def _built_and_judged(context: BuildContext, precision: Precision, folder: Path,
 
 
 def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
-                     stages: Sequence[BuildStage[BuildContext]]) -> BuildContext:
+                     stages: Sequence[BuildStage[BuildContext]], dynamic: bool = False) -> BuildContext:
     """The build's own stages for one precision, over a context that shares the legalized model
     (read where the build wrote it: its external data, linked into `folder`, is what onnx refuses to
     load, hard links and symbolic ones alike; the dynamic int8 candidate of every decoder past 2 GB
@@ -305,7 +279,7 @@ def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
                              legalized=context.legalized, legalized_file=context.legalized_path,
                              _model=context._model,
                              engine_model=context.legalized_path,
-                             samples=context.samples if precision == Precision.INT8 else None)
+                             samples=context.samples if precision == Precision.INT8 and not dynamic else None)
     candidate._drawn = context._drawn  # the inputs are drawn once for every candidate
     candidate.shared = context.shared
     try:
@@ -366,39 +340,41 @@ def _judged(candidate: BuildContext, precision: Precision) -> PrecisionCandidate
 
 
 def _candidate(precision: Precision, outcome: CandidateOutcome, why: str, verification: Verification | None,
-               ratio: float | None = None, ci95: tuple[float, float] | None = None) -> PrecisionCandidate:
+               ratio: float | None = None, ci95: tuple[float, float] | None = None,
+               recipe: str = "") -> PrecisionCandidate:
     """The candidate's record, with its error against the original from its verification."""
     outputs = verification.outputs if verification is not None else []
     cosines = [o.cosine_similarity for o in outputs
                if math.isfinite(o.cosine_similarity) and not o.degenerate]
     errors = [o.max_abs_error for o in outputs if math.isfinite(o.max_abs_error)]
-    return PrecisionCandidate(precision, outcome, why, ratio=ratio, ci95=ci95,
+    return PrecisionCandidate(precision, outcome, why, ratio=ratio, ci95=ci95, recipe=recipe,
                               min_cosine=round(min(cosines), 6) if cosines else None,
                               max_abs_error=float(f"{max(errors):.3g}") if errors else None)
 
 
-def _timed(built: dict[Precision, BuildContext], feeds: dict[str, Any]) -> list[PrecisionCandidate]:
+def _timed(built: dict[Key, BuildContext], feeds: dict[str, Any]) -> list[PrecisionCandidate]:
     """The candidates within budget timed against fp32, interleaved, on `feeds` (timing_feeds); the
     chosen one marked."""
-    if Precision.FP32 not in built:  # nothing to time against: the first within budget
-        untimed = [_candidate(p, CandidateOutcome.NOT_FASTER, "fp32 did not pass: not timed", c.verification)
-                   for p, c in built.items()]
+    fp32 = (Precision.FP32, "")
+    if fp32 not in built:  # nothing to time against: the first within budget
+        untimed = [_candidate(p, CandidateOutcome.NOT_FASTER, "fp32 did not pass: not timed", c.verification,
+                              recipe=recipe) for (p, recipe), c in built.items()]
         if untimed:
             untimed[0].outcome = CandidateOutcome.CHOSEN
         return untimed
-    with _loaded(built[Precision.FP32]) as baseline:  # the others loaded one at a time beside it
+    with _loaded(built[fp32]) as baseline:  # the others loaded one at a time beside it
         pairs, pause = _pairs(baseline, feeds)
         timed = [_candidate(Precision.FP32, CandidateOutcome.BASELINE, "what the others are timed against",
-                            built[Precision.FP32].verification, ratio=1.0)]
-        for precision, candidate in built.items():
+                            built[fp32].verification, ratio=1.0)]
+        for (precision, recipe), candidate in built.items():
             if precision == Precision.FP32:
                 continue
             with _loaded(candidate) as runner:
                 comparison = _race(runner, baseline, feeds, pairs, pause)
-            verdict = comparison.verdict(str(precision)) + _layers(built[precision])
-            timed.append(_candidate(precision, CandidateOutcome.NOT_FASTER, verdict,
-                                    built[precision].verification, ratio=comparison.ratio_of_medians,
-                                    ci95=comparison.ci95))
+            named = f"{precision} ({recipe})" if recipe else str(precision)
+            timed.append(_candidate(precision, CandidateOutcome.NOT_FASTER,
+                                    comparison.verdict(named) + _layers(candidate), candidate.verification,
+                                    ratio=comparison.ratio_of_medians, ci95=comparison.ci95, recipe=recipe))
     faster = [c for c in timed if c.ci95 is not None and c.ci95[1] < FASTER]
     if faster:
         best = min(faster, key=lambda c: (c.ratio, ORDER.index(c.precision)))

@@ -18,6 +18,9 @@ class PrecisionCandidate:
     ci95: tuple[float, float] | None = None  # the ratio's 95% bootstrap interval
     min_cosine: float | None = None  # the lowest cosine of an output against the original
     max_abs_error: float | None = None  # the largest of any output against the original
+    # how it was made where the precision has several here: int8 given calibration data is built
+    # calibrated on it and dynamic (precision_search.CALIBRATED, DYNAMIC); "" otherwise
+    recipe: str = ""
 
 
 @dataclass

@@ -206,7 +206,8 @@ def _precision_choice(choice: PrecisionChoice) -> list[str]:
     for c in choice.candidates:
         interval = f" ({c.ci95[0]:.3f}-{c.ci95[1]:.3f})" if c.ci95 else ""
         ratio = "" if c.ratio is None else f"{c.ratio:.3f}{interval}"
-        lines.append(f"| {c.precision} | {c.outcome} | {ratio} | {_shown(c.min_cosine)} | "
+        named = f"{c.precision} ({c.recipe})" if c.recipe else str(c.precision)
+        lines.append(f"| {named} | {c.outcome} | {ratio} | {_shown(c.min_cosine)} | "
                      f"{_shown(c.max_abs_error)} | {c.why} |")
     return [*lines, ""]
 

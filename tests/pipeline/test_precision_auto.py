@@ -151,9 +151,39 @@ def test_an_int8_candidate_the_guard_refuses_is_not_chosen(cancelling: Path, tmp
     options = BuildOptions(choose_precision=True, half_analysis=False, bench=False,
                            quantize=QuantizeOptions(calibration=calibration, metric="cosine", max_drop=0.001))
     report = api.build(cancelling, "ort-cpu", tmp_path / "out", options)
-    int8 = _candidates(report)[Precision.INT8]
-    assert int8.outcome == CandidateOutcome.OVER_BUDGET and "int8 guard kept" in int8.why, int8
+    int8 = {c.recipe: c for c in report.precision_choice.candidates if c.precision == Precision.INT8}
+    calibrated, dynamic = int8["calibrated on the given samples"], int8["dynamic"]
+    assert calibrated.outcome == CandidateOutcome.OVER_BUDGET and "int8 guard kept" in calibrated.why, int8
+    assert dynamic.outcome == CandidateOutcome.OVER_BUDGET, dynamic  # without data: over budget as well
     assert report.precision != Precision.INT8 and report.status == "verified", report.summary
+
+
+def test_given_data_int8_is_tried_calibrated_and_dynamic_and_the_chosen_one_built(tmp_path: Path) -> None:
+    """Calibration data adds a candidate, it takes none away: ORT's dynamic int8 (no data needed) is
+    built and timed beside the calibrated one, each named by its recipe, and the artifact is the one
+    chosen."""
+    model = tmp_path / "mlp.onnx"
+    onnx.save(relu_mlp((256, 256, 256), batch=16, std=0.05, seed=2), model)
+    rng = np.random.default_rng(3)
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    for index in range(10):
+        np.savez(calibration / f"{index:02d}.npz", x=rng.standard_normal((16, 256)).astype(np.float32))
+    options = BuildOptions(choose_precision=True, bench=False,
+                           quantize=QuantizeOptions(calibration=calibration))
+    out = tmp_path / "out"
+    report = api.build(model, "ort-cpu", out, options)
+    assert report.status == "verified", report.summary
+    int8 = {c.recipe: c for c in report.precision_choice.candidates if c.precision == Precision.INT8}
+    assert set(int8) == {"calibrated on the given samples", "dynamic"}, int8
+    assert int8["dynamic"].ratio is not None and int8["dynamic"].min_cosine >= 0.999  # built and timed
+    chosen = next(c for c in report.precision_choice.candidates if c.outcome == CandidateOutcome.CHOSEN)
+    ops = {node.op_type for node in onnx.load(out / "model.ort.onnx").graph.node}
+    if chosen.recipe == "dynamic":
+        assert ops & {"DynamicQuantizeMatMul", "MatMulInteger"}, ops
+    elif chosen.recipe:
+        assert ops & {"QLinearMatMul", "QuantizeLinear", "MatMulIntegerToFloat", "QGemm"}, ops
+    assert "int8 (dynamic)" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("target", ["openvino-cpu", "ort-cpu"])
