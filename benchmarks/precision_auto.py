@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -73,7 +74,9 @@ def _build(model: Path, target: str, out: Path, auto: bool,
                "-o", str(out), "--no-bench", "--force", *([] if auto else ["--precision", "fp32"]),
                *(["--calibration", str(data[0]), "--validation", str(data[1])] if data else [])]
     started = time.perf_counter()
-    subprocess.run(command, capture_output=True, check=False)
+    # a first build, as a user's is: the choices an earlier run measured (kept by model hash) are not read
+    fresh = {**os.environ, "DEPLOYCC_PRECISION_CACHE": str(out / "precision-cache")}
+    subprocess.run(command, capture_output=True, check=False, env=fresh)
     seconds = time.perf_counter() - started
     return json.loads((out / "report.json").read_text()), seconds
 
