@@ -75,7 +75,7 @@ def _build(model: Path, target: str, out: Path, auto: bool,
                *(["--calibration", str(data[0]), "--validation", str(data[1])] if data else [])]
     started = time.perf_counter()
     # a first build, as a user's is: the choices an earlier run measured (kept by model hash) are not read
-    fresh = {**os.environ, "DEPLOYCC_PRECISION_CACHE": str(out / "precision-cache")}
+    fresh = {**os.environ, "DEPLOYCC_PRECISION_CACHE": str(out.with_name(out.name + ".precision-cache"))}
     subprocess.run(command, capture_output=True, check=False, env=fresh)
     seconds = time.perf_counter() - started
     return json.loads((out / "report.json").read_text()), seconds
