@@ -131,8 +131,8 @@ Key = tuple[Precision, str]  # a candidate: its precision and its recipe ("": th
 def candidate_keys(context: BuildContext) -> list[Key]:
     """The candidates to build: int8 given calibration data twice where the backend also quantizes
     weights ahead and activations at run time, calibrated on the data and dynamic (which needs none):
-    ONNX Runtime's static QDQ ran a random-weight BERT over budget where quantize_dynamic made it
-    1.4x faster, and data given must not make the artifact slower than none."""
+    a random-weight BERT given calibration data kept fp32 on ort-cpu, where without data its dynamic
+    int8 was chosen, and data given must not make the artifact slower than none."""
     keys: list[Key] = []
     for precision in candidates(context):
         if precision == Precision.INT8 and context.samples is not None:
