@@ -291,6 +291,13 @@ def test_int8_weights_on_openvino_is_nncf_int8_compression(encoder: Path, tmp_pa
     model = ov.Core().read_model(str(out / "model.xml"))
     assert [op for op in model.get_ops() if op.get_type_name() == "Constant"
             and op.get_element_type().get_type_name() in ("i8", "u8")]
+    # its activations in the precision OpenVINO computes a model in by default on this CPU (bf16 where
+    # it has bf16 units): the manifest's settings compile it so, and the report says so
+    compile_settings = json.loads((out / "manifest.json").read_text())["artifact"]["settings"]["compile"]
+    compiled = ov.Core().compile_model(model, "CPU", compile_settings)
+    default = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    assert compiled.get_property("INFERENCE_PRECISION_HINT") == default
+    assert any(note.startswith("activations in ") for note in report.artifact.notes), report.artifact.notes
 
 
 @pytest.mark.parametrize(("target", "flags", "reason"), [
