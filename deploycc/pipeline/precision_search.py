@@ -28,7 +28,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -253,7 +253,13 @@ def _built_and_judged(context: BuildContext, key: Key, folder: Path,
     plain.close()
     if verdict.outcome != CandidateOutcome.OVER_BUDGET:  # it failed to build or run: kept layers won't help
         return plain, verdict
-    candidate = _build_candidate(context, precision, folder / precision.value, stages)
+    candidate = _build_candidate(context, precision, folder / precision.value, stages,
+                                 proceed=lambda analysed: analysed.half is None or bool(analysed.half.kept))
+    if candidate.artifact is None and candidate.half is not None and not candidate.half.kept:
+        # the analysis keeps no layer in fp32: its engine would be the one just judged, verified again
+        verdict.why = (f"over budget with every layer in {precision}, and the half analysis keeps no "
+                       f"layer in fp32: {verdict.why}")
+        return candidate, verdict
     verdict = _judged(candidate, precision)
     if verdict is not None and candidate.half is not None:
         kept = candidate.half.kept
@@ -264,11 +270,13 @@ def _built_and_judged(context: BuildContext, key: Key, folder: Path,
 
 
 def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
-                     stages: Sequence[BuildStage[BuildContext]], dynamic: bool = False) -> BuildContext:
+                     stages: Sequence[BuildStage[BuildContext]], dynamic: bool = False,
+                     proceed: Callable[[BuildContext], bool] | None = None) -> BuildContext:
     """The build's own stages for one precision, over a context that shares the legalized model
     (read where the build wrote it: its external data, linked into `folder`, is what onnx refuses to
     load, hard links and symbolic ones alike; the dynamic int8 candidate of every decoder past 2 GB
-    failed so) and the inputs drawn for it."""
+    failed so) and the inputs drawn for it; with `proceed`, the engine is built only where it says so
+    of the candidate as the stages before the engine's build leave it."""
     from deploycc.pipeline.outcome import Clock
     from deploycc.pipeline.stages import run_stages
 
@@ -282,8 +290,11 @@ def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
                              samples=context.samples if precision == Precision.INT8 and not dynamic else None)
     candidate._drawn = context._drawn  # the inputs are drawn once for every candidate
     candidate.shared = context.shared
+    engine_at = next((at for at, stage in enumerate(stages) if stage.name == "build"), len(stages))
     try:
-        run_stages(candidate, stages)
+        run_stages(candidate, stages[:engine_at])
+        if proceed is None or proceed(candidate):
+            run_stages(candidate, stages[engine_at:])
     except Exception as error:  # a candidate that breaks is not chosen; the build goes on without it
         candidate.stop(BuildStatus.FAILED, message=f"{type(error).__name__}: {str(error).strip()[:200]}")
     return candidate
@@ -333,8 +344,13 @@ def _judged(candidate: BuildContext, precision: Precision) -> PrecisionCandidate
     by_generation = precision in QUANTIZED and generation is not None and generation.passed
     if verification.forward_problem or by_generation:
         return None  # a quantized decoder: within budget by its generation, whatever one forward's cosine
-    if judged.min_cosine is not None and judged.min_cosine < MIN_COSINE:
-        judged.why = f"an output's cosine {judged.min_cosine:.6f} < {MIN_COSINE}"
+    # an ill-conditioned output is judged by the original's own spread, which its cosine may lie
+    # within (a detector's boxes among tied scores): the fp32 engine of SSDlite read "over budget"
+    conditioned = [o.cosine_similarity for o in verification.outputs
+                   if o.name not in verification.ill_conditioned
+                   and math.isfinite(o.cosine_similarity) and not o.degenerate]
+    if conditioned and min(conditioned) < MIN_COSINE:
+        judged.why = f"an output's cosine {min(conditioned):.6f} < {MIN_COSINE}"
         return judged
     return None
 

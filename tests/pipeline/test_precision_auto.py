@@ -88,6 +88,29 @@ def test_the_half_analysis_runs_only_where_every_layer_in_half_is_over_budget(ca
         assert f"{fine.precision}: every layer in {fine.precision}, within the budget" in " ".join(fine.notes)
 
 
+def test_an_ill_conditioned_output_is_judged_by_the_originals_spread_not_by_cosine(tmp_path: Path) -> None:
+    """TopK among near-tied scores: OpenVINO's fp32 selects other indices, as the original itself does
+    when its inputs move by a few roundings, and verification passes the output so. The search judged
+    the same output by cosine and called the fp32 engine it delivered over budget (SSDlite). A half
+    candidate whose analysis keeps no layer in fp32 (it judges the float outputs, within) is not built
+    a second time: the same engine."""
+    from deploycc.backends.openvino import _computed_as
+    from tests.verify.test_conditioning import _case
+
+    original, _, _ = _case(tmp_path, spread=1e-6)
+    report = api.build(original, "openvino-cpu", tmp_path / "out", BuildOptions(bench=False))
+    assert report.status == "verified" and report.verification is not None, report.summary
+    if "indices" not in report.verification.ill_conditioned:
+        pytest.skip("OpenVINO's fp32 selected ONNX Runtime's very indices here: nothing ill-conditioned")
+    candidates = _candidates(report)
+    assert candidates[Precision.FP32].outcome == CandidateOutcome.CHOSEN, candidates[Precision.FP32]
+    assert candidates[Precision.FP32].min_cosine < 0.999  # the cosine it was wrongly refused for
+    if _computed_as("CPU", Precision.BF16) == Precision.BF16:
+        bf16 = candidates[Precision.BF16]
+        assert bf16.outcome == CandidateOutcome.OVER_BUDGET, bf16
+        assert "the half analysis keeps no layer in fp32" in bf16.why, bf16.why
+
+
 def test_a_half_precision_the_device_computes_as_another_is_not_built(tmp_path: Path) -> None:
     """OpenVINO's CPU plugin picks by the CPU's units: f16 runs as bf16 on a CPU without FP16 ones.
     Such a candidate is the other's engine under another name: declined, with the reason, never

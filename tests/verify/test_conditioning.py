@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from deploycc.verify.verification import compare_all
+from deploycc.verify.verification import PERTURBATION_TRIALS, PERTURBATION_TRIALS_MAX, compare_all
 
 FEATURES, CANDIDATES, KEEP = 64, 2000, 50
 
@@ -90,3 +91,33 @@ def test_a_well_conditioned_mismatch_is_not_excused(tmp_path: Path) -> None:
     judged = compare_all(expected, shifted, reference="onnxruntime", inputs="seed", precision="fp32",
                          original=(original, feeds))
     assert not judged.passed and not judged.ill_conditioned
+
+
+def test_a_candidate_far_outside_the_originals_spread_fails_without_more_trials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A difference of large products (the output moves by 1e-2 of itself when the input moves by 16
+    roundings) is judged against the original's spread; a candidate a thousand times further out than
+    the first trials fails after them (more trials widen the spread by a sample's tail), one nearer
+    runs every trial before it fails (bf16 LR-ASPP's map, cosine 0.82, ran 15 more runs for nothing)."""
+    from deploycc.verify import runner
+    from tests.pipeline.test_precision_auto import _cancelling_model
+
+    path = tmp_path / "cancelling.onnx"
+    onnx.save(_cancelling_model(), path)
+    feeds = {"x": np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)}
+    expected = _run(path, feeds)
+    runs: list[int] = []
+    real = runner.run_session
+
+    def counted(*args, **kwargs):  # the real run, counted
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_session", counted)
+    near = {"y": expected["y"] + 0.01 * np.abs(expected["y"]).max()}
+    for candidate, trials in (({"y": -expected["y"]}, PERTURBATION_TRIALS), (near, PERTURBATION_TRIALS_MAX)):
+        runs.clear()
+        judged = compare_all(expected, candidate, reference="onnxruntime", inputs="seed", precision="fp32",
+                             original=(path, feeds))
+        assert not judged.passed and not judged.ill_conditioned
+        assert len(runs) == trials
