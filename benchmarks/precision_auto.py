@@ -23,6 +23,7 @@ on held-out inputs (another seed than the build's). Writes results/precision-aut
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -367,7 +368,8 @@ def main() -> None:
     rows: list[dict] = [row for row in json.loads((results / "precision-auto.json").read_text())
                         if row["model"] not in names] if args.only else []
     order = {name: at for at, name in enumerate((*MODELS, *names))}
-    with tempfile.TemporaryDirectory(prefix="deploycc-auto-") as folder:
+    with tempfile.TemporaryDirectory(prefix="deploycc-auto-") as folder, contextlib.chdir(folder):
+        # in the scratch folder: Olive and ORT's symbolic shape inference write their files where they run
         for name in track(names, description="models"):
             work = Path(folder) / name
             work.mkdir()
