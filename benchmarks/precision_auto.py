@@ -56,6 +56,9 @@ THREADS = 2
 # a turn, GPT-2's quantize_dynamic read 0.32x, 0.67x or 0.74x raw ORT as the subjects' order changed
 # (and deploycc's same-recipe int8 0.47-0.73x); with 10, 0.43-0.49x and 0.41-0.50x in either order.
 RUNS_PER_TURN = 10
+# ... and at least this long a turn: 10 runs of a 1 ms BERT were a 10 ms turn, and its ratios' intervals
+# spanned 0.94-1.40 (deploycc's int8 against quantize_dynamic's)
+MIN_TURN_S = 0.25
 HELD_OUT_SEED = 7
 # A build that runs past this is stopped and its cell says so (PP-OCRv4's detector at 640x640, given
 # calibration data, was still in its int8 guard on openvino-cpu after 25 minutes: its NNCF model made
@@ -66,7 +69,8 @@ BUDGET_COSINE = 0.999
 CANDIDATE_FIELDS = ("precision", "outcome", "ratio", "ci95", "min_cosine")
 MARK_BEGIN, MARK_END = "<!-- precision-auto:begin -->", "<!-- precision-auto:end -->"
 INTRO = ("Batch as the corpus hints say, 2 threads, one process, interleaved with the order rotating every "
-         "round; each cell is the median latency over raw ORT's (ONNX Runtime's defaults on the export), "
+         f"round (a turn of {RUNS_PER_TURN} runs, or as many as fill {MIN_TURN_S} s); each cell is the "
+         "median latency over raw ORT's (ONNX Runtime's defaults on the export), "
          "with its 95% bootstrap interval. **over budget**: on held-out inputs (another seed than the build "
          "verified and timed on) the pipeline breaks deploycc's own budget, the rule a build holds its own "
          "engine to, which every pipeline is held to: each output within the tolerances of the precision "
@@ -219,7 +223,7 @@ def _measure(name: str, rounds: int, work: Path, with_data: bool = True) -> dict
     timing_feeds = bench_feeds(model, None, 0, shapes or None)
     held_out = bench_feeds(model, None, HELD_OUT_SEED, shapes or None)
     times = rotated_times({label: functools.partial(runner.run, timing_feeds)
-                           for label, runner in subjects.items()}, rounds, RUNS_PER_TURN)
+                           for label, runner in subjects.items()}, rounds, RUNS_PER_TURN, MIN_TURN_S)
     expected = subjects["raw ORT"].run(held_out)
     raw = np.array(times["raw ORT"])
     row["raw_ms"] = round(float(np.median(raw)) * 1e3, 3)
@@ -367,7 +371,7 @@ def main() -> None:
     # --only measures those models again, in place among the rows of the last run
     rows: list[dict] = [row for row in json.loads((results / "precision-auto.json").read_text())
                         if row["model"] not in names] if args.only else []
-    order = {name: at for at, name in enumerate((*MODELS, *names))}
+    order = {name: at for at, name in enumerate(dict.fromkeys((*MODELS, *names)))}
     with tempfile.TemporaryDirectory(prefix="deploycc-auto-") as folder, contextlib.chdir(folder):
         # in the scratch folder: Olive and ORT's symbolic shape inference write their files where they run
         for name in track(names, description="models"):
