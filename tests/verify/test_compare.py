@@ -28,6 +28,22 @@ def test_identical_outputs_pass_with_no_error_and_near_ones_are_measured() -> No
     assert not compare("k", labels, labels[::-1].copy(), atol=0.0, rtol=0.0).passed
 
 
+def test_finite_outputs_are_measured_as_with_nan_beside_them_and_a_scalar_too() -> None:
+    """Finite outputs take the in-place way; its statistics are the general way's (the same
+    elements, with a nan added elsewhere, measure alike), a 0-d output (Det of one matrix) included."""
+    rng = np.random.default_rng(0)
+    expected = rng.standard_normal((3, 5)).astype(np.float32) * 100
+    actual = expected + rng.standard_normal((3, 5)).astype(np.float32) * 0.05
+    finite = compare("y", expected, actual, atol=1e-2, rtol=1e-4)
+    with_nan = compare("y", np.append(expected, np.nan), np.append(actual, np.nan), atol=1e-2, rtol=1e-4)
+    assert not finite.passed and finite.mismatched == with_nan.mismatched > 0
+    assert finite.max_abs_error == with_nan.max_abs_error and finite.max_rel_error == with_nan.max_rel_error
+    assert abs(finite.cosine_similarity - with_nan.cosine_similarity) < 1e-12
+    scalar = compare("det", np.array(2.0, np.float32), np.array(2.5, np.float32), atol=0.1, rtol=0.0)
+    assert not scalar.passed and scalar.mismatched == 1 and scalar.max_abs_error == 0.5
+    assert compare("det", np.array(2.0, np.float32), np.array(2.05, np.float32), atol=0.1, rtol=0.0).passed
+
+
 def test_detections_in_another_order_pass_as_sets_and_other_rows_do_not() -> None:
     from deploycc.taxonomy import Precision
     from deploycc.verify.verification import compare_all
