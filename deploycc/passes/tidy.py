@@ -17,7 +17,8 @@ onnxslim do on real exports, done here on the IR, in place, without loading weig
    random op, never a node holding a subgraph).
 5. A Concat read only by Concats on its axis is spliced into them; a Slice of a Slice on other
    axes is one Slice, for every reader of the inner one; MatMuls reading one input with constant
-   weights of their own (Q, K, V) become one MatMul and a Split (passes/merge.py); a recurrent
+   weights of their own (Q, K, V) become one MatMul and a Split (passes/merge.py), where the
+   target's engine runs that faster (`merged_projections_pay`: not OpenVINO's CPU plugin); a recurrent
    op's all-zero initial state is left out, as the spec then assumes it (passes/rnn_state.py).
 6. onnxscript's rewrite rules that only ever make a node disappear or become a simpler node of an
    op the target has (`_rules`: Reshape/Unsqueeze/Transpose/Cast chains, a
@@ -278,7 +279,7 @@ def _merge_steps(state: PipelineState) -> list[MergeStep]:
         (ADJACENT_DIMS, "dims_read_as_one", slice_adjacent_dims,
          opset >= 10 and bool(ops.lookup("", "Slice"))),
         (SIBLING_MATMULS, "matmuls_merged", lambda graph: merge_sibling_matmuls(graph, opset),
-         bool(ops.lookup("", "Split"))),
+         bool(ops.lookup("", "Split")) and state.target.backend.merged_projections_pay),
     ) if possible and name not in state.options.disable_rules]
 
 

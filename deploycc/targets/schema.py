@@ -145,6 +145,9 @@ class BackendSpec:
     # into one kernel itself. Where it does, tidy leaves such a chain in the form it recognizes;
     # where not (ONNX Runtime), tidy writes it in the fewest kernels the runtime has.
     fuses_written_out_activations: bool = False
+    # Whether MatMuls that read one input with weights of their own (attention's Q, K and V
+    # projections) run faster merged into one MatMul and a Split; tidy merges them only then.
+    merged_projections_pay: bool = True
     # Whether the engine is built on the device itself (TensorRT: a bundle here), so its build and
     # bench stages need that hardware (the audit routes them to it) and probing runs there.
     builds_on_device: bool = False
