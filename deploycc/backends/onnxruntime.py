@@ -10,6 +10,7 @@ import json
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,15 +75,18 @@ def session_options(level: str, threads: int = 0, optimized_path: Path | None = 
 
 
 class OrtRunner(Runner):
-    def __init__(self, path: Path, providers: list[str], threads: int = 0, level: str = "all") -> None:
+    def __init__(self, path: Path, providers: list[str], threads: int = 0, level: str = "all",
+                 disabled: Sequence[str] = ()) -> None:
         """`level` is what ORT applies at load: "all" (its default) everywhere, so a portable
-        artifact still gets this machine's layout transforms; "disabled" to run ops as written."""
+        artifact still gets this machine's layout transforms; "disabled" to run ops as written.
+        `disabled`: ORT's graph transformers left out (the target's disabled_optimizers)."""
         import onnxruntime as ort
 
         if any(provider != "CPUExecutionProvider" for provider in providers):
             budget.lift_ceiling()  # a GPU provider maps device memory the ceiling would count
         started = time.perf_counter()
-        self.session = ort.InferenceSession(str(path), session_options(level, threads), providers=providers)
+        self.session = ort.InferenceSession(str(path), session_options(level, threads), providers=providers,
+                                            disabled_optimizers=list(disabled) or None)
         self.load_seconds = time.perf_counter() - started
         self._outputs = [o.name for o in self.session.get_outputs()]
 
@@ -308,6 +312,7 @@ class OnnxRuntimeBackend(Backend):
         if provider not in ort.get_available_providers():  # onnxruntime-gpu's, on a host without it
             return write_gpu_bundle(request, _own(request).profiles, request.min_segment_nodes)
         level = request.target.backend.optimization_level or DEFAULT_LEVEL
+        disabled = request.target.backend.disabled_optimizers
         artifact_format = _own(request).artifact_format
         ort_format = artifact_format == "ort"
         name = "model.ort" if ort_format else "model.ort.onnx"
@@ -319,7 +324,8 @@ class OnnxRuntimeBackend(Backend):
         if provider != "CPUExecutionProvider":
             budget.lift_ceiling()
         try:
-            session = ort.InferenceSession(str(request.model), options, providers=[provider])
+            session = ort.InferenceSession(str(request.model), options, providers=[provider],
+                                           disabled_optimizers=list(disabled) or None)
         except Exception as error:
             raise BackendError(f"onnxruntime could not build the optimized model: "
                                f"{str(error).strip().splitlines()[0]}") from None
@@ -329,7 +335,7 @@ class OnnxRuntimeBackend(Backend):
             raise BackendError(f"{len(placement.fallback)} node(s) fall back from {provider}: "
                                f"{', '.join(placement.fallback[:5])}",
                                hint="drop --fail-on-fallback to allow it")
-        load = load_settings(provider, request.threads)
+        load = load_settings(provider, request.threads, disabled)
         return Artifact(kind="ort-format" if ort_format else "ort-optimized-onnx", files=files,
                         settings={"saved_optimization_level": level, "execution_provider": provider,
                                   "format": artifact_format, "load": load,
@@ -386,16 +392,19 @@ class OnnxRuntimeBackend(Backend):
         session = load["session_options"]
         level = next(name for name, value in LEVELS.items() if value == session["graph_optimization_level"])
         return OrtRunner(outdir / artifact.files[0], list(load["providers"]), level=level,
-                         threads=request.threads or session.get("intra_op_num_threads", 0))
+                         threads=request.threads or session.get("intra_op_num_threads", 0),
+                         disabled=load.get("disabled_optimizers", ()))
 
 
-def load_settings(provider: str, threads: int | None) -> dict[str, Any]:
+def load_settings(provider: str, threads: int | None, disabled: Sequence[str] = ()) -> dict[str, Any]:
     """How the artifact is loaded (the manifest's settings["load"]): the provider, ORT's default
-    optimization level, and the threads when the build was given them."""
+    optimization level, the threads when the build was given them, and the graph transformers
+    left out (at load ORT would fuse again what the saved model was written without)."""
     session: dict[str, Any] = {"graph_optimization_level": LEVELS[LOAD_LEVEL]}
     if threads:
         session["intra_op_num_threads"] = threads
-    return {"providers": [provider], "session_options": session}
+    return {"providers": [provider], "session_options": session,
+            **({"disabled_optimizers": list(disabled)} if disabled else {})}
 
 
 def _load_lines(name: str, load: dict[str, Any], session: Any) -> str:
@@ -414,7 +423,9 @@ def _load_lines(name: str, load: dict[str, Any], session: Any) -> str:
              f"options.graph_optimization_level = ort.GraphOptimizationLevel.{level}"]
     if "intra_op_num_threads" in options:
         lines.append(f"options.intra_op_num_threads = {options['intra_op_num_threads']}")
-    lines += [f"session = ort.InferenceSession({name!r}, options, providers={load['providers']!r})",
+    disabled = (f", disabled_optimizers={load['disabled_optimizers']!r}"
+                if load.get("disabled_optimizers") else "")
+    lines += [f"session = ort.InferenceSession({name!r}, options, providers={load['providers']!r}{disabled})",
               *feeds_lines([port(meta) for meta in session.get_inputs()]),
               "outputs = session.run(None, feeds)",
               *outputs_comment([port(meta) for meta in session.get_outputs()])]

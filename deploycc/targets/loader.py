@@ -323,6 +323,7 @@ def _backend_spec(backend_r: Reader) -> BackendSpec:
         execution_provider=backend_r.text("execution_provider"),
         performance_hint=backend_r.choice("performance_hint", PERFORMANCE_HINTS, optional=True),
         optimization_level=backend_r.choice("optimization_level", OPTIMIZATION_LEVELS, optional=True),
+        disabled_optimizers=backend_r.strings("disabled_optimizers"),
         **{name: backend_r.flag(name, default) for name, default in TRAIT_DEFAULTS.items()},
     )
 

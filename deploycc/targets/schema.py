@@ -136,6 +136,9 @@ class BackendSpec:
     execution_provider: str | None = None
     performance_hint: str | None = None  # OpenVINO: LATENCY / THROUGHPUT / CUMULATIVE_THROUGHPUT
     optimization_level: str | None = None  # ONNX Runtime graph optimization level for the artifact
+    # ONNX Runtime's graph transformers the artifact is saved and loaded without (measured slower
+    # on the target; written in the manifest's load settings and its "how to load" lines)
+    disabled_optimizers: tuple[str, ...] = ()
     # The engine's traits, which the passes, the shape policy and the audit read from the target
     # (never from the backend); each target file states those that differ from these defaults.
     # Whether the engine's importer takes initializers declared inside an If/Loop body (tidy lifts
