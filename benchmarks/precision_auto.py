@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -154,15 +155,13 @@ def _precision_of(label: str, row: dict) -> str:
         row["targets"][target]["with_data"]["precision"]
 
 
-# The pipelines that run on OpenVINO: judged, as deploycc's verification judges its OpenVINO engine,
+# A pipeline that runs on OpenVINO is judged, as deploycc's verification judges its OpenVINO engine,
 # beside OpenVINO's own result for the export at the same precision
-ON_OPENVINO = ("OpenVINO defaults", "NNCF defaults", "deploycc auto openvino-cpu",
-               "deploycc auto+data openvino-cpu")
 OPENVINO_HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 
 
 def _over_budget(model: Path, held_out: dict, expected: dict, outputs: dict, precision: str,
-                 on_openvino: functools.partial | None) -> str:
+                 on_openvino: Callable[[str], dict] | None) -> str:
     """Why the outputs on the held-out inputs break deploycc's budget, or "": every pipeline, peers
     and deploycc's, is held to the rule a build holds its own engine to: its verification at the
     tolerances of the precision it computes in (an output ill-conditioned at these inputs judged by
@@ -198,6 +197,7 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _measure(name: str, rounds: int, work: Path, with_data: bool = True) -> dict:
+    from deploycc.backends.openvino import OpenVinoRunner
     from deploycc.bench.run import bench_feeds, bootstrap_ratio
 
     model = HERE / "corpus" / f"{name}.onnx"
@@ -244,7 +244,7 @@ def _measure(name: str, rounds: int, work: Path, with_data: bool = True) -> dict
                                       model, held_out, expected, outputs, precision,
                                       functools.partial(_openvino_on_original, model, held_out,
                                                         found=openvino_outputs)
-                                      if label in ON_OPENVINO else None)}
+                                      if isinstance(runner, OpenVinoRunner) else None)}
     for runner in subjects.values():
         runner.close()
     row["verdict"] = _verdict(row, times)
