@@ -253,10 +253,8 @@ def _built_and_judged(context: BuildContext, key: Key, folder: Path,
     plain.close()
     if verdict.outcome != CandidateOutcome.OVER_BUDGET:  # it failed to build or run: kept layers won't help
         return plain, verdict
-    candidate = _build_candidate(context, precision, folder / precision.value, stages,
-                                 proceed=lambda analysed: analysed.half is None or bool(analysed.half.kept))
-    if candidate.artifact is None and candidate.half is not None and not candidate.half.kept:
-        # the analysis keeps no layer in fp32: its engine would be the one just judged, verified again
+    candidate = _build_candidate(context, precision, folder / precision.value, stages, proceed=_keeps_layers)
+    if not _keeps_layers(candidate):  # its engine would be the one just judged, verified again: not built
         verdict.why = (f"over budget with every layer in {precision}, and the half analysis keeps no "
                        f"layer in fp32: {verdict.why}")
         return candidate, verdict
@@ -267,6 +265,12 @@ def _built_and_judged(context: BuildContext, key: Key, folder: Path,
                        f"{len(kept)} layer(s) kept in fp32{': ' + ', '.join(kept[:4]) if kept else ''}"
                        f"{' and more' if len(kept) > 4 else ''}: {verdict.why}")
     return candidate, verdict
+
+
+def _keeps_layers(analysed: BuildContext) -> bool:
+    """Whether the half analysis keeps any layer in fp32 (or did not run): only then is its engine
+    another than every layer's half."""
+    return analysed.half is None or bool(analysed.half.kept)
 
 
 def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
