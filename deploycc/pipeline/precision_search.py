@@ -338,8 +338,9 @@ def _judged(candidate: BuildContext, precision: Precision) -> PrecisionCandidate
     """None where the candidate is within budget (to be timed), else why it is not."""
     verification = candidate.verification
     if precision == Precision.INT8 and candidate.precision != Precision.INT8:  # the int8 guard kept float
+        why = candidate.quantization.reason if candidate.quantization is not None else candidate.message
         return _candidate(precision, CandidateOutcome.OVER_BUDGET,
-                          f"the int8 guard kept {candidate.precision}: {candidate.message}", None)
+                          f"the int8 guard kept {candidate.precision}: {why}", None)
     if candidate.status != BuildStatus.VERIFIED or verification is None:
         outcome = CandidateOutcome.OVER_BUDGET if verification is not None else CandidateOutcome.FAILED
         return _candidate(precision, outcome, candidate.message or str(candidate.status), verification)

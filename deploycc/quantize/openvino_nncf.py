@@ -1,7 +1,10 @@
 """OpenVINO INT8 with NNCF on the OpenVINO model: `nncf.quantize` (its defaults: the performance
 preset, symmetric weights, the CPU's int8 kernels), and when the metric drops past the budget
 `nncf.quantize_with_accuracy_control`, NNCF's own guard, which ranks the quantized layers and
-returns them to float one group at a time until the budget holds."""
+returns them to float one group at a time until the budget holds. That guard ranks every group
+by reverting it alone and ranks the rest again after each step that does not help (PP-OCRv4's
+detector ran more than 25 minutes in it): it is given GUARD_SECONDS, and out of time it gives up,
+as a guard that found no int8 model within the budget."""
 
 from __future__ import annotations
 
@@ -13,6 +16,18 @@ from deploycc.quantize.data import Sample
 from deploycc.quantize.ort_qdq import quiet
 
 Evaluate = Callable[[Any], tuple[float, list[float]]]
+# The accuracy control's time, its own quantization's included: about as long as the fp32 build and
+# verification of the largest corpus model take, many times what a guard that restores the budget
+# with a few groups needs (1 to 3 evaluations, each one compile and the validation samples)
+GUARD_SECONDS = 150.0
+
+
+class GuardOutOfTime(Exception):
+    """NNCF's accuracy control was stopped at its deadline; `evaluations`: how many it made."""
+
+    def __init__(self, evaluations: int, seconds: float) -> None:
+        super().__init__(f"stopped after {seconds:.0f} s and {evaluations} evaluation(s)")
+        self.evaluations, self.seconds = evaluations, seconds
 
 
 def _nncf() -> Any:
@@ -46,15 +61,30 @@ def quantize(model: Any, samples: Sequence[Sample], inputs: Sequence[str]) -> An
 
 def quantize_guarded(model: Any, samples: Sequence[Sample], validation: Sequence[Sample],
                      inputs: Sequence[str], evaluate: Callable[[Any, list[int]], tuple[float, list[float]]],
-                     max_drop: float) -> Any:
-    """`evaluate(compiled model, sample indices)` -> (metric, per-sample metric)."""
+                     max_drop: float, seconds: float | None = None) -> Any:
+    """`evaluate(compiled model, sample indices)` -> (metric, per-sample metric). Raises
+    GuardOutOfTime when an evaluation would start past `seconds` (GUARD_SECONDS) from now."""
+    import time
+
     nncf = _nncf()
+    started, evaluations = time.monotonic(), 0
+    limit = GUARD_SECONDS if seconds is None else seconds
+
+    def evaluate_in_time(compiled: Any, indices: list[int]) -> tuple[float, list[float]]:
+        nonlocal evaluations
+        spent = time.monotonic() - started
+        if spent > limit:  # NNCF lets an exception from its validation function through, and stops
+            raise GuardOutOfTime(evaluations, spent)
+        evaluations += 1
+        return evaluate(compiled, indices)
+
     calibration = nncf.Dataset([{name: sample[name] for name in inputs} for sample in samples])
     validating = nncf.Dataset(list(range(len(validation))),
                               lambda index: {name: validation[index][name] for name in inputs})
     with quiet():
         return nncf.quantize_with_accuracy_control(
-            model, calibration, validating, lambda compiled, indices: evaluate(compiled, list(indices)),
+            model, calibration, validating,
+            lambda compiled, indices: evaluate_in_time(compiled, list(indices)),
             max_drop=max_drop, drop_type=nncf.DropType.ABSOLUTE, subset_size=len(samples),
             model_type=model_type(model))
 

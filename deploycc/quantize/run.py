@@ -367,7 +367,7 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
 
     quantized = openvino_nncf.quantize(source, calibration, context.inputs)
     first, path = judge(quantized, "int8-0.xml", [])
-    steps = [first]
+    steps, out_of_time = [first], ""
     if not first.within_budget:
         def evaluate(compiled: Any, indices: list[int]) -> tuple[float, list[float]]:
             outputs = []
@@ -380,17 +380,25 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
                           for r, o, s in zip(reference, outputs, samples, strict=True)]
             return metrics.score(context.metric, reference, outputs, samples).value, per_sample
 
-        guarded = openvino_nncf.quantize_guarded(openvino_nncf.read(context.model), calibration, validation,
-                                                 context.inputs, evaluate, context.options.max_drop)
-        kept = sorted(openvino_nncf.quantized_ops(quantized) - openvino_nncf.quantized_ops(guarded))
-        step, path = judge(guarded, "int8-guarded.xml", kept)
-        steps.append(step)
+        try:
+            guarded = openvino_nncf.quantize_guarded(openvino_nncf.read(context.model), calibration,
+                                                     validation, context.inputs, evaluate,
+                                                     context.options.max_drop)
+        except openvino_nncf.GuardOutOfTime as stopped:
+            out_of_time = (f"NNCF's accuracy control was {stopped} (its limit: "
+                           f"{openvino_nncf.GUARD_SECONDS:.0f} s) with no int8 model within the budget")
+        else:
+            kept = sorted(openvino_nncf.quantized_ops(quantized) - openvino_nncf.quantized_ops(guarded))
+            step, path = judge(guarded, "int8-guarded.xml", kept)
+            steps.append(step)
 
     def race(pinned: bool) -> Comparison:
         return _race(own_runner(path, pinned), own_runner(context.model, pinned), feeds)
 
     report = _report(context, "NNCF quantize on the OpenVINO model (accuracy control as the guard), "
                               "compiled with INFERENCE_PRECISION_HINT f32", steps, lambda: race(pinned=True))
+    if out_of_time:
+        report.reason += f"; {out_of_time}"
     unpinned = race(pinned=False)
     report.default_precision_latency_ms = {"fp32": unpinned.other_median_ms, "int8": unpinned.median_ms}
     if report.decision == Precision.INT8:

@@ -216,6 +216,28 @@ def test_openvino_int8_through_nncf(cnn, tmp_path: Path) -> None:
         assert "FakeQuantize" in ops
 
 
+def test_nncf_s_accuracy_control_is_stopped_at_its_limit_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    """NNCF's guard ranks every quantized group and ranks the rest again after each step that does
+    not help: on PP-OCRv4's detector it ran past 25 minutes. Past its limit it stops, and the build
+    keeps fp32 and says why, where it waited on NNCF."""
+    pytest.importorskip("nncf", reason="NNCF is the int8 extra: pip install 'deploycc[int8]'")
+    from deploycc.quantize import openvino_nncf
+
+    monkeypatch.setattr(openvino_nncf, "GUARD_SECONDS", 0.0)
+    model = tmp_path / "outlier.onnx"
+    onnx.save(_outlier_model(), model)
+    options = QuantizeOptions(calibration=_samples(tmp_path / "calibration", 20, x=(1, 16)), metric="cosine",
+                              max_drop=0.001)
+    report = api.build(model, "openvino-cpu", tmp_path / "ov",
+                       BuildOptions(precision="int8", quantize=options, bench=False))
+    quantized = report.quantization
+    assert quantized is not None and report.status == "verified", report.summary
+    assert not quantized.steps[0]["within_budget"]  # all-int8 breaks the budget: the guard was asked
+    assert len(quantized.steps) == 1 and quantized.decision == "fp32" and report.precision == "fp32"
+    assert "accuracy control was stopped after" in quantized.reason, quantized.reason
+    assert "0 evaluation(s)" in quantized.reason
+
+
 def _matmuls(size: int = 1024, layers: int = 4) -> onnx.ModelProto:
     """x -> (MatMul, Relu) x `layers` with size x size weights: 16 MB of fp32 weights that do not
     stay in cache where their 4 MB of int8 do, so OpenVINO's int8 beats fp32 by far more than any
