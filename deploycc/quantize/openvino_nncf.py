@@ -16,9 +16,10 @@ from deploycc.quantize.data import Sample
 from deploycc.quantize.ort_qdq import quiet
 
 Evaluate = Callable[[Any], tuple[float, list[float]]]
-# The accuracy control's time, its own quantization's included: about as long as the fp32 build and
-# verification of the largest corpus model take, many times what a guard that restores the budget
-# with a few groups needs (1 to 3 evaluations, each one compile and the validation samples)
+# The accuracy control's time, its own quantization's included. A guard that restores the budget by
+# returning a few groups to float makes a few evaluations (a compile and the validation samples
+# each: seconds on the corpus); ranking every group of a model with about a hundred of them again
+# and again is what ran past 25 minutes. Out of time, int8 is judged over budget.
 GUARD_SECONDS = 150.0
 
 
