@@ -209,6 +209,46 @@ def test_given_data_int8_is_tried_calibrated_and_dynamic_and_the_chosen_one_buil
     assert "int8 (dynamic)" in (out / "report.md").read_text()
 
 
+def _offset_model(size: int = 64) -> onnx.ModelProto:
+    """y = (x @ I + 4096) @ I - 4096: in fp32, x; in bf16 the sum is stored to 8 bits, which keeps
+    x of a thousand (cosine 0.99997) and loses x of a tenth entirely."""
+    eye, offset = np.eye(size, dtype=np.float32), np.full((size,), 4096, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "first"], ["h"]),
+         helper.make_node("Add", ["h", "offset"], ["lifted"]),
+         helper.make_node("MatMul", ["lifted", "second"], ["back"]),
+         helper.make_node("Sub", ["back", "offset"], ["y"])], "offset",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", size])],
+        [numpy_helper.from_array(eye, "first"), numpy_helper.from_array(eye.copy(), "second"),
+         numpy_helper.from_array(offset, "offset")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_given_data_a_half_candidate_is_judged_on_every_validation_sample(tmp_path: Path) -> None:
+    """Given data, every candidate is verified on the first validation sample; a half candidate
+    within budget there is verified on the others too (PP-OCRv4 rec's bf16 passed its first sample
+    and was over budget on held-out inputs)."""
+    model = tmp_path / "offset.onnx"
+    onnx.save(_offset_model(), model)
+    rng = np.random.default_rng(4)
+    folders = {name: tmp_path / name for name in ("calibration", "validation")}
+    for folder in folders.values():
+        folder.mkdir()
+    for index in range(4):
+        np.savez(folders["calibration"] / f"{index}.npz", x=rng.normal(0, 1000, (1, 64)).astype(np.float32))
+    for index, scale in enumerate((1000.0, 0.1)):  # the first passes bf16, the second cannot
+        np.savez(folders["validation"] / f"{index}.npz", x=rng.normal(0, scale, (1, 64)).astype(np.float32))
+    options = BuildOptions(choose_precision=True, bench=False, quantize=QuantizeOptions(
+        calibration=folders["calibration"], validation=folders["validation"]))
+    report = api.build(model, "openvino-cpu", tmp_path / "out", options)
+    assert report.status == "verified", report.summary
+    half = _candidates(report)[Precision.BF16]
+    assert half.outcome == CandidateOutcome.OVER_BUDGET, half
+    assert "over budget on validation sample 2 of 2" in half.why, half.why
+    assert report.precision != Precision.BF16
+
+
 @pytest.mark.parametrize("target", ["openvino-cpu", "ort-cpu"])
 def test_the_chosen_precision_is_within_budget_faster_and_the_one_built(tmp_path: Path, target: str) -> None:
     model = tmp_path / "cnn.onnx"
