@@ -245,7 +245,7 @@ def _built_and_judged(context: BuildContext, key: Key, folder: Path,
         return candidate, _judged(candidate, precision)
     plain = _build_candidate(context, precision, folder / f"{precision.value}-all",
                              [stage for stage in stages if stage.name not in HALF_ANALYSIS_STAGES])
-    verdict = _judged(plain, precision) or _judged_on_other_samples(context, plain, precision)
+    verdict = _judged(plain, precision) or _on_other_samples(context, plain, precision, stages)
     if verdict is None:
         plain.notes.append(f"{precision}: every layer in {precision}, within the budget on the drawn inputs: "
                            "no layer needs fp32, so the half-precision analysis was not needed")
@@ -258,7 +258,7 @@ def _built_and_judged(context: BuildContext, key: Key, folder: Path,
         verdict.why = (f"over budget with every layer in {precision}, and the half analysis keeps no "
                        f"layer in fp32: {verdict.why}")
         return candidate, verdict
-    verdict = _judged(candidate, precision) or _judged_on_other_samples(context, candidate, precision)
+    verdict = _judged(candidate, precision) or _on_other_samples(context, candidate, precision, stages)
     if verdict is not None and candidate.half is not None:
         kept = candidate.half.kept
         verdict.why = (f"over budget with every layer in {precision}, and with the half analysis's "
@@ -267,14 +267,14 @@ def _built_and_judged(context: BuildContext, key: Key, folder: Path,
     return candidate, verdict
 
 
-def _judged_on_other_samples(context: BuildContext, candidate: BuildContext,
-                             precision: Precision) -> PrecisionCandidate | None:
+def _on_other_samples(context: BuildContext, candidate: BuildContext, precision: Precision,
+                      stages: Sequence[BuildStage[BuildContext]]) -> PrecisionCandidate | None:
     """A half candidate within budget on the first validation sample (every candidate's inputs) judged
     on the others too, as the int8 guard is (PP-OCRv4 rec's bf16 passed the first and was over budget
     on held-out inputs: cosine 0.998892). None: within budget on every one; else why not."""
     import numpy as np
 
-    from deploycc.pipeline.build_stages import verify_stage  # it imports this module
+    verify_stage = next(stage.run for stage in stages if stage.name == "verify")
     samples = context.samples.validation if context.samples is not None else []
     for number, sample in enumerate(samples[1:], start=2):
         inputs = candidate.staging / f"validation-{number}.npz"
