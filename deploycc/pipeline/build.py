@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 from deploycc.errors import OptionError, PrecisionRefused
 from deploycc.options import BuildOptions
 from deploycc.pipeline.build_stages import BUILD_STAGES
-from deploycc.pipeline.context import LEGALIZED, SAMPLE_DESCRIBED, VERIFY_INPUTS, BuildContext
+from deploycc.pipeline.context import (
+    LEGALIZED,
+    SAMPLE_DESCRIBED,
+    VERIFY_INPUTS,
+    BuildContext,
+    verifying_on_sample,
+)
 from deploycc.pipeline.outcome import Clock, listing, next_step_after, summary_of, write_reports
 from deploycc.pipeline.stages import BuildStage, as_exported, fixed_at_drawn_sizes, run_with_retries
 from deploycc.records.build import BuildReport
@@ -99,7 +105,7 @@ def run_build(staging: Path, source: Path, target: Target, prepared: Prepared, *
     clock = Clock({}, progress)
     options, samples, notes = prepared.options, prepared.samples, prepared.notes
     if samples is not None and options.legalize.inputs is None:
-        options = _verify_on_a_sample(options, samples.validation[0], staging)
+        options = verifying_on_sample(options, samples.validation[0], staging / VERIFY_INPUTS)
     clock("shapes")
     shapes, options = plan_shapes(source, target, options)
     notes += shapes.notes
@@ -201,16 +207,6 @@ FINISHING_STAGES: tuple[BuildStage[BuildContext], ...] = (
     BuildStage("keep-inputs", _keep_inputs_stage, label=lambda c: None, always=True),
     BuildStage("manifest", _manifest_stage, always=True),
 )
-
-
-def _verify_on_a_sample(options: BuildOptions, sample: dict[str, Any], staging: Path) -> BuildOptions:
-    """Verification feeds a validation sample: an int8 model is calibrated for real data, and
-    random inputs outside its ranges would judge the clipping, not the model."""
-    import numpy as np
-
-    np.savez(staging / VERIFY_INPUTS, **sample)
-    return dataclasses.replace(options, legalize=dataclasses.replace(options.legalize,
-                                                                     inputs=staging / VERIFY_INPUTS))
 
 
 def resolve_precision(options: BuildOptions, target: Target) -> tuple[Precision, list[str]]:

@@ -44,6 +44,17 @@ VERIFY_INPUTS = "verify-inputs.npz"
 SAMPLE_DESCRIBED = f"{VERIFY_INPUTS} (the first validation sample)"
 
 
+def verifying_on_sample(options: BuildOptions, sample: dict[str, Any], path: Path) -> BuildOptions:
+    """`options` whose verification feeds `sample` (written to `path`): an int8 model is calibrated
+    for real data, and random inputs outside its ranges would judge the clipping, not the model."""
+    import dataclasses
+
+    import numpy as np
+
+    np.savez(path, **sample)
+    return dataclasses.replace(options, legalize=dataclasses.replace(options.legalize, inputs=path))
+
+
 @dataclass
 class DrawnInputs:
     """One set of verification inputs: for the legalized graph, the same laid out as the original

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploycc.pipeline.context import BuildContext
+from deploycc.pipeline.context import BuildContext, verifying_on_sample
 from deploycc.pipeline.precision_cache import cache_file, remember, remembered_choice
 from deploycc.records.bench import Comparison
 from deploycc.records.precision import PrecisionCandidate, PrecisionChoice
@@ -272,15 +272,11 @@ def _on_other_samples(context: BuildContext, candidate: BuildContext, precision:
     """A half candidate within budget on the first validation sample (every candidate's inputs) judged
     on the others too, as the int8 guard is (PP-OCRv4 rec's bf16 passed the first and was over budget
     on held-out inputs: cosine 0.998892). None: within budget on every one; else why not."""
-    import numpy as np
-
     verify_stage = next(stage.run for stage in stages if stage.name == "verify")
     samples = context.samples.validation if context.samples is not None else []
     for number, sample in enumerate(samples[1:], start=2):
         inputs = candidate.staging / f"validation-{number}.npz"
-        np.savez(inputs, **sample)
-        options = dataclasses.replace(candidate.options, legalize=dataclasses.replace(
-            candidate.options.legalize, inputs=inputs))
+        options = verifying_on_sample(candidate.options, sample, inputs)
         # drawn inputs are cached by their sizes, which the samples share: the probe's are its own
         probe = dataclasses.replace(candidate, options=options, engine=None, notes=[], _drawn={})
         with contextlib.closing(probe):

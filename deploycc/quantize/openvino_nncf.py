@@ -24,11 +24,10 @@ GUARD_SECONDS = 150.0
 
 
 class GuardOutOfTime(Exception):
-    """NNCF's accuracy control was stopped at its deadline; `evaluations`: how many it made."""
+    """NNCF's accuracy control was stopped at its deadline, after `evaluations` of the model."""
 
     def __init__(self, evaluations: int, seconds: float) -> None:
         super().__init__(f"stopped after {seconds:.0f} s and {evaluations} evaluation(s)")
-        self.evaluations, self.seconds = evaluations, seconds
 
 
 def _nncf() -> Any:
@@ -62,19 +61,18 @@ def quantize(model: Any, samples: Sequence[Sample], inputs: Sequence[str]) -> An
 
 def quantize_guarded(model: Any, samples: Sequence[Sample], validation: Sequence[Sample],
                      inputs: Sequence[str], evaluate: Callable[[Any, list[int]], tuple[float, list[float]]],
-                     max_drop: float, seconds: float | None = None) -> Any:
+                     max_drop: float) -> Any:
     """`evaluate(compiled model, sample indices)` -> (metric, per-sample metric). Raises
-    GuardOutOfTime when an evaluation would start past `seconds` (GUARD_SECONDS) from now."""
+    GuardOutOfTime when an evaluation would start past GUARD_SECONDS from now."""
     import time
 
     nncf = _nncf()
     started, evaluations = time.monotonic(), 0
-    limit = GUARD_SECONDS if seconds is None else seconds
 
     def evaluate_in_time(compiled: Any, indices: list[int]) -> tuple[float, list[float]]:
         nonlocal evaluations
         spent = time.monotonic() - started
-        if spent > limit:  # NNCF lets an exception from its validation function through, and stops
+        if spent > GUARD_SECONDS:  # NNCF lets an exception from its validation function through, and stops
             raise GuardOutOfTime(evaluations, spent)
         evaluations += 1
         return evaluate(compiled, indices)
