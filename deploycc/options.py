@@ -66,6 +66,10 @@ class QuantizeOptions:
     validation: Path | None = None  # None: a fifth of the calibration samples, set apart
     max_drop: float = 0.01  # the metric may fall this much below the fp32 model's
     metric: str = "auto"  # auto | top1 | cosine | sqnr | module:function
+    # Also hold every step of the guard to the budget `--precision auto` judges int8 engines by: every
+    # float output on every validation sample within int8's verification tolerances and at least this
+    # cosine (0: the metric alone, as --precision int8 asks)
+    min_cosine: float = 0.0
     allow_fallback: bool = False  # a target without int8 builds its fallback precision instead
     require_int8: bool = False  # fail the build where the guard keeps float (not within budget, not faster)
     # The API's iterables of samples ({input name: array}), in place of the folders

@@ -11,8 +11,10 @@ A half candidate is built with every layer in half first: when that engine is wi
 needs to stay in fp32, and the analysis that finds such layers (emulated runs, a third of a small
 CNN's search) is not run; when it is not, the analysis runs and the candidate is built again with
 what it keeps. Those within budget are timed against the fp32 engine, interleaved (A B B A, as
-`bench --compare-to`), and the one with the lowest median ratio whose whole 95% interval lies below
-FASTER is chosen; none: fp32. The chosen candidate's engine, verified, is the build's: the later
+`bench --compare-to`; pipeline/precision_timing.py), and the one with the lowest median ratio whose
+whole 95% interval lies below FASTER is chosen; none: fp32. Where two are faster than fp32, the two
+with the lowest ratios are raced against each other, and the narrower is chosen only where faster
+than the other beyond the noise. The chosen candidate's engine, verified, is the build's: the later
 stages take it as it is (the bench times it).
 
 The budget: the candidate's verification passes at its precision's tolerances (those fp16 and int8
@@ -34,12 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from deploycc.pipeline.context import BuildContext, verifying_on_sample
 from deploycc.pipeline.precision_cache import cache_file, remember, remembered_choice
-from deploycc.records.bench import Comparison
+from deploycc.pipeline.precision_timing import FASTER, duel, loaded, pairs, race
 from deploycc.records.precision import PrecisionCandidate, PrecisionChoice
 from deploycc.taxonomy import QUANTIZED, WEIGHT_ONLY_BITS, BuildStatus, CandidateOutcome, Precision
 
 if TYPE_CHECKING:
-    from deploycc.backends.base import Runner
     from deploycc.pipeline.stages import BuildStage
     from deploycc.records.verification import Verification
 
@@ -54,16 +55,6 @@ SEARCH_FOLDER = ".precision"  # in the staging folder, removed when the choice i
 CANDIDATE_STAGES = ("quantize", "int8-dynamic", "weight-only", "half", "half-declined", "build", "verify",
                     "generate")
 HALF_ANALYSIS_STAGES = ("half", "half-declined")
-# Each comparison with fp32 runs blocks of interleaved pairs of about BLOCK_SECONDS until the ratio's
-# 95% interval lies on one side of FASTER or MAX_TIMING_SECONDS have passed: a fast model is decided in
-# one block, a slow or noisy one gets more pairs (a 38 ms Whisper encoder's int8 was left at
-# [0.47, 1.77] after the 13 pairs of one fixed second)
-BLOCK_SECONDS, MAX_TIMING_SECONDS = 0.5, 3.0
-# A candidate is faster when its interval's upper end lies below this: two identical engines timed
-# so on this 2-core machine sometimes differ by a few percent (position, drift)
-FASTER = 0.97
-MIN_PAIRS, MAX_PAIRS = 5, 200
-PAUSE_RUNS = 4  # the pause before the other engine's turn, in runs of the model (at most IDLE_PAUSE_S)
 
 
 def candidates(context: BuildContext) -> list[Precision]:
@@ -280,7 +271,10 @@ def _on_other_samples(context: BuildContext, candidate: BuildContext, precision:
         # drawn inputs are cached by their sizes, which the samples share: the probe's are its own
         probe = dataclasses.replace(candidate, options=options, engine=None, notes=[], _drawn={})
         with contextlib.closing(probe):
-            verify_stage(probe)
+            try:
+                verify_stage(probe)
+            finally:  # the candidate's staging becomes the artifact, which holds the first sample's alone
+                inputs.unlink(missing_ok=True)
             verdict = _judged(probe, precision)
         if verdict is not None:
             verdict.why = f"over budget on validation sample {number} of {len(samples)}: {verdict.why}"
@@ -410,28 +404,50 @@ def _timed(built: dict[Key, BuildContext], feeds: dict[str, Any]) -> list[Precis
         if untimed:
             untimed[0].outcome = CandidateOutcome.CHOSEN
         return untimed
-    with _loaded(built[fp32]) as baseline:  # the others loaded one at a time beside it
-        pairs, pause = _pairs(baseline, feeds)
+    with loaded(built[fp32]) as baseline:  # the others loaded one at a time beside it
+        block, pause = pairs(baseline, feeds)
         timed = [_candidate(Precision.FP32, CandidateOutcome.BASELINE, "what the others are timed against",
                             built[fp32].verification, ratio=1.0)]
         for (precision, recipe), candidate in built.items():
             if precision == Precision.FP32:
                 continue
-            with _loaded(candidate) as runner:
-                comparison = _race(runner, baseline, feeds, pairs, pause)
-            named = f"{precision} ({recipe})" if recipe else str(precision)
+            with loaded(candidate) as runner:
+                comparison = race(runner, baseline, feeds, block, pause)
             timed.append(_candidate(precision, CandidateOutcome.NOT_FASTER,
-                                    comparison.verdict(named) + _layers(candidate), candidate.verification,
-                                    ratio=comparison.ratio_of_medians, ci95=comparison.ci95, recipe=recipe))
-    faster = [c for c in timed if c.ci95 is not None and c.ci95[1] < FASTER]
+                                    comparison.verdict(_named(precision, recipe)) + _layers(candidate),
+                                    candidate.verification, ratio=comparison.ratio_of_medians,
+                                    ci95=comparison.ci95, recipe=recipe))
+    faster = sorted((c for c in timed if c.ci95 is not None and c.ci95[1] < FASTER),
+                    key=lambda c: (c.ratio, ORDER.index(c.precision)))
+    if len(faster) > 1:
+        faster = [_settled(faster[0], faster[1], built, feeds)]
     if faster:
-        best = min(faster, key=lambda c: (c.ratio, ORDER.index(c.precision)))
-        best.outcome = CandidateOutcome.CHOSEN
+        faster[0].outcome = CandidateOutcome.CHOSEN
     else:
         timed[0].why = ("no other candidate within budget is faster beyond the interval's noise"
                         if len(timed) > 1 else "the only candidate built")
         timed[0].outcome = CandidateOutcome.CHOSEN
     return timed
+
+
+def _settled(one: PrecisionCandidate, other: PrecisionCandidate, built: dict[Key, BuildContext],
+             feeds: dict[str, Any]) -> PrecisionCandidate:
+    """Of two candidates faster than fp32, the less exact (the narrower precision, else the lower
+    cosine) where it is faster than the other beyond the noise, raced against it directly; else the
+    more exact."""
+    more, less = sorted((one, other), key=lambda c: (ORDER.index(c.precision), -(c.min_cosine or 0.0)))
+    more_named, less_named = _named(more.precision, more.recipe), _named(less.precision, less.recipe)
+    comparison = duel(built[(less.precision, less.recipe)], built[(more.precision, more.recipe)], feeds,
+                      against=more_named)
+    faster = comparison.ci95 is not None and comparison.ci95[1] < FASTER
+    winner, loser = (less, more) if faster else (more, less)
+    loser.why += f"; against {winner.precision} directly: {comparison.verdict(less_named)}"
+    winner.why += f"; against {loser.precision} directly: {comparison.verdict(less_named)}"
+    return winner
+
+
+def _named(precision: Precision, recipe: str) -> str:
+    return f"{precision} ({recipe})" if recipe else str(precision)
 
 
 def _layers(candidate: BuildContext) -> str:
@@ -441,55 +457,3 @@ def _layers(candidate: BuildContext) -> str:
     if candidate.half is None or not candidate.half.kept:
         return f"; every layer in {candidate.precision}"
     return f"; {len(candidate.half.kept)} layer(s) kept in fp32 by the half analysis"
-
-
-@contextlib.contextmanager
-def _loaded(candidate: BuildContext):  # type: ignore[no-untyped-def]
-    assert candidate.artifact is not None and candidate.request is not None
-    runner = candidate.backend.load(candidate.artifact, candidate.staging, candidate.request)
-    try:
-        yield runner
-    finally:
-        runner.close()
-
-
-def _race(runner: Runner, baseline: Runner, feeds: dict, block: int, pause: float) -> Comparison:
-    """`runner` against `baseline`, interleaved as `bench --compare-to` times them, in blocks of
-    `block` pairs until the ratio's 95% interval lies on one side of FASTER (the choice is then
-    made: chosen if below, not if above) or MAX_TIMING_SECONDS."""
-    import numpy as np
-
-    from deploycc.bench.run import bootstrap_ratio, comparison_of, interleaved
-
-    first, second = np.empty(0), np.empty(0)
-    started = time.perf_counter()
-    while True:
-        mine, other = interleaved(runner, baseline, feeds, block, pause)
-        first, second = np.concatenate([first, mine]), np.concatenate([second, other])
-        low, high = bootstrap_ratio(first, second)
-        if high < FASTER or low > FASTER or time.perf_counter() - started > MAX_TIMING_SECONDS:
-            break
-    return comparison_of(first, second, "fp32", "ABBA interleaved, until decided", feeds, ci95=(low, high))
-
-
-def _pairs(runner: Runner, feeds: dict) -> tuple[int, float]:
-    """Interleaved pairs for about BLOCK_SECONDS of both engines and their pauses, and the pause,
-    from a few warm runs."""
-    for _ in range(2):
-        runner.run(feeds)
-    started = time.perf_counter()
-    runner.run(feeds)
-    once = max(time.perf_counter() - started, 1e-5)
-    pause = _pause(once)
-    turn = 2 * once + pause / 2  # an untimed run, a timed one, a pause every other turn
-    return max(MIN_PAIRS, min(MAX_PAIRS, int(BLOCK_SECONDS / (2 * turn)))), pause
-
-
-def _pause(once: float) -> float:
-    """The pause before the other engine's turn: PAUSE_RUNS runs of the model, at most IDLE_PAUSE_S
-    (reached at 5 ms a run). A faster model's ratio on this 2-core machine strays both ways whatever
-    the pause (two identical sessions of a 0.07 ms CNN: 0.6-1.4 with 0, 2 or 20 ms), and the full
-    pause would only stretch the search."""
-    from deploycc.bench.run import IDLE_PAUSE_S
-
-    return min(IDLE_PAUSE_S, PAUSE_RUNS * once)

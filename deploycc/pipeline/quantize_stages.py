@@ -5,7 +5,10 @@ builds from (BuildContext.engine_model), or ends the build at quantize saying wh
 
 from __future__ import annotations
 
+import dataclasses
+
 from deploycc.pipeline.context import BuildContext
+from deploycc.pipeline.precision_search import MIN_COSINE
 from deploycc.results import SkippedStep
 from deploycc.taxonomy import WEIGHT_ONLY_BITS, Precision, SafetyStep, Stage
 
@@ -16,6 +19,8 @@ def quantize_stage(context: BuildContext) -> None:
     from deploycc.quantize import quantize_for_target
 
     options = context.options.quantize
+    if context.options.searches_precision:  # a candidate of the search: judged by the budget it is held to
+        options = dataclasses.replace(options, min_cosine=MIN_COSINE)
     quantized = context.quantization = quantize_for_target(context.legalized_path, context.target, options,
                                                            context.samples, context.staging)
     if options.require_int8 and quantized.decision != Precision.INT8:

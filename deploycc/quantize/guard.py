@@ -21,7 +21,7 @@ class GuardStep:
         return {"kept_float": self.kept_float, "metric": self.score.metric,
                 "fp32": round(self.score.fp32, 6), "int8": round(self.score.value, 6),
                 "drop": round(self.score.drop, 6), "detail": self.score.detail,
-                "within_budget": self.within_budget}
+                "within_budget": self.within_budget, **({"beyond": self.notes[0]} if self.notes else {})}
 
 
 def greedy(ranking: Sequence[str], attempt: Callable[[list[str]], GuardStep], *,

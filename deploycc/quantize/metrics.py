@@ -77,6 +77,12 @@ def cosine(reference: Sequence[Outputs], actual: Sequence[Outputs]) -> float:
     return float(np.mean(scores)) if scores else 1.0
 
 
+def worst_cosine(reference: Outputs, actual: Outputs) -> float:
+    """The lowest cosine of one sample's float outputs (what a budget on every output bounds)."""
+    return min((cosine([{name: array}], [actual]) for name, array in _float_outputs(reference).items()),
+               default=1.0)
+
+
 def noise_ratio(reference: Sequence[Outputs], actual: Sequence[Outputs]) -> float:
     signal = noise = 0.0
     for want, got in zip(reference, actual, strict=True):

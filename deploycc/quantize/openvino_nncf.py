@@ -45,6 +45,9 @@ def read(model: Path) -> Any:
     return ov.Core().read_model(str(model))
 
 
+AUTO = object()  # the scheme model_type picks
+
+
 def model_type(model: Any) -> Any:
     """NNCF's transformer scheme (no quantized Softmax inputs, SmoothQuant) where there is attention."""
     nncf = _nncf()
@@ -52,16 +55,18 @@ def model_type(model: Any) -> Any:
     return nncf.ModelType.TRANSFORMER if "Softmax" in types and "MatMul" in types else None
 
 
-def quantize(model: Any, samples: Sequence[Sample], inputs: Sequence[str]) -> Any:
+def quantize(model: Any, samples: Sequence[Sample], inputs: Sequence[str], scheme: Any = AUTO) -> Any:
+    """`scheme`: NNCF's model type; AUTO: model_type(model)."""
     nncf = _nncf()
     dataset = nncf.Dataset([{name: sample[name] for name in inputs} for sample in samples])
     with quiet():
-        return nncf.quantize(model, dataset, subset_size=len(samples), model_type=model_type(model))
+        return nncf.quantize(model, dataset, subset_size=len(samples),
+                             model_type=model_type(model) if scheme is AUTO else scheme)
 
 
 def quantize_guarded(model: Any, samples: Sequence[Sample], validation: Sequence[Sample],
                      inputs: Sequence[str], evaluate: Callable[[Any, list[int]], tuple[float, list[float]]],
-                     max_drop: float) -> Any:
+                     max_drop: float, scheme: Any = AUTO) -> Any:
     """`evaluate(compiled model, sample indices)` -> (metric, per-sample metric). Raises
     GuardOutOfTime when an evaluation would start past GUARD_SECONDS from now."""
     import time
@@ -85,7 +90,7 @@ def quantize_guarded(model: Any, samples: Sequence[Sample], validation: Sequence
             model, calibration, validating,
             lambda compiled, indices: evaluate_in_time(compiled, list(indices)),
             max_drop=max_drop, drop_type=nncf.DropType.ABSOLUTE, subset_size=len(samples),
-            model_type=model_type(model))
+            model_type=model_type(model) if scheme is AUTO else scheme)
 
 
 def quantized_ops(model: Any) -> set[str]:

@@ -129,10 +129,33 @@ class _Context:
         return [_feeds(s, self.inputs, self.dtypes) for s in self.sets.validation]
 
     def judge(self, runner: Runner, kept: list[str]) -> GuardStep:
-        """The metric of a candidate on the validation samples (its speed is raced once, at the end)."""
+        """The metric of a candidate on the validation samples (its speed is raced once, at the end),
+        and where options.min_cosine asks, each output as verification will judge it."""
         outputs = [runner.run(feeds) for feeds in self.validation]
         score = metrics.score(self.metric, self.reference, outputs, self.sets.validation)
-        return GuardStep(kept, score, within_budget=score.drop <= self.options.max_drop + 1e-12)
+        beyond = self.beyond_verification(outputs)
+        within = score.drop <= self.options.max_drop + 1e-12 and not beyond
+        return GuardStep(kept, score, within_budget=within, notes=[beyond] if beyond else [])
+
+    def beyond_verification(self, outputs: list[dict[str, np.ndarray]]) -> str:
+        """Where an output of a validation sample is beyond what `--precision auto` holds an int8
+        engine to (options.min_cosine and int8's verification tolerances): a metric within its drop
+        with an output at cosine 0.9988 was chosen by this guard, and then refused by the search."""
+        if not self.options.min_cosine:
+            return ""
+        from deploycc.verify.compare import MISMATCH_SHARE, TOLERANCES, compare
+
+        atol, rtol, cosine = TOLERANCES[Precision.INT8]
+        for number, (want, got) in enumerate(zip(self.reference, outputs, strict=True), start=1):
+            for name, array in want.items():
+                if np.asarray(array).dtype.kind != "f":
+                    continue
+                result = compare(name, array, got[name], atol=atol, rtol=rtol, mismatch_share=MISMATCH_SHARE[
+                    Precision.INT8], min_cosine=max(cosine, self.options.min_cosine))
+                if not result.passed:
+                    return f"{name} on validation sample {number}: {result.problem}"
+        return ""
+
 
 
 def _ort_runner(model: Path) -> Runner:
@@ -237,7 +260,10 @@ def _report(context: _Context, method: str, steps: list[GuardStep],
         report.notes.append(chosen.score.detail)
     if not chosen.within_budget:
         report.decision = context.fallback
-        report.reason = (f"no int8 model was within the budget: {context.metric} dropped "
+        within_metric = chosen.score.drop <= context.options.max_drop + 1e-12
+        report.reason = (f"no int8 model was within the budget: with {len(chosen.kept_float)} layer(s) in "
+                         f"float, {chosen.notes[0]}" if within_metric and chosen.notes else
+                         f"no int8 model was within the budget: {context.metric} dropped "
                          f"{chosen.score.drop:.4f} (budget {context.options.max_drop}) with "
                          f"{len(chosen.kept_float)} layer(s) in float")
         return report
@@ -367,6 +393,19 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
 
     quantized = openvino_nncf.quantize(source, calibration, context.inputs)
     first, path = judge(quantized, "int8-0.xml", [])
+    scheme, schemes = openvino_nncf.AUTO, ""
+    if not first.within_budget and openvino_nncf.model_type(source) is not None:
+        # NNCF's transformer scheme (SmoothQuant, Softmax's inputs left float) broke a legalized Whisper
+        # encoder (an output's cosine 0.9988) that its default scheme keeps at 0.99995: both, before the
+        # accuracy control, which starts from the better
+        default = openvino_nncf.quantize(openvino_nncf.read(context.model), calibration, context.inputs, None)
+        step, default_path = judge(default, "int8-0-default-scheme.xml", [])
+        better = step.within_budget or step.score.value > first.score.value
+        schemes = (f"NNCF's transformer scheme: {_scored(first)}; its "
+                   f"default scheme: {_scored(step)} (the accuracy control starts from the "
+                   f"{'default' if better else 'transformer'} scheme's)")
+        if better:
+            quantized, first, path, scheme = default, step, default_path, None
     steps, out_of_time = [first], ""
     if not first.within_budget:
         def evaluate(compiled: Any, indices: list[int]) -> tuple[float, list[float]]:
@@ -375,15 +414,20 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
                 result = compiled(validation[index])
                 outputs.append({port.get_any_name(): np.asarray(result[port]) for port in compiled.outputs})
             reference = [context.reference[i] for i in indices]
+            if context.options.min_cosine:  # the worst output's cosine, which the budget bounds
+                worst = [metrics.worst_cosine(r, o) for r, o in zip(reference, outputs, strict=True)]
+                return min(worst), worst
             samples = [context.sets.validation[i] for i in indices]
             per_sample = [metrics.score(context.metric, [r], [o], [s]).value
                           for r, o, s in zip(reference, outputs, samples, strict=True)]
             return metrics.score(context.metric, reference, outputs, samples).value, per_sample
 
+        # aiming at the worst output's cosine, fp32 at 1: a drop of 1 - min_cosine at most
+        aimed = context.options.min_cosine
+        max_drop = 1.0 - aimed if aimed else context.options.max_drop
         try:
             guarded = openvino_nncf.quantize_guarded(openvino_nncf.read(context.model), calibration,
-                                                     validation, context.inputs, evaluate,
-                                                     context.options.max_drop)
+                                                     validation, context.inputs, evaluate, max_drop, scheme)
         except openvino_nncf.GuardOutOfTime as stopped:
             out_of_time = (f"NNCF's accuracy control was {stopped} (its limit: "
                            f"{openvino_nncf.GUARD_SECONDS:.0f} s) with no int8 model within the budget")
@@ -399,6 +443,8 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
                               "compiled with INFERENCE_PRECISION_HINT f32", steps, lambda: race(pinned=True))
     if out_of_time:
         report.reason += f"; {out_of_time}"
+    if schemes:
+        report.notes.append(schemes)
     unpinned = race(pinned=False)
     report.default_precision_latency_ms = {"fp32": unpinned.other_median_ms, "int8": unpinned.median_ms}
     if report.decision == Precision.INT8:
@@ -407,6 +453,12 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
         shutil.copyfile(path.with_suffix(".bin"), (outdir / OPENVINO_IR).with_suffix(".bin"))
         report.model = OPENVINO_IR
     return report
+
+
+def _scored(step: GuardStep) -> str:
+    """A guard step in words: its metric, and where an output is beyond the budget, which."""
+    return f"{step.score.metric} {step.score.value:.6f}" + (f", {step.notes[0]}" if step.notes else "") + (
+        ", within the budget" if step.within_budget else "")
 
 
 # The quantizers a backend's recipe names, and the function here that runs each

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from deploycc import api
 from deploycc.options import BuildOptions, QuantizeOptions
+from deploycc.pipeline.precision_timing import FASTER
 from deploycc.taxonomy import CandidateOutcome, Precision
 from examples.make_models import relu_mlp, small_cnn
 from tests.cli.test_cli import run as run_cli
@@ -181,17 +182,23 @@ def test_an_int8_candidate_the_guard_refuses_is_not_chosen(cancelling: Path, tmp
     assert report.precision != Precision.INT8 and report.status == "verified", report.summary
 
 
+def _mlp_and_samples(folder: Path, width: int) -> tuple[Path, Path]:
+    """A ReLU MLP of `width` at batch 16, and a folder of 10 calibration samples for it."""
+    model = folder / "mlp.onnx"
+    onnx.save(relu_mlp((width, width, width), batch=16, std=0.05, seed=2), model)
+    rng = np.random.default_rng(3)
+    calibration = folder / "calibration"
+    calibration.mkdir()
+    for index in range(10):
+        np.savez(calibration / f"{index:02d}.npz", x=rng.standard_normal((16, width)).astype(np.float32))
+    return model, calibration
+
+
 def test_given_data_int8_is_tried_calibrated_and_dynamic_and_the_chosen_one_built(tmp_path: Path) -> None:
     """Calibration data adds a candidate, it takes none away: ORT's dynamic int8 (no data needed) is
     built and timed beside the calibrated one, each named by its recipe, and the artifact is the one
     chosen."""
-    model = tmp_path / "mlp.onnx"
-    onnx.save(relu_mlp((256, 256, 256), batch=16, std=0.05, seed=2), model)
-    rng = np.random.default_rng(3)
-    calibration = tmp_path / "calibration"
-    calibration.mkdir()
-    for index in range(10):
-        np.savez(calibration / f"{index:02d}.npz", x=rng.standard_normal((16, 256)).astype(np.float32))
+    model, calibration = _mlp_and_samples(tmp_path, 256)
     options = BuildOptions(choose_precision=True, bench=False,
                            quantize=QuantizeOptions(calibration=calibration))
     out = tmp_path / "out"
@@ -207,6 +214,28 @@ def test_given_data_int8_is_tried_calibrated_and_dynamic_and_the_chosen_one_buil
     elif chosen.recipe:
         assert ops & {"QLinearMatMul", "QuantizeLinear", "MatMulIntegerToFloat", "QGemm"}, ops
     assert "int8 (dynamic)" in (out / "report.md").read_text()
+    faster = [c for c in int8.values() if c.ci95 is not None and c.ci95[1] < FASTER]
+    if len(faster) == 2:  # each faster than fp32: raced against each other too, and the one chosen says so
+        assert all("directly:" in c.why for c in faster), [c.why for c in faster]
+        assert sum(c.outcome == CandidateOutcome.CHOSEN for c in faster) == 1, faster
+
+
+def test_two_candidates_faster_than_fp32_are_raced_against_each_other(tmp_path: Path) -> None:
+    """bf16 and int8 each faster than fp32 are raced directly, and the narrower displaces the other only
+    where faster than it beyond the noise: each raced against fp32 alone, a Whisper encoder's bf16 and
+    int8 read 0.51x and 0.70x (bf16 chosen), side by side 0.56x and 0.52x."""
+    model, calibration = _mlp_and_samples(tmp_path, 1024)
+    out = tmp_path / "out"
+    report = api.build(model, "openvino-cpu", out, BuildOptions(choose_precision=True, bench=False, quantize=(
+        QuantizeOptions(calibration=calibration, metric="cosine"))))
+    assert report.status == "verified", report.summary
+    candidates = _candidates(report)
+    faster = [c for c in candidates.values() if c.ci95 is not None and c.ci95[1] < FASTER]
+    if len(faster) == 2:  # bf16 and int8 (1.7x and 2.3x fp32 here)
+        assert all("directly:" in c.why for c in faster), [c.why for c in faster]
+        assert sum(c.outcome == CandidateOutcome.CHOSEN for c in faster) == 1, faster
+    # the half candidate was verified on each validation sample: none of them is left in the artifact
+    assert not list(out.glob("validation-*.npz")), sorted(p.name for p in out.iterdir())
 
 
 def _offset_model(size: int = 64) -> onnx.ModelProto:

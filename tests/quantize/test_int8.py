@@ -137,20 +137,22 @@ def test_the_form_check_finds_what_tensorrt_refuses() -> None:
 
 # ------------------------------------------------------------------------------------ the guard
 
-def _outlier_model() -> onnx.ModelProto:
-    """x -> MatMul(a) -> Add(one channel +400) -> MatMul(b) -> y. In float the outlier channel meets
+def _outlier_model(shift: float = 400.0, softmax: bool = False) -> onnx.ModelProto:
+    """x -> MatMul(a) -> Add(one channel +shift) -> MatMul(b) -> y. In float the outlier channel meets
     a zero row of b and leaves y alone; in int8 it stretches the range of b's input so far that the
-    other channels round to a few levels. Keeping `second` in float leaves that tensor float."""
+    other channels round to a few levels. Keeping `second` in float leaves that tensor float.
+    `softmax`: y through a Softmax (attention's op, which makes NNCF pick its transformer scheme)."""
     rng = np.random.default_rng(1)
     first = rng.normal(0, 0.5, (16, 16)).astype(np.float32)
     bias = np.zeros(16, np.float32)
-    bias[3] = 400.0
+    bias[3] = shift
     second = rng.normal(0, 0.5, (16, 8)).astype(np.float32)
     second[3, :] = 0.0
+    last = [helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=-1)] if softmax else []
     graph = helper.make_graph([
         helper.make_node("MatMul", ["x", "a"], ["h"], name="first"),
         helper.make_node("Add", ["h", "bias"], ["h2"], name="shift"),
-        helper.make_node("MatMul", ["h2", "b"], ["y"], name="second"),
+        helper.make_node("MatMul", ["h2", "b"], ["logits" if softmax else "y"], name="second"), *last,
     ], "outlier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
         [numpy_helper.from_array(first, "a"), numpy_helper.from_array(bias, "bias"),
@@ -173,6 +175,43 @@ def test_the_guard_keeps_the_damaging_layer_in_float_when_the_budget_demands_it(
     # whichever precision it kept (int8 or fp32 where int8 is not faster here), it was verified
     assert report.status == "verified", report.summary
     assert "## INT8" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_the_guard_holds_every_step_to_the_budget_the_precision_search_judges_by(tmp_path: Path) -> None:
+    """An int8 model whose cosine metric is within its drop (0.0017 of 0.01) while an output differs
+    element by element beyond int8's verification tolerances: the guard alone took it, and the precision
+    search then refused it. With the search's budget (min_cosine) every step is held to it too, and the
+    guard keeps layers in float until it is met."""
+    model = tmp_path / "outlier.onnx"
+    onnx.save(_outlier_model(shift=40.0), model)
+    calibration = _samples(tmp_path / "calibration", 20, x=(1, 16))
+    steps = {}
+    for min_cosine in (0.0, 0.999):
+        options = QuantizeOptions(calibration=calibration, metric="cosine", min_cosine=min_cosine)
+        report = api.build(model, "ort-cpu", tmp_path / f"out-{min_cosine}", BuildOptions(
+            precision="int8", bench=False, quantize=options))
+        assert report.quantization is not None and report.status == "verified", report.summary
+        steps[min_cosine] = report.quantization.steps
+    assert len(steps[0.0]) == 1 and steps[0.0][0]["within_budget"], steps[0.0]  # the metric alone
+    first, last = steps[0.999][0], steps[0.999][-1]
+    assert first["drop"] <= 0.01 and not first["within_budget"], first
+    assert "on validation sample" in first["beyond"] and "differ beyond" in first["beyond"], first
+    assert last["within_budget"] and last["kept_float"], last
+
+
+def test_nncf_tries_its_default_scheme_where_the_transformer_scheme_is_over_budget(tmp_path: Path) -> None:
+    """NNCF's transformer scheme (picked where there is a Softmax) broke a legalized Whisper encoder
+    (cosine 0.9988) that its default scheme keeps at 0.99995: where the first int8 model is over
+    budget, the other scheme is quantized and judged too, and the guard starts from the better."""
+    model = tmp_path / "attention_like.onnx"
+    onnx.save(_outlier_model(softmax=True), model)
+    options = QuantizeOptions(calibration=_samples(tmp_path / "calibration", 20, x=(1, 16)), metric="cosine",
+                              max_drop=0.001)
+    report = api.build(model, "openvino-cpu", tmp_path / "out", BuildOptions(
+        precision="int8", bench=False, quantize=options))
+    assert report.quantization is not None and report.status == "verified", report.summary
+    schemes = next((note for note in report.quantization.notes if "transformer scheme" in note), "")
+    assert "its default scheme: cosine" in schemes, report.quantization.notes
 
 
 def test_ort_cpu_int8_is_a_verified_qdq_model(cnn, tmp_path: Path) -> None:
