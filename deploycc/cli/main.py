@@ -6,7 +6,6 @@ options, or a full disk; 3 an internal error (a bug: rerun with --debug and repo
 
 from __future__ import annotations
 
-import errno
 import importlib
 import logging
 import os
@@ -17,6 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from deploycc.errors import EXIT_USAGE, DeployccError
+from deploycc.io.files import disk_full
 
 EXIT_INTERNAL = 3
 
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> Any:
         _exit_if_signalled()
         if debug:
             raise
-        if error.errno not in FULL_DISK:
+        if not disk_full(error):
             _internal(error)
         # the machine's, not deploycc's: an audit that filled the disk said "internal error"
         where = f" writing {error.filename}" if error.filename else ""
@@ -175,10 +175,6 @@ def main(argv: list[str] | None = None) -> Any:
         _internal(error)
     _exit_if_signalled()  # a signal's Terminated, caught on its way out as a stage's failure
     sys.exit(code if isinstance(code, int) else 0)
-
-
-# errnos of a full disk or quota
-FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _internal(error: Exception) -> NoReturn:

@@ -6,7 +6,9 @@ file's sha256, a folder as a tar.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -202,6 +204,28 @@ def trim_cache(folder: Path, keep_bytes: int) -> int:
 # deploycc writes by rename, a new inode, so a rewritten file is never taken for the old one.
 _digests: OrderedDict[tuple[int, int, int, int], str] = OrderedDict()
 KEPT_DIGESTS = 64
+
+
+# errnos of a full disk or quota
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether `error` is a full disk or quota: the machine's, not the model's, so it stops the build
+    (and the CLI says so, exit 2) where a stage that fails on a model would go on without it."""
+    return isinstance(error, OSError) and error.errno in FULL_DISK
+
+
+def full_disk_error(error: Exception, path: Path, needed: int) -> OSError | None:
+    """The OSError(ENOSPC) a write of `needed` bytes to `path` met, where a library that writes through
+    C++ streams said only that it failed (OpenVINO's save_model: "basic_ios::clear: iostream error",
+    TinyLlama-1.1B's fp32 IR on a disk with 1.6 GB free): None where the disk had room for it."""
+    free = shutil.disk_usage(path.parent).free
+    if free >= needed:
+        return None
+    said = str(error).splitlines()[0][:80] if str(error) else type(error).__name__
+    return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (about {needed / 2**20:,.0f} MiB to write, "
+                   f"{free / 2**20:,.0f} MiB free; the writer said: {said})", str(path))
 
 
 def sha256_file(path: Path) -> str:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploycc.io.files import disk_full
 from deploycc.pipeline.context import BuildContext, verifying_on_sample
 from deploycc.pipeline.precision_cache import cache_file, remember, remembered_choice
 from deploycc.pipeline.precision_timing import FASTER, duel, loaded, pairs, race
@@ -315,6 +316,8 @@ def _build_candidate(context: BuildContext, precision: Precision, folder: Path,
         if proceed is None or proceed(candidate):
             run_stages(candidate, stages[engine_at:])
     except Exception as error:  # a candidate that breaks is not chosen; the build goes on without it
+        if disk_full(error):  # ... unless it is the machine's: the next would not fit either
+            raise
         candidate.stop(BuildStatus.FAILED, message=f"{type(error).__name__}: {str(error).strip()[:200]}")
     return candidate
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from deploycc.io.files import disk_full
 from deploycc.pipeline.context import BuildContext
 from deploycc.pipeline.precision_search import MIN_COSINE
 from deploycc.results import SkippedStep
@@ -45,6 +46,8 @@ def dynamic_int8_stage(context: BuildContext) -> None:
     try:
         quantized, note = quantize_dynamically(context.legalized_path, context.staging)
     except Exception as error:  # the quantizer's own failure (a crash in its process): the build's, said
+        if disk_full(error):  # the machine's: the CLI's one line, exit 2
+            raise
         context.stop(stage=Stage.QUANTIZE, message=f"int8 dynamic failed: {type(error).__name__}: "
                                                    f"{str(error).strip()[:200]}")
         return
@@ -71,6 +74,8 @@ def weight_only_stage(context: BuildContext) -> None:
         context.stop(stage=Stage.QUANTIZE, message=str(error))
         return
     except Exception as error:  # the quantizer's own failure on this model: the build's, said
+        if disk_full(error):  # the machine's: the CLI's one line, exit 2
+            raise
         context.stop(stage=Stage.QUANTIZE, message=f"{precision} weight-only failed ({quantizer}): "
                                                    f"{type(error).__name__}: {str(error).strip()[:200]}")
         return

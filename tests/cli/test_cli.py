@@ -204,6 +204,38 @@ def test_a_target_whose_mode_is_partition_builds_with_host_segments(tmp_path: Pa
     assert [s["placement"] for s in json.loads(done.stdout)["segments"]] == ["device", "host", "device"]
 
 
+def test_an_openvino_ir_that_does_not_fit_the_disk_is_a_full_disk(tmp_path: Path) -> None:
+    """OpenVINO's save_model on a full disk says only "basic_ios::clear: iostream error", and a build
+    whose candidates' IRs did not fit went on to say "fp32 did not pass". On a real small filesystem (a
+    tmpfs with room for the legalized model, not for the IR beside it): the full disk, one line, exit 2."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)  # 4 MiB
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "wide",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = tmp_path / "wide.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(small)]
+    mounted = os.geteuid() == 0 and subprocess.run(mount, capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("needs a small filesystem: mounting a tmpfs takes root")
+    try:
+        done = run("build", str(model), "-t", "openvino-cpu", "-o", str(small / "out"), "--precision", "fp32",
+                   "--no-bench")
+        left = sorted(path.name for path in small.iterdir())
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    err = done.stderr.strip()
+    assert done.returncode == 2 and len(err.splitlines()) == 1, done.stderr
+    assert err.startswith("deploycc: error: No space left on device") and "model.xml" in err, err
+    assert left == [], left  # the staging folder removed: the disk as it was
+
+
 def test_a_full_disk_is_one_line_and_exit_2_not_an_internal_error(tmp_path: Path, monkeypatch, capsys):
     """The disk filling up under an audit said "internal error" (exit 3): it is the machine's
     condition, named with the file being written."""
