@@ -28,7 +28,7 @@ from deploycc.backends.base import (
     Runner,
     WeightQuantizer,
 )
-from deploycc.io.files import full_disk_error, trim_cache, user_cache_dir
+from deploycc.io.files import save_openvino_ir, trim_cache, user_cache_dir
 from deploycc.taxonomy import WEIGHT_ONLY_BITS, Failed, Failure, Precision
 
 if TYPE_CHECKING:
@@ -40,21 +40,6 @@ if TYPE_CHECKING:
 # (weight_only_activations), else f32
 INFERENCE_PRECISION = {Precision.FP32: "f32", Precision.FP16: "f16", Precision.BF16: "bf16",
                        Precision.INT8: "f32", Precision.INT4: "f32", Precision.INT8_WEIGHTS: "f32"}
-
-
-def save_ir(model: Any, xml: Path, compress_to_fp16: bool = False) -> None:
-    """ov.save_model, a full disk said as one (io.files.full_disk_error): OpenVINO's own error names
-    no cause, and a build whose candidates' IRs did not fit went on to say "fp32 did not pass"."""
-    import openvino as ov
-
-    try:
-        ov.save_model(model, str(xml), compress_to_fp16=compress_to_fp16)
-    except RuntimeError as error:
-        needed = sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
-        full = full_disk_error(error, xml, needed // 2 if compress_to_fp16 else needed)
-        if full is not None:
-            raise full from error
-        raise
 
 
 def default_cache_dir() -> Path:
@@ -386,7 +371,7 @@ class OpenVinoBackend(Backend):
         # (saving it again would write over the weights file read_model has just mapped).
         if request.model.resolve() != xml.resolve():
             # save_model compresses weights to fp16 by default; only do it when fp16 was asked for
-            save_ir(model, xml, compress_to_fp16=request.precision == Precision.FP16)
+            save_openvino_ir(model, xml, compress_to_fp16=request.precision == Precision.FP16)
         device = request.target.device.kind
         if request.precision in (Precision.FP16, Precision.BF16):
             notes += _half_arithmetic(device, request.precision)

@@ -228,6 +228,21 @@ def full_disk_error(error: Exception, path: Path, needed: int) -> OSError | None
                    f"{free / 2**20:,.0f} MiB free; the writer said: {said})", str(path))
 
 
+def save_openvino_ir(model: Any, xml: Path, compress_to_fp16: bool = False) -> None:
+    """ov.save_model, a full disk said as one (full_disk_error): OpenVINO's own error names
+    no cause, and a build whose candidates' IRs did not fit went on to say "fp32 did not pass"."""
+    import openvino as ov
+
+    try:
+        ov.save_model(model, str(xml), compress_to_fp16=compress_to_fp16)
+    except RuntimeError as error:
+        needed = sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
+        full = full_disk_error(error, xml, needed // 2 if compress_to_fp16 else needed)
+        if full is not None:
+            raise full from error
+        raise
+
+
 def sha256_file(path: Path) -> str:
     import hashlib
 

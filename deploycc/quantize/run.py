@@ -379,7 +379,7 @@ def _measured_ranking(context: _Context, quantizer: Any, by_sqnr: list[str], can
 
 
 def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
-    from deploycc.backends.openvino import save_ir
+    from deploycc.io.files import save_openvino_ir
     from deploycc.quantize import openvino_nncf
 
     calibration, validation = context.calibration, context.validation
@@ -388,7 +388,7 @@ def _nncf(context: _Context, work: Path, outdir: Path) -> QuantizeReport:
 
     def judge(model: Any, name: str, kept: list[str]) -> tuple[GuardStep, Path]:
         path = work / name
-        save_ir(model, path)
+        save_openvino_ir(model, path)
         runner = own_runner(path, True)  # pinned
         try:
             return context.judge(runner, kept), path

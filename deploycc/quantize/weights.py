@@ -192,7 +192,7 @@ def _nncf_compress(model: Path, outdir: Path, bits: int) -> tuple[Path, str]:
     import openvino as ov
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
 
-    from deploycc.backends.openvino import save_ir
+    from deploycc.io.files import save_openvino_ir
     from deploycc.quantize.openvino_nncf import _nncf
     from deploycc.quantize.ort_qdq import quiet
 
@@ -215,7 +215,7 @@ def _nncf_compress(model: Path, outdir: Path, bits: int) -> tuple[Path, str]:
                  and sum(dim > 1 for dim in op.get_output_shape(0)) >= 2)
     if blocks == 0:
         raise NoWeightsToQuantize(f"{_what(bits)}: NNCF compressed none of the model's MatMul weights")
-    save_ir(compressed, outdir / OPENVINO_IR)
+    save_openvino_ir(compressed, outdir / OPENVINO_IR)
     how = (f"INT4_SYM, groups of {BLOCK_SIZE}; NNCF keeps the embedding and the last layer in int8 unless "
            "asked" if bits == 4 else "INT8_ASYM, a scale and zero point per output channel")
     return outdir / OPENVINO_IR, (f"{_what(bits)}: NNCF's compress_weights, {blocks} weight(s) in {bits} "
