@@ -162,7 +162,6 @@ class _Context:
         return ""
 
 
-
 def _ort_runner(model: Path) -> Runner:
     """ONNX Runtime on the CPU, whatever the target: the fp32 reference every int8 model is judged
     against (as verification's), and where ORT_QDQ's Q/DQ models are judged and timed."""

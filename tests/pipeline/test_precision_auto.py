@@ -214,8 +214,14 @@ def test_given_data_int8_is_tried_calibrated_and_dynamic_and_the_chosen_one_buil
     elif chosen.recipe:
         assert ops & {"QLinearMatMul", "QuantizeLinear", "MatMulIntegerToFloat", "QGemm"}, ops
     assert "int8 (dynamic)" in (out / "report.md").read_text()
-    faster = [c for c in int8.values() if c.ci95 is not None and c.ci95[1] < FASTER]
-    if len(faster) == 2:  # each faster than fp32: raced against each other too, and the one chosen says so
+    _raced_if_both_faster(list(int8.values()))
+
+
+def _raced_if_both_faster(candidates: list) -> None:
+    """Where two candidates are faster than fp32, each says it was raced against the other, and one is
+    chosen."""
+    faster = [c for c in candidates if c.ci95 is not None and c.ci95[1] < FASTER]
+    if len(faster) == 2:
         assert all("directly:" in c.why for c in faster), [c.why for c in faster]
         assert sum(c.outcome == CandidateOutcome.CHOSEN for c in faster) == 1, faster
 
@@ -229,11 +235,7 @@ def test_two_candidates_faster_than_fp32_are_raced_against_each_other(tmp_path: 
     report = api.build(model, "openvino-cpu", out, BuildOptions(choose_precision=True, bench=False, quantize=(
         QuantizeOptions(calibration=calibration, metric="cosine"))))
     assert report.status == "verified", report.summary
-    candidates = _candidates(report)
-    faster = [c for c in candidates.values() if c.ci95 is not None and c.ci95[1] < FASTER]
-    if len(faster) == 2:  # bf16 and int8 (1.7x and 2.3x fp32 here)
-        assert all("directly:" in c.why for c in faster), [c.why for c in faster]
-        assert sum(c.outcome == CandidateOutcome.CHOSEN for c in faster) == 1, faster
+    _raced_if_both_faster(list(_candidates(report).values()))  # bf16 and int8: 1.7x and 2.3x fp32 here
     # the half candidate was verified on each validation sample: none of them is left in the artifact
     assert not list(out.glob("validation-*.npz")), sorted(p.name for p in out.iterdir())
 
